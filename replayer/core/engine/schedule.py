@@ -1,0 +1,427 @@
+"""Token-exact prefill schedule of llama-server, per behaviour generation.
+
+A pure re-implementation of the server's batch-filling loop and context-checkpoint
+bookkeeping (``spec/llama-server-prefill.md`` §4–§7): given the prompt's length, where
+its user-message spans start, the build's generation and the knobs, it returns the
+batches (``[start, end)`` and why each ended) and the checkpoints created, erased and
+restored. ``Slot`` keeps state across requests so that a warm second request (resume
+after a first one, identical re-send) follows the same rules as the server.
+
+The simulator is right when this matches the real build token for token; the spec's
+test vectors and the live tests against real builds check exactly that.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Literal
+
+from replayer.core.builds.catalog import Build, Generation
+from replayer.core.errors import ReplayerError
+
+Memory = Literal["plain", "swa", "recurrent"]
+MEMORIES = ("plain", "swa", "recurrent")
+_MEMORY_ALIASES = {"hybrid": "recurrent", "kv": "plain", "full": "plain", "iswa": "swa"}
+
+
+def parse_memory(text: str) -> Memory:
+    m = _MEMORY_ALIASES.get(text.lower(), text.lower())
+    if m not in MEMORIES:
+        raise ReplayerError(f"unknown memory kind {text!r}; choose plain, swa or recurrent")
+    return m  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Server settings that shape the schedule (defaults are llama-server's)."""
+
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_ctx_checkpoints: int = 32
+    checkpoint_min_step: int | None = None  # None = the build's default (256 / 8192)
+    memory: Memory = "plain"
+    n_swa: int = 256  # sliding window, only for memory == "swa"
+    swa_cache: int | None = None  # SWA cache cells; None = computed as the server does
+    n_ctx: int | None = None  # caps n_batch like the server (n_batch_eff = min(n_ctx, -b))
+
+    def validate(self) -> "Knobs":
+        if self.n_batch < 1:
+            raise ReplayerError(f"-b/--batch-size must be ≥ 1, got {self.n_batch}")
+        if self.n_ubatch < 1:
+            raise ReplayerError(f"-ub/--ubatch-size must be ≥ 1, got {self.n_ubatch}")
+        if self.n_ubatch > self.n_batch:
+            raise ReplayerError(
+                f"-ub {self.n_ubatch} is larger than -b {self.n_batch}; "
+                "llama-server would clamp it, give -ub ≤ -b"
+            )
+        if self.n_ctx_checkpoints < 0:
+            raise ReplayerError("--ctx-checkpoints must be ≥ 0")
+        if self.checkpoint_min_step is not None and self.checkpoint_min_step < 0:
+            raise ReplayerError("--checkpoint-min-step must be ≥ 0")
+        if self.memory == "swa" and self.n_swa < 1:
+            raise ReplayerError("an SWA model needs a sliding window ≥ 1")
+        return self
+
+    @property
+    def n_batch_eff(self) -> int:
+        return min(self.n_batch, self.n_ctx) if self.n_ctx else self.n_batch
+
+    @property
+    def n_ubatch_eff(self) -> int:
+        return min(self.n_ubatch, self.n_batch_eff)
+
+    @property
+    def size_swa(self) -> int:
+        """SWA cache cells for one slot: round_up_256(n_swa + n_ubatch), capped by n_ctx."""
+        if self.swa_cache is not None:
+            return self.swa_cache
+        cells = self.n_swa + self.n_ubatch_eff
+        if self.n_ctx:
+            cells = min(cells, self.n_ctx)
+        return ((cells + 255) // 256) * 256
+
+    def min_step(self, build: Build) -> int:
+        if self.checkpoint_min_step is not None:
+            return self.checkpoint_min_step
+        return build.default_checkpoint_min_step
+
+    @property
+    def checkpoints_enabled(self) -> bool:
+        """The server's ``ckpt_enabled`` for a completion task (§4)."""
+        return self.n_ctx_checkpoints > 0 and self.memory in ("swa", "recurrent")
+
+
+@dataclass(frozen=True)
+class PromptSpans:
+    """What the scheduler needs of a prompt layout: its length and user starts.
+
+    ``n_before_user`` is G0's count of tokens before the last user message (from byte
+    spans); by default it equals the last user start, as it does for every template whose
+    user marker begins at a token boundary.
+    """
+
+    n_tokens: int
+    user_starts: tuple[int, ...]
+    n_before_user: int | None = None
+
+    @classmethod
+    def of(cls, n_tokens: int, user_starts, n_before_user: int | None = None) -> "PromptSpans":
+        starts = tuple(int(u) for u in user_starts)
+        if n_tokens < 1:
+            raise ReplayerError(f"the prompt must have at least one token, got {n_tokens}")
+        for i, u in enumerate(starts):
+            if u < 0:
+                raise ReplayerError(f"user start {u} is negative")
+            if u >= n_tokens:
+                raise ReplayerError(f"user start {u} is not inside the prompt of {n_tokens} tokens")
+            if i and u <= starts[i - 1]:
+                raise ReplayerError(
+                    f"user starts must be strictly increasing ({starts[i - 1]} then {u})"
+                )
+        return cls(n_tokens, starts, n_before_user)
+
+    @property
+    def last_user(self) -> int:
+        return self.user_starts[-1] if self.user_starts else -1
+
+    @property
+    def g0_before_user(self) -> int:
+        return self.n_before_user if self.n_before_user is not None else self.last_user
+
+
+@dataclass(frozen=True)
+class Batch:
+    start: int
+    n_tokens: int
+    n_ubatches: int
+    reason: str
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    n_tokens: int
+    pos_min: int
+    pos_max: int
+    task: int = 0
+
+
+@dataclass(frozen=True)
+class Erasure:
+    checkpoint: Checkpoint
+    reason: str  # old | too_close | superseded | invalidated
+    batch_index: int  # erased while deciding this batch; -1 = at task start
+
+
+@dataclass
+class Schedule:
+    """One request's prefill: what the server did, in order."""
+
+    n_tokens: int
+    n_past: int
+    batches: list[Batch]
+    created: list[tuple[int, Checkpoint]]  # (batch index, checkpoint) in creation order
+    erased: list[Erasure]
+    restored: Checkpoint | None
+    final_list: list[Checkpoint]
+
+    @property
+    def checkpoints(self) -> list[Checkpoint]:
+        return [c for _, c in self.created]
+
+    @property
+    def n_ubatches(self) -> int:
+        return sum(b.n_ubatches for b in self.batches)
+
+    def to_dict(self) -> dict:
+        return {
+            "n_tokens": self.n_tokens,
+            "n_past": self.n_past,
+            "batches": [
+                {"start": b.start, "n_tokens": b.n_tokens, "n_ubatches": b.n_ubatches,
+                 "reason": b.reason}
+                for b in self.batches
+            ],
+            "checkpoints": [
+                {"n_tokens": c.n_tokens, "pos_min": c.pos_min, "pos_max": c.pos_max}
+                for c in self.checkpoints
+            ],
+            "erased": [
+                {"n_tokens": e.checkpoint.n_tokens, "reason": e.reason} for e in self.erased
+            ],
+            "restored": self.restored.n_tokens if self.restored else None,
+        }
+
+
+def near_end_points(n_tokens: int, knobs: Knobs) -> tuple[int, int]:
+    """Positions where a checkpointing model's batch is cut before the prompt end."""
+    nb = knobs.n_batch_eff
+    return (n_tokens - min(nb, 4 + knobs.n_ubatch_eff), n_tokens - min(nb, 4))
+
+
+def attribute_reason(start: int, end: int, n_tokens: int, user_starts, knobs: Knobs,
+                     checkpoints_enabled: bool | None = None) -> str:
+    """Name the rule that cut a batch ``[start, end)``: the diagnosis in one word.
+
+    Shared by both engines so that a simulated and a live run label the same batch the
+    same way. A full batch is ``n_batch`` even if a user start happens to sit there, since
+    the batch would have ended there anyway.
+    """
+    if end >= n_tokens:
+        return "prompt_end"
+    if end - start >= knobs.n_batch_eff:
+        return "n_batch"
+    i = bisect_left(user_starts, end)
+    if i < len(user_starts) and user_starts[i] == end:
+        return "user_start"
+    enabled = knobs.checkpoints_enabled if checkpoints_enabled is None else checkpoints_enabled
+    if enabled and end in near_end_points(n_tokens, knobs):
+        return "checkpoint_offset"
+    return "other"
+
+
+class Slot:
+    """One server slot: cached prompt length, memory kind and checkpoint list.
+
+    ``run`` schedules one request on it, exactly like a task picked up by the server;
+    calling it again models the next request of a session on the same slot.
+    """
+
+    def __init__(self, build: Build, knobs: Knobs | None = None) -> None:
+        self.build = build
+        self.knobs = (knobs or Knobs()).validate()
+        self.cached = 0  # tokens whose state is in memory
+        self.checkpoints: list[Checkpoint] = []
+        self.task = -1
+
+    # -- memory model -----------------------------------------------------------------
+    def _pos_min(self, n_cached: int) -> int:
+        """What the memory reports as its minimum position with ``n_cached`` tokens in it."""
+        if n_cached <= 0:
+            return -1
+        mem = self.knobs.memory
+        if mem == "recurrent":
+            return n_cached - 1
+        if mem == "swa":
+            return max(0, n_cached - self.knobs.size_swa)
+        return 0
+
+    def _n_swa(self) -> int:
+        return self.knobs.n_swa if self.knobs.memory == "swa" else 0
+
+    # -- checkpoint list (§6) ---------------------------------------------------------
+    def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
+        gen = self.build.generation
+        n_max = self.knobs.n_ctx_checkpoints
+        step = self.knobs.min_step(self.build)
+        if gen in (Generation.G2B, Generation.G3):
+            kept: list[Checkpoint] = []
+            last = -1
+            remaining = list(self.checkpoints)
+            while remaining:
+                if gen is Generation.G3 and len(kept) + len(remaining) + 1 < n_max:
+                    kept.extend(remaining)
+                    break
+                entry = remaining.pop(0)
+                if entry.task != ckpt.task and last >= 0 and entry.n_tokens <= last + step:
+                    erased.append(Erasure(entry, "too_close", batch_index))
+                    continue
+                kept.append(entry)
+                last = entry.n_tokens
+            self.checkpoints = kept
+        while len(self.checkpoints) >= n_max:
+            erased.append(Erasure(self.checkpoints.pop(0), "old", batch_index))
+        if gen is Generation.G3:
+            for entry in [c for c in self.checkpoints if c.n_tokens == ckpt.n_tokens]:
+                self.checkpoints.remove(entry)
+                erased.append(Erasure(entry, "superseded", batch_index))
+        self.checkpoints.append(ckpt)
+
+    # -- start of a task (§7) -----------------------------------------------------------
+    def _start_task(self, n_tokens: int, common_prefix: int, erased: list[Erasure]
+                    ) -> tuple[int, Checkpoint | None]:
+        n_past = min(common_prefix, self.cached)
+        restored = None
+        if 0 < n_past <= self.cached:
+            pos_next = n_past
+            thold = max(0, pos_next - self._n_swa() - (0 if n_past < n_tokens else 1))
+            if self._pos_min(self.cached) >= thold:
+                found = None
+                for c in reversed(self.checkpoints):
+                    if c.pos_max <= pos_next and (c.pos_min < thold or c.pos_min == 0):
+                        found = c
+                        break
+                if found is not None:
+                    pos_next = min(pos_next, max(found.pos_min + 1, found.pos_max))
+                    n_past = min(pos_next, found.n_tokens)
+                    restored = found
+                else:
+                    n_past = 0
+                    pos_next = 0
+            for c in [c for c in self.checkpoints if c.pos_max > pos_next]:
+                self.checkpoints.remove(c)
+                erased.append(Erasure(c, "invalidated", -1))
+        elif n_past == 0:
+            # cache_prompt false or nothing shared: everything re-processed, and every
+            # checkpoint that holds any position is invalid
+            for c in [c for c in self.checkpoints if c.pos_max > 0]:
+                self.checkpoints.remove(c)
+                erased.append(Erasure(c, "invalidated", -1))
+        if n_past == n_tokens and n_tokens > 0:
+            n_past -= 1  # one token must be evaluated to get logits
+        return n_past, restored
+
+    # -- the fill loop (§5) -------------------------------------------------------------
+    def run(self, spans: PromptSpans, common_prefix: int | None = None) -> Schedule:
+        """Schedule one request. ``common_prefix``: tokens shared with the slot's cache."""
+        k = self.knobs
+        build = self.build
+        gen = build.generation
+        N = spans.n_tokens
+        U = spans.user_starts
+        user_set = set(U)
+        last_user = spans.last_user
+        n_before_user = spans.g0_before_user
+        step = k.min_step(build)
+        nb, nub = k.n_batch_eff, k.n_ubatch_eff
+        ckpt_enabled = k.checkpoints_enabled
+        near1, near2 = near_end_points(N, k)
+
+        self.task += 1
+        erased: list[Erasure] = []
+        n_past, restored = self._start_task(N, common_prefix or 0, erased)
+        batches: list[Batch] = []
+        created: list[tuple[int, Checkpoint]] = []
+
+        pos = n_past
+        while pos < N:
+            start = pos
+            # the loop appends tokens one by one; instead of stepping we jump to the first
+            # position any rule can fire at, which is equivalent and O(#breaks)
+            limit = min(N, start + nb)
+            end = limit
+            # user-start rule
+            if gen is Generation.G0:
+                if n_before_user > 0 and start < n_before_user <= limit:
+                    end = min(end, n_before_user)
+            else:
+                i = bisect_left(U, start + 1)
+                if gen is Generation.G1:
+                    if i < len(U) and U[i] <= limit:
+                        end = min(end, U[i])
+                elif ckpt_enabled:
+                    last_ck = self.checkpoints[-1].n_tokens if self.checkpoints else None
+                    while i < len(U) and U[i] <= limit:
+                        p = U[i]
+                        if p == last_user or last_ck is None or p > last_ck + step:
+                            end = min(end, p)
+                            break
+                        i += 1
+            # near-end rule
+            if ckpt_enabled:
+                for p in (near1, near2):
+                    if start < p <= end:
+                        end = p
+                        break
+            n_cur = end - start
+            reason = attribute_reason(start, end, N, U, k, ckpt_enabled)
+            batch_index = len(batches)
+            batches.append(Batch(start, n_cur, math.ceil(n_cur / nub), reason))
+
+            # checkpoint decision (§5.3): taken before this batch is decoded
+            near_prompt_end = N < end + nub
+            complete = end == N
+            do = ckpt_enabled
+            if not complete:
+                if gen is Generation.G0:
+                    if n_before_user <= 0 and not near_prompt_end:
+                        do = False
+                elif start not in user_set and not near_prompt_end:
+                    do = False
+            if gen is Generation.G0:
+                known = n_before_user > 0
+                allowed = (not known) or start == n_before_user or (
+                    start > n_before_user and near_prompt_end)
+                if not allowed:
+                    do = False
+            pos_min = self._pos_min(start)
+            if pos_min < 0:
+                do = False
+            if do and self.checkpoints:
+                last = self.checkpoints[-1].n_tokens
+                spaced = start > last + step
+                if gen is Generation.G0:
+                    do = spaced
+                elif gen in (Generation.G1, Generation.G2A):
+                    do = spaced or start == last_user
+                else:
+                    do = spaced or start == last_user or near_prompt_end
+            if do:
+                ck = Checkpoint(start, pos_min, start - 1, self.task)
+                self._create(ck, batch_index, erased)
+                created.append((batch_index, ck))
+            pos = end
+
+        self.cached = N
+        return Schedule(N, n_past, batches, created, erased, restored, list(self.checkpoints))
+
+
+def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,
+             n_past: int = 0) -> Schedule:
+    """Fresh prompt on an empty slot (or warm with ``n_past`` cached tokens, no checkpoints).
+
+    A warm start here models "the server already holds the first n_past tokens" without
+    any history of checkpoints; use ``Slot`` to model a real sequence of requests.
+    """
+    slot = Slot(build, knobs)
+    if n_past:
+        if not 0 <= n_past <= spans.n_tokens:
+            raise ReplayerError(f"--n-past {n_past} must be between 0 and {spans.n_tokens}")
+        slot.cached = n_past
+        return slot.run(spans, common_prefix=n_past)
+    return slot.run(spans)

@@ -1,0 +1,33 @@
+"""Shared test helpers: where the shared spec and samples are, and CI's strictness."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("REPLAYER_SHARED", REPO.parent / "shared"))
+SAMPLES = SHARED / "samples"
+SPEC = SHARED / "spec"
+FIXTURES = REPO / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def need_shared(path: Path) -> Path:
+    """Skip locally when ../shared is absent; in CI its absence is a failure."""
+    if not path.exists():
+        if IN_CI:
+            pytest.fail(f"CI requires {path} (the shared spec and samples)")
+        pytest.skip(f"{path} not present")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory, monkeypatch):
+    """Config and exports go to a temp dir; the build cache stays shared (builds are slow)."""
+    base = tmp_path_factory.getbasetemp()
+    monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(base / "config"))
+    monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(base / "exports"))
+    monkeypatch.setenv("REPLAYER_DATA_DIR", str(base / "data"))
