@@ -1,0 +1,62 @@
+"""Aider's ``.aider.chat.history.md``, split back the way ``--restore-chat-history`` does.
+
+``####`` lines are user input, ``>`` lines are tool output (dropped), ``#`` lines are
+headers; everything else is assistant markdown. Aider has no native tool calls, and its
+real request adds a repo map and file contents that the history does not store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from replayer.core.errors import ImportFailed
+from replayer.core.session.model import ImportStats, Message, Session
+
+FORMAT = "aider"
+MAGIC = "# aider chat started at"
+
+
+def detect_text(head: str) -> bool:
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return first.startswith(MAGIC)
+
+
+def load(path: Path) -> Session:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    # only the last chat session is what a restore continues
+    starts = [i for i, ln in enumerate(text.split("\n")) if ln.startswith(MAGIC)]
+    lines = text.split("\n")[starts[-1]:] if starts else text.split("\n")
+    out: list[Message] = []
+    role, buf = None, []
+
+    def flush() -> None:
+        nonlocal buf
+        body = "\n".join(buf).strip()
+        if role and body:
+            if out and out[-1].role == role:
+                out[-1].content = f"{out[-1].content}\n{body}"
+            else:
+                out.append(Message(role=role, content=body))
+        buf = []
+
+    for ln in lines:
+        if ln.startswith("#### "):
+            if role != "user":
+                flush()
+                role = "user"
+            buf.append(ln[5:])
+        elif ln.startswith("> ") or ln == ">":
+            continue
+        elif ln.startswith("#"):
+            continue
+        else:
+            if role != "assistant":
+                flush()
+                role = "assistant"
+            buf.append(ln)
+    flush()
+    if not out:
+        raise ImportFailed(f"{path} has no chat turns")
+    return Session(format=FORMAT, path=str(path), messages=out, system_prompt=None, tools=None,
+                   stats=ImportStats(lines=len(lines), branch_length=len(out), entries_total=len(out)),
+                   warnings=["aider's request also holds a repo map and file contents, not stored here"])

@@ -1,0 +1,130 @@
+"""What an agent stored, reduced to the active branch: the input of every replay.
+
+Messages are already in the shape the agent *sends* (roles system/user/assistant/tool),
+because every rule that decides that shape (compaction wrappers, dropped aborted turns,
+synthetic "no result" results) is format-specific and belongs to the importer. What is
+kept beside the OpenAI shape — images as placeholders with their byte size, where a
+message came from — serves inspection and token estimates.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class TextPart(BaseModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(BaseModel):
+    """An image kept as a placeholder: the bytes never enter replayer's memory."""
+
+    type: Literal["image"] = "image"
+    mime: str = "image/png"
+    byte_size: int = 0
+
+
+Part = TextPart | ImagePart
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: str  # the JSON string as sent to the server
+
+
+class Message(BaseModel):
+    role: Role
+    content: str | list[Part] | None = None
+    reasoning: str | None = None
+    reasoning_field: str = "reasoning_content"
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    timestamp: float | None = None  # unix seconds
+    origin: str | None = None  # e.g. compaction_summary, branch_summary, bash, attachment
+
+    def text(self) -> str:
+        """All text the model would read in this message (for counts and estimates)."""
+        if self.content is None:
+            body = ""
+        elif isinstance(self.content, str):
+            body = self.content
+        else:
+            body = "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+        return body
+
+    @property
+    def images(self) -> list[ImagePart]:
+        if isinstance(self.content, list):
+            return [p for p in self.content if isinstance(p, ImagePart)]
+        return []
+
+
+class ImportStats(BaseModel):
+    lines: int = 0
+    bad_lines: int = 0
+    partial_tail: bool = False
+    unknown_types: dict[str, int] = Field(default_factory=dict)
+    compactions_applied: int = 0
+    compactions_total: int = 0
+    branch_length: int = 0  # entries on the active path
+    entries_total: int = 0
+    dropped_turns: int = 0  # aborted / errored assistant turns not replayed
+    synthetic_results: int = 0  # tool calls that got a "no result" result
+    sidechain_records: int = 0
+
+
+class Usage(BaseModel):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    context_tokens: int | None = None  # the last request's prompt size, when stored
+
+
+class Session(BaseModel):
+    format: str  # pi, claude-code, codex, opencode, openai, sharegpt, aider
+    format_version: str | None = None
+    agent_version: str | None = None
+    path: str
+    session_id: str | None = None
+    title: str | None = None
+    cwd: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    thinking_level: str | None = None
+    created: float | None = None
+    updated: float | None = None
+    messages: list[Message]
+    system_prompt: str | None = None  # None = not stored by this agent/version
+    tools: list[dict[str, Any]] | None = None  # None = not stored
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # stored request fields
+    usage: Usage = Field(default_factory=Usage)
+    stats: ImportStats = Field(default_factory=ImportStats)
+    warnings: list[str] = Field(default_factory=list)
+
+    # -- summaries ---------------------------------------------------------------------
+    def role_counts(self) -> dict[str, int]:
+        return dict(Counter(m.role for m in self.messages))
+
+    @property
+    def n_tool_calls(self) -> int:
+        return sum(len(m.tool_calls) for m in self.messages)
+
+    @property
+    def n_tool_results(self) -> int:
+        return sum(1 for m in self.messages if m.role == "tool")
+
+    @property
+    def n_chars(self) -> int:
+        total = len(self.system_prompt or "")
+        for m in self.messages:
+            total += len(m.text()) + len(m.reasoning or "")
+            total += sum(len(tc.arguments) + len(tc.name) for tc in m.tool_calls)
+        return total

@@ -1,0 +1,74 @@
+"""A stored OpenAI chat-completions request body: already the answer, so load and check.
+
+Also accepts the llama.cpp web-UI export (a conversation tree followed from ``currNode``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from replayer.core.errors import ImportFailed
+from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall
+from replayer.core.session.reader import blob_size, json_args
+
+FORMAT = "openai"
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+def detect(doc: Any) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("messages"), list) and all(
+        isinstance(m, dict) and m.get("role") in ROLES for m in doc["messages"])
+
+
+def _parts(content: Any, images: str) -> str | list | None:
+    if content is None or isinstance(content, str):
+        return content
+    out: list = []
+    for p in content if isinstance(content, list) else []:
+        if not isinstance(p, dict):
+            continue
+        if p.get("type") == "text":
+            out.append(TextPart(text=p.get("text", "")))
+        elif p.get("type") in ("image_url", "input_image"):
+            url = (p.get("image_url") or {}).get("url", "") if isinstance(p.get("image_url"), dict) else p.get("image_url")
+            mime = "image/png"
+            if isinstance(url, str) and url.startswith("data:"):
+                mime = url[5:].split(";", 1)[0] or mime
+            if images == "keep":
+                out.append(ImagePart(mime=mime, byte_size=blob_size(url)))
+            else:
+                out.append(TextPart(text="(image omitted: model does not support images)"))
+    return out
+
+
+def load(path: Path, doc: dict, *, images: str = "omit") -> Session:
+    msgs = doc.get("messages") or []
+    if not msgs:
+        raise ImportFailed(f"{path} has an empty messages list")
+    out: list[Message] = []
+    system_prompt = None
+    for i, m in enumerate(msgs):
+        role = m.get("role")
+        if role in ("system", "developer") and i == 0:
+            c = m.get("content")
+            system_prompt = c if isinstance(c, str) else "\n".join(
+                p.get("text", "") for p in c or [] if isinstance(p, dict))
+            continue
+        if role == "function":
+            role = "tool"
+        msg = Message(role=role, content=_parts(m.get("content"), images), tool_call_id=m.get("tool_call_id"),
+                      name=m.get("name"))
+        for field in ("reasoning_content", "reasoning", "reasoning_text"):
+            if isinstance(m.get(field), str) and m[field]:
+                msg.reasoning, msg.reasoning_field = m[field], field
+                break
+        for tc in m.get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            msg.tool_calls.append(ToolCall(id=str(tc.get("id", "")), name=fn.get("name", ""),
+                                           arguments=json_args(fn.get("arguments", "{}"))))
+        out.append(msg)
+    extra = {k: v for k, v in doc.items() if k in ("chat_template_kwargs", "reasoning_format")}
+    return Session(format=FORMAT, path=str(path), model=doc.get("model"), messages=out,
+                   system_prompt=system_prompt, tools=doc.get("tools"), extra_body=extra,
+                   stats=ImportStats(entries_total=len(msgs), branch_length=len(msgs)))

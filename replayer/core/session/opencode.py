@@ -1,0 +1,231 @@
+"""OpenCode sessions: the SQLite ``opencode.db`` (1.2+) and the older JSON storage tree.
+
+Both hold the same message/part objects. A message's parts are replayed in order; each
+``step-start`` begins a new assistant chat message, so one stored assistant message can
+become several (assistant tool_calls → tool results → assistant …). History starts at
+the last completed compaction. The database is opened read-only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replayer.core.errors import ImportFailed
+from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
+from replayer.core.session.reader import json_args, ms_to_s
+
+FORMAT = "opencode"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def storage_root(path: Path) -> Path | None:
+    """The ``storage`` folder for a storage dir, a data dir, or a session JSON file in it."""
+    candidates = [path, path / "storage"] + list(path.parents)
+    for c in candidates:
+        if c.is_dir() and (c / "session").is_dir() and (c / "message").is_dir():
+            return c
+    return None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    uri = f"file:{path}?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        con.execute("select 1 from sqlite_master limit 1").fetchall()
+        return con
+    except sqlite3.Error:
+        # a WAL database whose -shm we may not create: read it as immutable
+        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+
+
+def list_sessions_db(path: Path) -> list[dict[str, Any]]:
+    con = _connect(path)
+    try:
+        con.row_factory = sqlite3.Row
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        if not {"session", "message", "part"} <= tables:
+            raise ImportFailed(f"{path} is an SQLite file but not an OpenCode database")
+        rows = [dict(r) for r in con.execute("select * from session")]
+    except sqlite3.DatabaseError as exc:
+        raise ImportFailed(f"cannot read {path} as SQLite: {exc}") from None
+    finally:
+        con.close()
+    return rows
+
+
+def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
+    sessions = list_sessions_db(path)
+    if not sessions:
+        raise ImportFailed(f"{path} holds no OpenCode sessions")
+    top = [s for s in sessions if not s.get("parent_id")] or sessions
+    if session_id:
+        chosen = next((s for s in sessions if s["id"] == session_id), None)
+        if chosen is None:
+            raise ImportFailed(f"no session {session_id!r} in {path}")
+    else:
+        chosen = max(top, key=lambda s: (s.get("time_updated") or 0, s["id"]))
+    con = _connect(path)
+    try:
+        msgs = con.execute(
+            "select id, time_created, data from message where session_id=? order by time_created, id",
+            (chosen["id"],)).fetchall()
+        parts = con.execute(
+            "select message_id, id, data from part where session_id=? order by message_id, id",
+            (chosen["id"],)).fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise ImportFailed(f"cannot read {path}: {exc}") from None
+    finally:
+        con.close()
+    by_msg: dict[str, list[dict]] = {}
+    for mid, pid, data in parts:
+        by_msg.setdefault(mid, []).append(_loads(data) | {"id": pid})
+    messages = [(_loads(data) | {"id": mid}) for mid, _, data in msgs]
+    warnings = []
+    if len(top) > 1 and not session_id:
+        warnings.append(f"{len(top)} sessions in this database; replaying the newest ({chosen['id']})")
+    return _build(path, messages, by_msg, chosen.get("id"), chosen.get("title"), chosen.get("directory"),
+                  chosen.get("version"), ms_to_s(chosen.get("time_created")),
+                  ms_to_s(chosen.get("time_updated")), warnings, images)
+
+
+def load_storage(path: Path, *, images: str = "omit") -> Session:
+    root = storage_root(path)
+    if root is None:
+        raise ImportFailed(f"{path} is not inside an OpenCode storage folder")
+    if path.is_file():
+        info = _read_json(path)
+    else:
+        files = sorted((root / "session").glob("*/*.json"), key=lambda p: p.stat().st_mtime)
+        if not files:
+            raise ImportFailed(f"{root} holds no sessions")
+        info = _read_json(files[-1])
+    sid = info.get("id")
+    msg_files = sorted((root / "message" / str(sid)).glob("*.json"))
+    messages = [_read_json(f) for f in msg_files]
+    messages.sort(key=lambda m: ((m.get("time") or {}).get("created") or 0, m.get("id", "")))
+    by_msg = {}
+    for m in messages:
+        pfiles = sorted((root / "part" / str(m.get("id"))).glob("*.json"))
+        by_msg[m.get("id")] = [_read_json(f) for f in pfiles]
+    t = info.get("time") or {}
+    return _build(path, messages, by_msg, sid, info.get("title"), info.get("directory"), info.get("version"),
+                  ms_to_s(t.get("created")), ms_to_s(t.get("updated")), [], images)
+
+
+def _loads(data: Any) -> dict:
+    try:
+        obj = orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _read_json(p: Path) -> dict:
+    try:
+        return _loads(p.read_bytes())
+    except OSError as exc:
+        raise ImportFailed(f"cannot read {p}: {exc.strerror}") from None
+
+
+def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, title, cwd, version,
+           created, updated, warnings: list[str], images: str) -> Session:
+    stats = ImportStats(entries_total=len(messages))
+    if not messages:
+        raise ImportFailed(f"session {sid} has no messages")
+    # history starts at the last completed compaction
+    start = 0
+    completed_summaries = {m.get("parentID") for m in messages if m.get("role") == "assistant"
+                           and m.get("summary") is True and not m.get("error")
+                           and (m.get("time") or {}).get("completed")}
+    for i, m in enumerate(messages):
+        if m.get("role") == "user" and any(p.get("type") == "compaction" for p in parts.get(m.get("id"), [])):
+            stats.compactions_total += 1
+            if m.get("id") in completed_summaries:
+                start = i
+    if start:
+        stats.compactions_applied = 1
+    out: list[Message] = []
+    model = provider = None
+    usage = Usage()
+    for m in messages[start:]:
+        ps = parts.get(m.get("id"), [])
+        ts = ms_to_s((m.get("time") or {}).get("created"))
+        if m.get("role") == "user":
+            content: list = []
+            for p in ps:
+                t = p.get("type")
+                if t == "text" and not p.get("ignored"):
+                    content.append(TextPart(text=p.get("text", "")))
+                elif t == "compaction":
+                    content.append(TextPart(text="What did we do so far?"))
+                elif t == "subtask":
+                    content.append(TextPart(text="The following tool was executed by the user"))
+                elif t == "file" and not str(p.get("mime", "")).startswith("text/"):
+                    if images == "keep" and str(p.get("mime", "")).startswith("image/"):
+                        content.append(ImagePart(mime=p.get("mime")))
+                    else:
+                        content.append(TextPart(text="(image omitted: model does not support images)"))
+            if content:
+                out.append(Message(role="user", content=content if len(content) > 1 or not isinstance(content[0], TextPart)
+                                   else content[0].text, timestamp=ts))
+            continue
+        if m.get("role") != "assistant":
+            continue
+        err = m.get("error")
+        if err and not (isinstance(err, dict) and err.get("name") == "MessageAbortedError" and ps):
+            stats.dropped_turns += 1
+            continue
+        model, provider = m.get("modelID") or model, m.get("providerID") or provider
+        tk = m.get("tokens") or {}
+        if tk:
+            cache = tk.get("cache") or {}
+            usage = Usage(input_tokens=tk.get("input"), output_tokens=tk.get("output"),
+                          cache_read_tokens=cache.get("read"),
+                          context_tokens=(tk.get("input") or 0) + (cache.get("read") or 0) or None)
+        steps: list[list[dict]] = [[]]
+        for p in ps:
+            if p.get("type") == "step-start" and steps[-1]:
+                steps.append([])
+            steps[-1].append(p)
+        for step in steps:
+            texts, reasoning, calls, results = [], [], [], []
+            for p in step:
+                t = p.get("type")
+                if t == "text" and not p.get("ignored") and p.get("text"):
+                    texts.append(p["text"])
+                elif t == "reasoning" and p.get("text"):
+                    reasoning.append(p["text"])
+                elif t == "tool":
+                    st = p.get("state") or {}
+                    cid = str(p.get("callID") or p.get("id"))
+                    calls.append(ToolCall(id=cid, name=p.get("tool", ""), arguments=json_args(st.get("input", {}))))
+                    status = st.get("status")
+                    if status == "completed":
+                        res = "[Old tool result content cleared]" if (st.get("time") or {}).get("compacted") \
+                            else str(st.get("output", ""))
+                    elif status == "error":
+                        res = str(st.get("error", "error"))
+                    else:
+                        res = "[Tool execution was interrupted]"
+                    results.append(Message(role="tool", content=res, tool_call_id=cid, name=p.get("tool"),
+                                           timestamp=ts))
+            if texts or calls:
+                out.append(Message(role="assistant", content="".join(texts) or None,
+                                   reasoning="\n".join(reasoning) or None, tool_calls=calls, timestamp=ts))
+                out.extend(results)
+    stats.branch_length = len(messages) - start
+    return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
+                   provider=provider, model=model, created=created, updated=updated, messages=out,
+                   system_prompt=None, tools=None, usage=usage, stats=stats, warnings=warnings)

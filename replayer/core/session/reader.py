@@ -1,0 +1,146 @@
+"""Read-only, streaming access to session files.
+
+Agents append whole lines while they run, so a reader can meet a half-written last
+line; pi skips unparsable lines and so do we, counting them. Lines are split on ``\\n``
+only (JSON strings may hold U+2028). Base64 image payloads are dropped as each line is
+parsed, so memory follows the session's text, not its attachments.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from replayer.core.errors import ImportFailed
+
+#: String fields holding binary payloads, replaced by their length on read.
+_BLOB_KEYS = {"data", "base64", "image_url", "url"}
+_BLOB_MIN = 2048
+
+
+def _strip_blobs(obj: Any) -> Any:
+    """Replace long base64-ish strings under known keys with a size marker, in place."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, str):
+                if k in _BLOB_KEYS and len(v) > _BLOB_MIN and " " not in v[:200]:
+                    obj[k] = {"__blob_bytes__": (len(v) * 3) // 4}
+            elif isinstance(v, (dict, list)):
+                _strip_blobs(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            if isinstance(v, (dict, list)):
+                _strip_blobs(v)
+    return obj
+
+
+def blob_size(value: Any) -> int:
+    """Byte size of a payload that ``_strip_blobs`` may have replaced."""
+    if isinstance(value, dict) and "__blob_bytes__" in value:
+        return int(value["__blob_bytes__"])
+    if isinstance(value, str):
+        if value.startswith("data:") and "," in value:
+            value = value.split(",", 1)[1]
+        return (len(value) * 3) // 4
+    return 0
+
+
+def check_readable_file(path: Path) -> Path:
+    """A clear one-line error for the usual ways a path is not a session file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ImportFailed(f"no such file: {path}") from None
+    except PermissionError:
+        raise ImportFailed(f"permission denied: {path}") from None
+    except OSError as exc:
+        raise ImportFailed(f"cannot read {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ImportFailed(f"{path} is a directory, not a session file")
+    if st.st_size == 0:
+        raise ImportFailed(f"{path} is empty")
+    if not os.access(path, os.R_OK):
+        raise ImportFailed(f"permission denied: {path}")
+    return path
+
+
+@dataclass
+class JsonlStats:
+    lines: int = 0
+    bad_lines: int = 0
+    partial_tail: bool = False
+    bad_line_numbers: list[int] = field(default_factory=list)
+
+
+def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str, Any]]:
+    """Yield each JSON object line; count and skip the rest (opened read-only)."""
+    stats = stats if stats is not None else JsonlStats()
+    last_bad_no_newline = False
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.strip()
+            if not line:
+                continue
+            stats.lines += 1
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                stats.bad_lines += 1
+                if len(stats.bad_line_numbers) < 20:
+                    stats.bad_line_numbers.append(lineno)
+                last_bad_no_newline = not raw.endswith(b"\n")
+                continue
+            last_bad_no_newline = False
+            if not isinstance(obj, dict):
+                stats.bad_lines += 1
+                continue
+            yield _strip_blobs(obj)
+    stats.partial_tail = last_bad_no_newline
+
+
+def head_objects(path: Path, limit: int = 20) -> list[dict[str, Any]]:
+    """The first few parsable JSON object lines, for format detection."""
+    out: list[dict[str, Any]] = []
+    with open(path, "rb") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+            if len(out) >= limit:
+                break
+    return out
+
+
+def json_args(value: Any) -> str:
+    """Tool-call arguments as the agents serialise them: compact, raw non-ASCII, key order."""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def ms_to_s(value: Any) -> float | None:
+    if isinstance(value, (int, float)):
+        return value / 1000.0 if value > 1e11 else float(value)
+    return iso_to_s(value)
+
+
+def iso_to_s(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,120 @@
+"""Session → the OpenAI-style body the agent sends to llama-server on resume.
+
+Where the agent does not store its system prompt or tool list (pi ≤ 0.85, Claude Code,
+OpenCode), the result says so in ``missing`` and the caller may supply them; replayer
+never invents them silently, because they are often a large share of the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replayer.core.errors import ReplayerError
+from replayer.core.session.model import ImagePart, Message, Session, TextPart
+
+
+@dataclass
+class ChatRequest:
+    body: dict[str, Any]
+    missing: list[str] = field(default_factory=list)  # "system_prompt", "tools"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.body["messages"]
+
+    def to_json(self, indent: bool = True) -> bytes:
+        return orjson.dumps(self.body, option=orjson.OPT_INDENT_2 if indent else 0)
+
+
+def message_to_openai(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role}
+    if isinstance(m.content, list):
+        parts: list[dict[str, Any]] = []
+        for p in m.content:
+            if isinstance(p, TextPart):
+                parts.append({"type": "text", "text": p.text})
+            elif isinstance(p, ImagePart):
+                # the bytes were never loaded: a well-formed stand-in keeps the shape
+                parts.append({"type": "image_url", "image_url": {"url": f"data:{p.mime};base64,"}})
+        out["content"] = parts
+    else:
+        out["content"] = m.content
+    if m.role == "assistant":
+        if m.reasoning:
+            out[m.reasoning_field] = m.reasoning
+        if m.tool_calls:
+            out["tool_calls"] = [
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                for tc in m.tool_calls
+            ]
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def load_system_prompt(path: str | Path) -> str:
+    p = Path(path).expanduser()
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReplayerError(f"cannot read system prompt {p}: {exc.strerror or exc}") from None
+
+
+def load_tools(path: str | Path) -> list[dict[str, Any]]:
+    """Tools as an OpenAI ``tools`` array, or a request body holding one."""
+    p = Path(path).expanduser()
+    try:
+        data = orjson.loads(p.read_bytes())
+    except OSError as exc:
+        raise ReplayerError(f"cannot read tools {p}: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ReplayerError(f"tools file {p} is not JSON: {exc}") from None
+    if isinstance(data, dict):
+        data = data.get("tools")
+    if not isinstance(data, list):
+        raise ReplayerError(f"tools file {p} must hold a JSON array of tools (or an object with 'tools')")
+    tools = []
+    for t in data:
+        if isinstance(t, dict) and "function" not in t and "name" in t:
+            t = {"type": "function", "function": t}
+        tools.append(t)
+    return tools
+
+
+def build_request(session: Session, *, system_prompt: str | None = None,
+                  tools: list[dict[str, Any]] | None = None) -> ChatRequest:
+    req = ChatRequest(body={})
+    sp = system_prompt if system_prompt is not None else session.system_prompt
+    tl = tools if tools is not None else session.tools
+    msgs: list[dict[str, Any]] = []
+    first_is_system = bool(session.messages) and session.messages[0].role in ("system", "developer")
+    if sp is not None:
+        msgs.append({"role": "system", "content": sp})
+        if first_is_system and system_prompt is not None:
+            req.notes.append("the supplied system prompt replaces the stored one")
+    elif not first_is_system:
+        req.missing.append("system_prompt")
+    body_msgs = [message_to_openai(m) for m in session.messages]
+    if sp is not None and first_is_system:
+        body_msgs = body_msgs[1:]
+    msgs.extend(body_msgs)
+    req.body["messages"] = msgs
+    if tl is not None:
+        req.body["tools"] = tl
+    elif session.n_tool_calls:
+        req.missing.append("tools")
+    for k, v in session.extra_body.items():
+        req.body.setdefault(k, v)
+    if session.model:
+        req.body.setdefault("model", session.model)
+    if req.missing:
+        req.notes.append(
+            f"{session.format} does not store the {' and '.join(m.replace('_', ' ') for m in req.missing)}"
+            f" of this session; supply them with --system-prompt / --tools for an exact prompt"
+        )
+    return req
