@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from replayer.core.builds.catalog import Build, Generation
@@ -169,6 +169,7 @@ class Schedule:
     erased: list[Erasure]
     restored: Checkpoint | None
     final_list: list[Checkpoint]
+    created_counts: list[int] = field(default_factory=list)  # list length after each creation
 
     @property
     def checkpoints(self) -> list[Checkpoint]:
@@ -337,6 +338,7 @@ class Slot:
         n_past, restored = self._start_task(N, common_prefix or 0, erased)
         batches: list[Batch] = []
         created: list[tuple[int, Checkpoint]] = []
+        counts: list[int] = []
 
         pos = n_past
         while pos < N:
@@ -405,10 +407,11 @@ class Slot:
                 ck = Checkpoint(start, pos_min, start - 1, self.task)
                 self._create(ck, batch_index, erased)
                 created.append((batch_index, ck))
+                counts.append(len(self.checkpoints))
             pos = end
 
         self.cached = N
-        return Schedule(N, n_past, batches, created, erased, restored, list(self.checkpoints))
+        return Schedule(N, n_past, batches, created, erased, restored, list(self.checkpoints), counts)
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,

@@ -1,0 +1,130 @@
+"""Simulated replay: the exact schedule, timed by the cost model, as an event stream.
+
+``simulate`` is a generator of events in time order. ``paced`` sleeps between them so a
+run animates like a live one (speed ×1, ×10, …); ``instant`` yields them all at once. The
+timing of each batch is its ubatches' modelled cost plus the copy of any checkpoint taken
+before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Iterator
+
+from replayer.core.builds.catalog import Build
+from replayer.core.engine import events as ev
+from replayer.core.engine.schedule import Knobs, PromptSpans, Schedule, Slot
+from replayer.core.hardware.cost import CostModel, batch_ms
+
+
+@dataclass
+class RunSpec:
+    """Everything one run needs; both engines take it."""
+
+    run: str  # "A" or "B"
+    build: Build
+    knobs: Knobs
+    label: str = ""
+    checkpoint_mib: float = 0.0
+    settings: dict = field(default_factory=dict)
+
+
+def simulate(spec: RunSpec, spans: PromptSpans, cost: CostModel, n_past: int = 0) -> Iterator[ev.Event]:
+    slot = Slot(spec.build, spec.knobs)
+    if n_past:
+        slot.cached = n_past
+        sched = slot.run(spans, common_prefix=n_past)
+    else:
+        sched = slot.run(spans)
+    yield from schedule_events(spec, sched, cost)
+
+
+def schedule_events(spec: RunSpec, sched: Schedule, cost: CostModel) -> Iterator[ev.Event]:
+    run = spec.run
+    N = sched.n_tokens
+    yield ev.RunStarted(run=run, label=spec.label or spec.build.label, build=spec.build.label,
+                        generation=spec.build.generation.value, engine="simulated", n_tokens=N,
+                        n_past=sched.n_past, settings=dict(spec.settings, cost_model=cost.name))
+    yield ev.Progress(run=run, processed=sched.n_past, total=N, t_ms=0.0)
+    created_at = {idx: (ck, cnt) for (idx, ck), cnt in zip(sched.created, sched.created_counts)}
+    erased_at: dict[int, list] = {}
+    for e in sched.erased:
+        erased_at.setdefault(e.batch_index, []).append(e)
+    t = 0.0
+    n_max = spec.knobs.n_ctx_checkpoints
+    for e in erased_at.get(-1, []):
+        c = e.checkpoint
+        yield ev.CheckpointErased(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max,
+                                  reason=e.reason, t_ms=t)
+    if sched.restored is not None:
+        c = sched.restored
+        yield ev.CheckpointRestored(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max,
+                                    n_past=sched.n_past, t_ms=t)
+    for i, b in enumerate(sched.batches):
+        t_start = t
+        if i in created_at:
+            for e in erased_at.get(i, []):
+                c = e.checkpoint
+                yield ev.CheckpointErased(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min,
+                                          pos_max=c.pos_max, reason=e.reason, t_ms=t)
+            ck, count = created_at[i]
+            t += cost.checkpoint_ms(spec.checkpoint_mib)
+            yield ev.CheckpointCreated(run=run, n_tokens=ck.n_tokens, pos_min=ck.pos_min, pos_max=ck.pos_max,
+                                       size_mib=spec.checkpoint_mib, count=count, n_max=n_max, t_ms=t)
+        t += batch_ms(cost, b.start, b.n_tokens, spec.knobs.n_ubatch_eff)
+        yield ev.BatchDone(run=run, index=i, start=b.start, n_tokens=b.n_tokens, n_ubatches=b.n_ubatches,
+                           reason=b.reason, t_start_ms=t_start, t_ms=t)
+        yield ev.Progress(run=run, processed=b.end, total=N, t_ms=t)
+    processed = N - sched.n_past
+    yield ev.RunFinished(run=run, n_tokens=N, n_processed=processed, prompt_ms=t,
+                         tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,
+                         n_batches=len(sched.batches), n_checkpoints=len(sched.created), t_ms=t)
+
+
+def paced(events: Iterator[ev.Event], speed: float = 1.0, *, clock=time.monotonic, sleep=time.sleep
+          ) -> Iterator[ev.Event]:
+    """Release events at their ``t_ms`` divided by ``speed`` (speed ≤ 0 = instant)."""
+    if speed <= 0:
+        yield from events
+        return
+    t0 = clock()
+    for e in events:
+        due = t0 + e.t_ms / 1000.0 / speed
+        delay = due - clock()
+        if delay > 0:
+            sleep(delay)
+        yield e
+
+
+async def apaced(events: Iterator[ev.Event], speed: float = 1.0, *, pause: asyncio.Event | None = None
+                 ) -> AsyncIterator[ev.Event]:
+    """Async pacing for the app: honours a pause flag and changes of ``speed`` mid-run.
+
+    ``speed`` may be a callable returning the current factor, so the UI can switch ×1/×10/instant.
+    """
+    loop = asyncio.get_running_loop()
+    sim_t = 0.0  # simulated ms already released
+    wall = loop.time()
+    for e in events:
+        while True:
+            if pause is not None and not pause.is_set():
+                await pause.wait()
+                wall = loop.time()
+            s = speed() if callable(speed) else speed
+            if s <= 0:
+                break
+            due = wall + (e.t_ms - sim_t) / 1000.0 / s
+            delay = due - loop.time()
+            if delay <= 0:
+                break
+            await asyncio.sleep(min(delay, 0.05))
+        s = speed() if callable(speed) else speed
+        if s > 0 and e.t_ms > sim_t:
+            wall = wall + (e.t_ms - sim_t) / 1000.0 / s
+            sim_t = e.t_ms
+        elif s <= 0:
+            sim_t = e.t_ms
+            wall = loop.time()
+        yield e

@@ -1,0 +1,147 @@
+"""The replay pipeline shared by the CLI and the app: session → request → layouts → events.
+
+A ``ReplayConfig`` holds every choice a user makes; ``prepare`` does the import and
+layout work once; ``simulated_events`` yields one run's events. The live engine plugs in
+with the same ``RunSpec`` and the same events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from replayer.core.builds.catalog import Build, parse_build
+from replayer.core.engine import events as ev
+from replayer.core.engine.schedule import Knobs
+from replayer.core.engine.simulate import RunSpec, simulate
+from replayer.core.errors import ReplayerError
+from replayer.core.hardware import cost as costmod
+from replayer.core.hardware import presets
+from replayer.core.prompt import templates
+from replayer.core.prompt.layout import PromptLayout, compute_layout
+from replayer.core.session import ChatRequest, Session, build_request, load_session
+from replayer.core.session.request import load_system_prompt, load_tools
+
+#: the chat template family each model preset uses, for estimate layouts
+MODEL_TEMPLATE = {
+    "qwen3.6-35b-a3b-q8_0": "qwen3-coder",
+    "llama-8b-q4_0": "llama3",
+    "gpt-oss-20b": "gpt-oss",
+    "qwen3-30b-a3b-q8_0": "chatml",
+    "qwen3-8b-q4_k_m": "chatml",
+}
+
+
+@dataclass
+class ReplayConfig:
+    a: str = "9859"
+    b: str = "10001"
+    engine: str = "simulated"
+    gpu: str = presets.DEFAULT_GPU
+    model: str = presets.DEFAULT_MODEL
+    backend: str | None = None
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    checkpoint_min_step: int | None = None
+    ctx_checkpoints: int = 32
+    memory: str | None = None  # override the model preset's memory kind
+    tokenizer: str = "estimate"
+    template: str | None = None
+    format: str | None = None
+    system_prompt: str | None = None  # path
+    tools: str | None = None  # path
+    images: str = "omit"
+
+    @classmethod
+    def seed(cls, **kw: Any) -> "ReplayConfig":
+        """The #25213 scenario: RX 9070 XT Vulkan, Qwen3.6-35B-A3B Q8_0, -ub 2048."""
+        return cls(**{"n_batch": 2048, "n_ubatch": 2048, **kw})
+
+    def builds(self) -> tuple[Build, Build]:
+        return parse_build(self.a), parse_build(self.b)
+
+    def knobs(self) -> Knobs:
+        mp = presets.model(self.model)
+        return Knobs(n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_ctx_checkpoints=self.ctx_checkpoints,
+                     checkpoint_min_step=self.checkpoint_min_step, memory=self.memory or mp.memory,
+                     n_swa=mp.n_swa or 256).validate()
+
+    def template_obj(self) -> templates.Template | None:
+        if self.template:
+            return templates.resolve(self.template)
+        if self.tokenizer.startswith(("gguf:", "server:")):
+            return None  # the model's / server's own template
+        return templates.bundled(MODEL_TEMPLATE.get(self.model, templates.DEFAULT_TEMPLATE))
+
+    def settings(self) -> dict[str, Any]:
+        g = presets.gpu(self.gpu)
+        return {"gpu": self.gpu, "backend": self.backend or g.backend, "model": self.model,
+                "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "ctx_checkpoints": self.ctx_checkpoints,
+                "checkpoint_min_step": self.checkpoint_min_step, "tokenizer": self.tokenizer,
+                "template": self.template or (self.template_obj().name if self.template_obj() else "model")}
+
+
+@dataclass
+class Prepared:
+    config: ReplayConfig
+    session: Session
+    request: ChatRequest
+    layouts: dict[str, PromptLayout] = field(default_factory=dict)  # per run
+
+    @property
+    def n_tokens(self) -> int:
+        return next(iter(self.layouts.values())).n_tokens
+
+
+def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None) -> Prepared:
+    s = session or load_session(path, config.format, images=config.images)
+    sp = load_system_prompt(config.system_prompt) if config.system_prompt else None
+    tl = load_tools(config.tools) if config.tools else None
+    req = build_request(s, system_prompt=sp, tools=tl)
+    prep = Prepared(config, s, req)
+    a, b = config.builds()
+    tpl = config.template_obj()
+    cache: dict[tuple, PromptLayout] = {}
+    for run, build in (("A", a), ("B", b)):
+        key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
+        if key not in cache:
+            cache[key] = compute_layout(req.messages, req.body.get("tools"), template=tpl,
+                                        tokenizer=config.tokenizer, build=build)
+        prep.layouts[run] = cache[key]
+    return prep
+
+
+def run_spec(run: str, build: Build, config: ReplayConfig) -> RunSpec:
+    mp = presets.model(config.model)
+    return RunSpec(run=run, build=build, knobs=config.knobs(), label=f"{run}: {build.label}",
+                   checkpoint_mib=mp.checkpoint_mib, settings=config.settings())
+
+
+def cost_for(config: ReplayConfig) -> costmod.CostModel:
+    g = presets.gpu(config.gpu)
+    backend = presets.backend(config.backend) if config.backend else g.backend
+    if backend not in g.backends:
+        raise ReplayerError(f"{g.name} does not run the {backend} backend; choose one of {', '.join(g.backends)}")
+    return costmod.cost_model(g, presets.model(config.model), backend)
+
+
+def simulated_events(prep: Prepared, run: str) -> Iterator[ev.Event]:
+    a, b = prep.config.builds()
+    build = a if run == "A" else b
+    spec = run_spec(run, build, prep.config)
+    yield from simulate(spec, prep.layouts[run].prompt_spans(), cost_for(prep.config))
+
+
+def all_simulated(prep: Prepared) -> list[ev.Event]:
+    return list(simulated_events(prep, "A")) + list(simulated_events(prep, "B"))
+
+
+def demo_session_path() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("replayer.data").joinpath("demo/seed-session.jsonl")))
+
+
+def with_overrides(config: ReplayConfig, **kw: Any) -> ReplayConfig:
+    return replace(config, **{k: v for k, v in kw.items() if v is not None})
