@@ -38,6 +38,12 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
     if f is None:
         return default
     try:
+        if len(f.types) == 2 and f.types[1] == 8:  # array of strings: skip the slow generic path
+            return [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
+        if len(f.types) == 2 and f.types[0] == 9:  # array of numbers
+            import numpy as np
+
+            return np.concatenate([f.parts[i] for i in f.data]).tolist() if f.data else []
         return f.contents()
     except Exception:  # pragma: no cover - malformed field
         return default

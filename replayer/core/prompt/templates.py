@@ -116,15 +116,86 @@ def flatten_content(messages: list[dict]) -> list[dict]:
     return out
 
 
+def _variants(flat: list[dict]):
+    yield flat
+    has_null = any(m.get("content") is None for m in flat)
+    non_null = [dict(m, content="") if m.get("content") is None else m for m in flat] if has_null else flat
+    if has_null:
+        yield non_null
+    if any(m.get("tool_calls") for m in flat):
+        def objects(msgs):
+            out = []
+            for m in msgs:
+                if m.get("tool_calls"):
+                    calls = []
+                    for tc in m["tool_calls"]:
+                        fn = dict(tc.get("function") or {})
+                        if isinstance(fn.get("arguments"), str):
+                            fn["arguments"] = _fromjson(fn["arguments"])
+                        calls.append(dict(tc, function=fn))
+                    m = dict(m, tool_calls=calls)
+                out.append(m)
+            return out
+        yield objects(flat)
+        if has_null:
+            yield objects(non_null)
+
+
+def _polyfilled(flat: list[dict]) -> list[dict]:
+    """For templates that refuse system/tool roles: what llama.cpp's polyfills send instead —
+    system text folded into the first user turn, tool calls and results as plain turns,
+    consecutive same-role turns merged so roles alternate."""
+    out: list[dict] = []
+    system = ""
+    for m in flat:
+        role, content = m.get("role"), m.get("content") or ""
+        if role in ("system", "developer"):
+            system += content + "\n\n"
+            continue
+        if role == "tool":
+            role, content = "user", json.dumps({"tool_response": {"tool": m.get("name") or "tool", "content": content}})
+        elif role == "assistant" and m.get("tool_calls"):
+            calls = [{"name": (tc.get("function") or {}).get("name"),
+                      "arguments": (tc.get("function") or {}).get("arguments")} for tc in m["tool_calls"]]
+            content = (content + "\n" if content else "") + json.dumps({"tool_calls": calls})
+        if role == "user" and system:
+            content, system = system + content, ""
+        if out and out[-1]["role"] == role:
+            out[-1] = {"role": role, "content": out[-1]["content"] + "\n\n" + content}
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
            add_generation_prompt: bool = True, **kwargs: Any) -> str:
     """Render in the sandbox; every failure is a ``TemplateError`` with the reason."""
     tpl = _compile(template.source)
-    ctx = dict(messages=flatten_content(messages), tools=tools or None, add_generation_prompt=add_generation_prompt,
+    flat = flatten_content(messages)
+    ctx = dict(messages=flat, tools=tools or None, add_generation_prompt=add_generation_prompt,
                bos_token=template.bos_token, eos_token=template.eos_token)
     ctx.update(kwargs)
     try:
-        return tpl.render(**ctx)
+        last: Exception | None = None
+        # llama.cpp probes template capabilities (requires_non_null_content,
+        # requires_object_arguments) and adapts the messages; try the same variants in turn
+        for variant in _variants(flat):
+            ctx["messages"] = variant
+            try:
+                return tpl.render(**ctx)
+            except (TypeError, jinja2.UndefinedError) as exc:
+                last = exc
+            except _RaiseException as exc:
+                last = exc
+                break
+        if isinstance(last, _RaiseException) or last is not None:
+            ctx["messages"] = _polyfilled(flat)
+            try:
+                return tpl.render(**ctx)
+            except (_RaiseException, TypeError, jinja2.UndefinedError):
+                pass
+        assert last is not None
+        raise last
     except _RaiseException as exc:
         raise TemplateError(f"chat template refused the conversation: {exc}") from None
     except SecurityError as exc:

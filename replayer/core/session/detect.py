@@ -50,10 +50,10 @@ def detect_format(path: Path) -> str:
                 return "codex"
             if claude_code.detect(objs):
                 return "claude-code"
-        if opencode.storage_root(path.parent) is not None and path.suffix == ".json" and objs and \
-                str(objs[0].get("id", "")).startswith("ses_"):
-            return "opencode"
         doc = _whole_json(path)
+        if isinstance(doc, dict) and str(doc.get("id", "")).startswith("ses_") and \
+                opencode.storage_root(path.parent) is not None:
+            return "opencode"
         if doc is not None:
             if openai_body.detect(doc):
                 return "openai"

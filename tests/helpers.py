@@ -1,0 +1,27 @@
+"""Test data builders shared by several test modules."""
+
+from __future__ import annotations
+
+import random
+
+
+def agent_conversation(rounds: int = 30, seed: int = 1, tool_result_words: int = 40) -> tuple[list[dict], list[dict]]:
+    """A 4·rounds+2-message agent conversation: user → tool call → tool result → answer."""
+    rng = random.Random(seed)
+    words = "alpha beta gamma delta file path value error batch token server slot cache".split()
+    tools = [{"type": "function", "function": {
+        "name": name, "description": f"{name} tool",
+        "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}
+        for name in ("get_weather", "read_file", "run_command")]
+    msgs: list[dict] = [{"role": "system", "content": "You are a helpful agent. " * 20}]
+    for i in range(rounds):
+        msgs.append({"role": "user", "content": f"Question {i}: " + " ".join(rng.choice(words) for _ in range(25))})
+        name = tools[i % 3]["function"]["name"]
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{i}", "type": "function",
+            "function": {"name": name, "arguments": f'{{"arg": "{rng.choice(words)}_{i}"}}'}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "name": name,
+                     "content": " ".join(rng.choice(words) for _ in range(tool_result_words))})
+        msgs.append({"role": "assistant", "content": "Done: " + " ".join(rng.choice(words) for _ in range(12))})
+    msgs.append({"role": "user", "content": "Final question: summarise."})
+    return msgs, tools
