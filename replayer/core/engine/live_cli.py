@@ -1,0 +1,134 @@
+"""``replayer replay --engine live``: builds A and B on real servers, same outputs as simulated.
+
+Runs are sequential by default (one GPU); ``--parallel-runs`` runs them at once. A failed
+run becomes ``RunFailed`` and the other run goes on. ``--calibrate`` fits the cost line
+(fixed ms per ubatch + ms per token) from the live batch times and saves it as a preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replayer.core import paths
+from replayer.core.builds.catalog import parse_build
+from replayer.core.builds.manager import resolve_binary
+from replayer.core.compare import compare
+from replayer.core.engine import events as ev
+from replayer.core.engine.live import LiveOptions, LiveResult, live_events, stop_all
+from replayer.core.errors import ReplayerError
+
+
+def fit_line(batches: list[ev.BatchDone]) -> tuple[float, float]:
+    """Least squares of batch time = fixed·ubatches + per_token·tokens (ms)."""
+    import numpy as np
+
+    rows = [(b.n_ubatches, b.n_tokens, b.duration_ms) for b in batches if b.duration_ms > 0]
+    if len(rows) < 2:
+        raise ReplayerError("need at least two timed batches to calibrate")
+    a = np.array([[r[0], r[1]] for r in rows], dtype=float)
+    y = np.array([r[2] for r in rows], dtype=float)
+    (fixed, per_tok), *_ = np.linalg.lstsq(a, y, rcond=None)
+    return max(0.0, float(fixed)), max(0.0, float(per_tok))
+
+
+def save_calibration(name: str, fixed_ms: float, per_token_ms: float, source: dict[str, Any]) -> Path:
+    f = paths.presets_file()
+    f.parent.mkdir(parents=True, exist_ok=True)
+    data = orjson.loads(f.read_bytes()) if f.exists() else {}
+    data.setdefault("calibrations", {})[name] = {"fixed_ms": fixed_ms, "per_token_ms": per_token_ms, **source}
+    f.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    return f
+
+
+def replay_live(args: argparse.Namespace, cfg) -> int:
+    from replayer.core.export import to_markdown
+    from replayer.core.session import build_request, load_session
+    from replayer.core.session.request import load_system_prompt, load_tools
+
+    s = load_session(args.session, cfg.format)
+    req = build_request(s, system_prompt=load_system_prompt(cfg.system_prompt) if cfg.system_prompt else None,
+                        tools=load_tools(cfg.tools) if cfg.tools else None)
+    model = Path(args.model).expanduser()
+    if args.server:
+        raise ReplayerError("attach mode (--server) is not implemented yet; start builds with --a/--b")
+    if not model.suffix == ".gguf" and not model.exists():
+        raise ReplayerError(f"--model must be a GGUF file for live replays, got {args.model!r}")
+    backend = cfg.backend or "cpu"
+    knobs = cfg.knobs() if cfg.model in _preset_ids() else _knobs(cfg)
+    runs: dict[str, list[ev.Event]] = {"A": [], "B": []}
+    results = {"A": LiveResult(), "B": LiveResult()}
+    jsonl = bool(args.jsonl)
+    lock = threading.Lock()
+
+    def one(run: str, spec: str) -> None:
+        try:
+            rb = resolve_binary(spec, backend)
+            build = parse_build(str(rb.build))
+        except ReplayerError as exc:
+            evs = [ev.RunFailed(run=run, error=str(exc))]
+        else:
+            opts = LiveOptions(binary=rb.binary, model=model, ctx_size=args.ctx_size, request_timeout=args.timeout)
+            evs = live_events(run, build, knobs, opts, req.body, label=f"{run}: {build.label}", result=results[run],
+                              settings={"backend": backend, "n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch})
+        for e in evs:
+            runs[run].append(e)
+            if jsonl:
+                with lock:
+                    sys.stdout.buffer.write(ev.to_json(e) + b"\n")
+                    sys.stdout.flush()
+
+    try:
+        if args.parallel_runs:
+            threads = [threading.Thread(target=one, args=(r, spec)) for r, spec in (("A", cfg.a), ("B", cfg.b))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            one("A", cfg.a)
+            one("B", cfg.b)
+    except KeyboardInterrupt:
+        stop_all()
+        raise
+    if jsonl:
+        return 0 if not any(isinstance(e, ev.RunFailed) for r in runs.values() for e in r) else 1
+    cmp = compare(runs["A"] + runs["B"])
+    if args.calibrate:
+        for r in (cmp.a, cmp.b):
+            if r.batches and not r.failed:
+                fixed, per = fit_line(r.batches)
+                f = save_calibration(f"{r.build}-{backend}-{model.stem}", fixed, per,
+                                     {"build": r.build, "backend": backend, "model": str(model)})
+                print(f"calibrated {r.build}: {fixed:.3f} ms per ubatch + {per * 1000:.3f} µs per token → {f}",
+                      file=sys.stderr)
+    meta = {"session": s.path, "format": s.format}
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps({"session": meta, "runs": [cmp.a.to_dict(), cmp.b.to_dict()],
+                                              "comparison": cmp.to_dict()}, option=orjson.OPT_INDENT_2) + b"\n")
+    elif args.markdown:
+        print(to_markdown(cmp, meta))
+    else:
+        print(cmp.verdict())
+        for m, x, y in cmp.rows():
+            print(f"{m:<26} {x:>22} {y:>22}")
+    return 1 if (cmp.a.failed or cmp.b.failed) else 0
+
+
+def _preset_ids() -> set[str]:
+    from replayer.core.hardware import presets
+
+    return set(presets.MODELS)
+
+
+def _knobs(cfg):
+    from replayer.core.engine.schedule import Knobs
+
+    # the live model's memory kind is whatever the server finds; the knobs only set flags
+    return Knobs(n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_ctx_checkpoints=cfg.ctx_checkpoints,
+                 checkpoint_min_step=cfg.checkpoint_min_step, memory=cfg.memory or "recurrent").validate()

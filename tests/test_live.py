@@ -1,0 +1,257 @@
+"""Live replays on real llama-server builds (b9859, b10001 for CPU, built by the build manager).
+
+These are the tests that prove the simulator faithful: for every live run, the schedule
+given the same layout and build predicts identical batch boundaries and checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from replayer.core.builds import manager
+from replayer.core.builds.catalog import parse_build
+from replayer.core.engine import events as ev
+from replayer.core.engine.live import LiveOptions, LiveResult, live_events, live_processes
+from replayer.core.engine.schedule import Knobs, Slot
+from replayer.core.prompt.layout import compute_layout
+from replayer.core.tiny_models import make_tiny
+
+from conftest import REPO
+from helpers import agent_conversation
+
+pytestmark = pytest.mark.live
+BUILDS = (9859, 10001)
+MEMORY = {"llama": "plain", "gemma2": "swa", "lfm2": "recurrent"}
+
+
+@pytest.fixture(scope="session")
+def binaries():
+    """Real builds through the build manager (cached; ~6-10 min each when cold)."""
+    return {b: Path(manager.install(b, "cpu").binary) for b in BUILDS}
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    return {arch: make_tiny(arch, d / f"{arch}.gguf") for arch in MEMORY}
+
+
+@pytest.fixture(scope="session")
+def conversation():
+    msgs, tools = agent_conversation(rounds=30)
+    assert len(msgs) == 122
+    return {"messages": msgs, "tools": tools}
+
+
+def _server_pids(binary_paths) -> list[int]:
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if any(cmd == str(b) for b in binary_paths):
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def no_orphans(request):
+    yield
+    if "binaries" in request.fixturenames:
+        bins = request.getfixturevalue("binaries").values()
+        deadline = time.monotonic() + 10
+        while _server_pids(bins) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _server_pids(bins) == [], "a llama-server outlived the replay"
+    assert live_processes() == []
+
+
+RUNS = {}
+
+
+def _run(binaries, tiny, conversation, build, arch):
+    key = (build, arch)
+    if key not in RUNS:
+        res = LiveResult()
+        knobs = Knobs(memory=MEMORY[arch])
+        evs = list(live_events("A", parse_build(str(build)), knobs, LiveOptions(binaries[build], tiny[arch]),
+                               conversation, result=res))
+        RUNS[key] = (evs, res, knobs)
+    return RUNS[key]
+
+
+@pytest.mark.parametrize("arch", list(MEMORY))
+@pytest.mark.parametrize("build", BUILDS)
+def test_simulator_predicts_live_run_exactly(binaries, tiny, conversation, build, arch):
+    evs, res, knobs = _run(binaries, tiny, conversation, build, arch)
+    assert not [e for e in evs if isinstance(e, ev.RunFailed)], evs[-1]
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    created = [e for e in evs if isinstance(e, ev.CheckpointCreated)]
+    assert res.progress[0] == 0 and res.progress[-1] == res.layout.n_tokens
+    # the log's batch starts and the progress stream agree
+    assert res.log_batch_starts == [b.start for b in batches]
+    sim = Slot(parse_build(str(build)), knobs).run(res.layout.prompt_spans())
+    assert [(b.start, b.n_tokens) for b in sim.batches] == [(b.start, b.n_tokens) for b in batches]
+    assert [(c.n_tokens, c.pos_min, c.pos_max) for c in sim.checkpoints] == [
+        (c.n_tokens, c.pos_min, c.pos_max) for c in created]
+    assert [b.reason for b in sim.batches] == [b.reason for b in batches]
+    fin = evs[-1]
+    assert isinstance(fin, ev.RunFinished) and fin.n_batches == len(batches) and fin.prompt_ms > 0
+
+
+def test_regression_breaks_at_every_user_start(binaries, tiny, conversation):
+    evs, res, _ = _run(binaries, tiny, conversation, 9859, "llama")
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    starts = [u for u in res.layout.user_starts if u > 0]
+    assert len(starts) == 61
+    assert len(batches) >= len(starts) + 1
+    assert [b.end for b in batches[:-1]] == starts  # every cut is a user/tool-result start
+    assert all(b.reason == "user_start" for b in batches[:-1])
+
+
+def test_fix_breaks_only_at_n_batch(binaries, tiny, conversation):
+    evs, res, _ = _run(binaries, tiny, conversation, 10001, "llama")
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    assert len(batches) == math.ceil(res.layout.n_tokens / 2048)
+    assert {b.reason for b in batches} == {"n_batch", "prompt_end"}
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "lfm2"])
+def test_checkpointing_models_show_checkpoints(binaries, tiny, conversation, arch):
+    for build in BUILDS:
+        evs, res, _ = _run(binaries, tiny, conversation, build, arch)
+        created = [e for e in evs if isinstance(e, ev.CheckpointCreated)]
+        assert len(created) >= 3
+        assert created[0].n_tokens == res.layout.user_starts[0]  # the first user message (the system turn is no span)
+        offsets = [b for b in evs if isinstance(b, ev.BatchDone) and b.reason == "checkpoint_offset"]
+        assert [b.end for b in offsets] == [res.layout.n_tokens - 516, res.layout.n_tokens - 4]
+
+
+def test_gguf_and_server_layouts_match_the_server(binaries, tiny, conversation):
+    evs, res, _ = _run(binaries, tiny, conversation, 9859, "llama")
+    gg = compute_layout(conversation["messages"], conversation["tools"], tokenizer=f"gguf:{tiny['llama']}", build="9859")
+    total = res.progress[-1]
+    breaks = [b.end for b in evs if isinstance(b, ev.BatchDone)][:-1]
+    assert gg.n_tokens == res.layout.n_tokens == total
+    assert gg.user_starts == res.layout.user_starts
+    assert [u for u in gg.user_starts if u > 0] == breaks
+    assert res.layout.tokenizer.startswith("server:")
+
+
+# -- faults -------------------------------------------------------------------------------
+
+def _one(binary, model, conversation, **kw):
+    return list(live_events("A", parse_build("9859"), Knobs(), LiveOptions(Path(binary), Path(model), **kw),
+                            conversation))
+
+
+def test_missing_binary(tmp_path, tiny, conversation):
+    evs = _one(tmp_path / "llama-server", tiny["llama"], conversation)
+    assert isinstance(evs[-1], ev.RunFailed) and "no such binary" in evs[-1].error
+
+
+def test_binary_that_is_not_llama_server(tiny, conversation):
+    evs = _one("/bin/true", tiny["llama"], conversation)
+    assert isinstance(evs[-1], ev.RunFailed) and "does not look like llama-server" in evs[-1].error
+
+
+def test_corrupt_model(binaries, tmp_path, conversation):
+    bad = tmp_path / "corrupt.gguf"
+    bad.write_bytes(b"GGUF" + os.urandom(4096))
+    evs = _one(binaries[9859], bad, conversation)
+    assert isinstance(evs[-1], ev.RunFailed) and "exited with code" in evs[-1].error
+
+
+def test_port_in_use(binaries, tiny, conversation):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    try:
+        evs = _one(binaries[9859], tiny["llama"], conversation, port=s.getsockname()[1])
+    finally:
+        s.close()
+    assert isinstance(evs[-1], ev.RunFailed) and "already in use" in evs[-1].error
+
+
+def test_never_healthy(tmp_path, tiny, conversation):
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'version: 9859 (fake)'; exit 0; fi\nexec sleep 60\n")
+    fake.chmod(0o755)
+    t = time.monotonic()
+    evs = _one(fake, tiny["llama"], conversation, health_timeout=2.0)
+    assert isinstance(evs[-1], ev.RunFailed) and "did not become healthy" in evs[-1].error
+    assert time.monotonic() - t < 30
+    assert _server_pids([fake]) == []
+
+
+def test_http_error_body(binaries, tiny, conversation):
+    body = dict(conversation, top_k="many")
+    evs = _one(binaries[9859], tiny["llama"], body)
+    assert isinstance(evs[-1], ev.RunFailed) and "HTTP" in evs[-1].error
+
+
+def test_server_killed_mid_prefill(binaries, tiny):
+    msgs, tools = agent_conversation(rounds=120, tool_result_words=120)
+    body = {"messages": msgs, "tools": tools}
+    gen = live_events("A", parse_build("9859"), Knobs(memory="swa"), LiveOptions(binaries[9859], tiny["gemma2"]), body)
+    seen = []
+    for e in gen:
+        seen.append(e)
+        if isinstance(e, ev.BatchDone) and e.index == 3:
+            for p in live_processes():
+                os.kill(p.pid, signal.SIGKILL)
+    assert isinstance(seen[-1], ev.RunFailed) and "died" in seen[-1].error
+
+
+def test_cli_one_run_fails_other_goes_on(binaries, tiny, tmp_path):
+    msgs, tools = agent_conversation(rounds=10)
+    f = tmp_path / "req.json"
+    f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(f), "--engine", "live",
+                        "--a", str(tmp_path / "missing" / "llama-server"), "--b", "10001",
+                        "--model", str(tiny["llama"]), "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 1
+    doc = orjson.loads(r.stdout)
+    a, b = doc["runs"]
+    assert a["error"] and "no such" in a["error"]
+    assert b["error"] is None and b["n_batches"] >= 1 and b["engine"] == "live"
+
+
+def test_ctrl_c_leaves_no_server(binaries, tiny, tmp_path):
+    msgs, tools = agent_conversation(rounds=200, tool_result_words=150)
+    f = tmp_path / "big.json"
+    f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
+    p = subprocess.Popen([sys.executable, "-m", "replayer.cli", "replay", str(f), "--engine", "live", "--a", "9859",
+                          "--b", "10001", "--model", str(tiny["gemma2"]), "--jsonl"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen_batch = threading.Event()
+
+    def watch():
+        for line in p.stdout:
+            if '"batch_done"' in line:
+                seen_batch.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert seen_batch.wait(120), "the live run never started"
+    assert _server_pids(binaries.values())
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    assert p.returncode == 130
+    deadline = time.monotonic() + 15
+    while _server_pids(binaries.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _server_pids(binaries.values()) == []
