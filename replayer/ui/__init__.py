@@ -1,0 +1,1 @@
+"""The Textual app. It only renders what ``replayer.core`` produces."""

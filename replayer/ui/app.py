@@ -1,0 +1,125 @@
+"""The replayer app: sessions → setup → side-by-side replay → verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import orjson
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from replayer.core import paths
+from replayer.core.errors import ReplayerError
+from replayer.core.replay import ReplayConfig, demo_session_path
+from replayer.core.session import load_session
+from replayer.ui import themes as theme_files
+from replayer.ui.screens.help import HelpScreen
+from replayer.ui.screens.picker import PickerScreen
+from replayer.ui.screens.setup import SetupScreen
+
+
+class ReplayerApp(App):
+    CSS_PATH = "replayer.tcss"
+    BINDINGS = [Binding("question_mark,f1", "help", "help"), Binding("ctrl+q", "quit", "quit")]
+
+    def __init__(self, session: str | Path | None = None, demo: bool = False, default_speed: float = 1.0,
+                 config: ReplayConfig | None = None, theme_dirs: list[Path] | None = None,
+                 deterministic: bool = False) -> None:
+        super().__init__()
+        self.deterministic = deterministic  # snapshots: no ETA, no animations
+        self.start_session = Path(session) if session else (demo_session_path() if demo else None)
+        self.default_speed = default_speed
+        self.config = config or ReplayConfig.seed()
+        self.theme_dirs = theme_dirs or []
+        self.theme_errors: list[str] = []
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(theme_files.REASON_VARS)
+
+    def on_mount(self) -> None:
+        if self.deterministic:
+            self.animation_level = "none"
+        loaded, self.theme_errors = theme_files.load_all(self.theme_dirs)
+        for t in loaded:
+            self.register_theme(t)
+        for err in self.theme_errors:
+            self.notify(f"theme skipped: {err}", severity="warning", timeout=8)
+        settings = self.load_settings()
+        wanted = settings.get("theme", "replayer-dark")
+        self.theme = wanted if wanted in self.available_themes else (
+            "replayer-dark" if "replayer-dark" in self.available_themes else "textual-dark")
+        self.push_screen(PickerScreen())
+        if self.start_session is not None:
+            self.open_session(self.start_session)
+
+    # -- settings ---------------------------------------------------------------------------
+    def load_settings(self) -> dict:
+        f = paths.config_dir() / "settings.json"
+        try:
+            return orjson.loads(f.read_bytes()) if f.exists() else {}
+        except (OSError, orjson.JSONDecodeError):
+            self.notify("settings file is damaged; using defaults", severity="warning")
+            return {}
+
+    def save_settings(self, **kw) -> None:
+        f = paths.config_dir() / "settings.json"
+        try:
+            data = self.load_settings() | kw
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        except OSError as exc:
+            self.notify(f"cannot save settings: {exc}", severity="warning")
+
+    def watch_theme(self, theme: str) -> None:
+        if self.is_mounted:
+            self.save_settings(theme=theme)
+
+    # -- flow -------------------------------------------------------------------------------
+    def open_session(self, path: Path) -> None:
+        try:
+            session = load_session(path)
+        except ReplayerError as exc:
+            self.notify(str(exc), title="cannot open session", severity="error", timeout=10)
+            try:
+                self.screen.query_one("#picker-error").update(f"[b red]{exc}[/]")
+            except Exception:
+                pass
+            return
+        for w in session.warnings:
+            self.notify(w, severity="warning")
+        self.push_screen(SetupScreen(session, self.config))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        from replayer.ui.screens.replay import ReplayScreen
+
+        if isinstance(screen, ReplayScreen):
+            yield SystemCommand("Export report (Markdown)", "write a bug-report table", lambda: screen.action_export("md"))
+            yield SystemCommand("Export JSON", "runs, batches, checkpoints", lambda: screen.action_export("json"))
+            yield SystemCommand("Export CSV", "one row per batch", lambda: screen.action_export("csv"))
+            yield SystemCommand("Save SVG screenshot", "to the export folder", screen.action_screenshot)
+            yield SystemCommand("Replay again", "restart both runs", screen.action_restart)
+        if isinstance(screen, SetupScreen):
+            yield SystemCommand("Swap builds A and B", "exchange the two builds", lambda: _swap(screen))
+        yield SystemCommand("Help", "keys and colours", self.action_help)
+
+
+def _swap(screen: SetupScreen) -> None:
+    from textual.widgets import Select
+
+    a, b = screen.query_one("#build-a", Select), screen.query_one("#build-b", Select)
+    a.value, b.value = b.value, a.value
+
+
+def run_app(session: str | None = None, demo: bool = False) -> int:
+    if session is not None:
+        p = Path(session).expanduser()
+        if not p.exists():
+            raise ReplayerError(f"no such file: {p}")
+    ReplayerApp(session=session, demo=demo).run()
+    return 0

@@ -1,0 +1,127 @@
+"""One build's column: timeline, progress with ETA, throughput, batch list, checkpoint log.
+
+``apply(events)`` takes a batch of events (the screen coalesces them ~20 times a second)
+and updates every child once, so thousands of events a second cost a few repaints.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Label, Log, ProgressBar, Sparkline, Static
+
+from replayer.core.compare import RunSummary
+from replayer.core.engine import events as ev
+from replayer.ui.widgets.timeline import Timeline
+
+MAX_TABLE_ROWS = 2000
+
+
+class RunPane(Vertical):
+    DEFAULT_CSS = """
+    RunPane { border: round $primary; padding: 0 1; height: 1fr; }
+    RunPane.failed { border: round $error; }
+    RunPane.done { border: round $success; }
+    RunPane > #title { text-style: bold; height: 1; }
+    RunPane > #stats { height: 2; color: $text-muted; }
+    RunPane > Horizontal { height: 1; }
+    RunPane ProgressBar { width: 1fr; }
+    RunPane Sparkline { height: 2; margin-bottom: 1; }
+    RunPane DataTable { height: 1fr; min-height: 4; }
+    RunPane Log { height: 5; border-top: solid $panel; }
+    """
+
+    def __init__(self, run: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.run = run
+        self.summary = RunSummary(run)
+        self.tps: list[float] = []
+        self.total = 0
+        self.events_applied = 0
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"{self.run}: waiting…", id="title")
+        yield Timeline(id="timeline")
+        with Horizontal():
+            yield ProgressBar(total=100, show_eta=not getattr(self.app, "deterministic", False), id="progress")
+        yield Sparkline([0.0], id="tps")
+        yield Static("", id="stats")
+        table = DataTable(id="batches", zebra_stripes=True, cursor_type="row")
+        yield table
+        yield Log(max_lines=500, id="ckpts", auto_scroll=True)
+
+    def on_mount(self) -> None:
+        t = self.query_one("#batches", DataTable)
+        t.add_columns("#", "start", "tokens", "reason", "ms")
+        self.query_one("#ckpts", Log).write_line("checkpoints:")
+
+    def set_layout(self, n_tokens: int, spans: list[tuple[str, int]]) -> None:
+        self.query_one(Timeline).set_layout(n_tokens, spans)
+
+    def reset(self) -> None:
+        self.summary = RunSummary(self.run)
+        self.tps = []
+        self.events_applied = 0
+        self.remove_class("done", "failed")
+        self.query_one(Timeline).reset()
+        self.query_one("#batches", DataTable).clear()
+        log = self.query_one("#ckpts", Log)
+        log.clear()
+        log.write_line("checkpoints:")
+        self.query_one("#tps", Sparkline).data = [0.0]
+
+    def apply(self, batch: list[ev.Event]) -> None:
+        if not batch:
+            return
+        tl = self.query_one(Timeline)
+        table = self.query_one("#batches", DataTable)
+        rows, log_lines = [], []
+        progress = None
+        for e in batch:
+            self.summary.apply(e)
+            self.events_applied += 1
+            if isinstance(e, ev.RunStarted):
+                self.total = e.n_tokens
+                tl.n_past = e.n_past
+                self.query_one("#title", Label).update(Text(f"{e.run}: {e.build} ({e.generation}) · {e.engine}", style="bold"))
+            elif isinstance(e, ev.BatchDone):
+                tl.add_batch(e.end, e.reason)
+                if table.row_count < MAX_TABLE_ROWS:
+                    rows.append((str(e.index), f"{e.start:,}", f"{e.n_tokens:,}", e.reason, f"{e.duration_ms:,.1f}"))
+                if e.duration_ms > 0:
+                    self.tps.append(e.n_tokens / (e.duration_ms / 1000))
+                progress = e.end
+            elif isinstance(e, ev.Progress):
+                progress = e.processed
+            elif isinstance(e, ev.CheckpointCreated):
+                tl.add_checkpoint(e.n_tokens)
+                log_lines.append(f"+ {e.n_tokens:>7,}  [{e.pos_min}, {e.pos_max}]  {e.size_mib:.3f} MiB  ({e.count}/{e.n_max})")
+            elif isinstance(e, ev.CheckpointErased):
+                log_lines.append(f"- {e.n_tokens:>7,}  erased ({e.reason})")
+            elif isinstance(e, ev.CheckpointRestored):
+                log_lines.append(f"↺ {e.n_tokens:>7,}  restored, n_past {e.n_past}")
+            elif isinstance(e, ev.RunFinished):
+                self.add_class("done")
+            elif isinstance(e, ev.RunFailed):
+                self.add_class("failed")
+                self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"))
+        if rows:
+            table.add_rows(rows)
+        if log_lines:
+            self.query_one("#ckpts", Log).write_lines(log_lines)
+        if progress is not None and self.total:
+            self.query_one("#progress", ProgressBar).update(total=self.total, progress=progress)
+        if self.tps:
+            self.query_one("#tps", Sparkline).data = list(self.tps[-400:])
+        tl.refresh()
+        self._stats()
+
+    def _stats(self) -> None:
+        s = self.summary
+        br = s.breaks()
+        text = (f"{s.n_batches} batches · user/tool breaks {br.get('user_start', 0)} · n_batch {br.get('n_batch', 0)}"
+                f" · ckpt offsets {br.get('checkpoint_offset', 0)}\n"
+                f"{len(s.created)} checkpoints ({s.checkpoint_mib:,.1f} MiB) · "
+                f"{s.prompt_ms / 1000:,.1f} s · {s.tokens_per_s:,.1f} tok/s")
+        self.query_one("#stats", Static).update(text)
