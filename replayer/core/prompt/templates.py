@@ -51,6 +51,7 @@ class Template:
     source: str
     bos_token: str = ""
     eos_token: str = ""
+    trusted: bool = False  # only replayer's own bundled templates skip the sandbox
 
     @property
     def family(self) -> str:
@@ -93,10 +94,23 @@ def _environment() -> ImmutableSandboxedEnvironment:
     return env
 
 
+@lru_cache(maxsize=1)
+def _trusted_environment() -> jinja2.Environment:
+    """For the bundled templates only (written by this project): same helpers, no sandbox cost.
+    Message data cannot run code in Jinja; only template source can, and that is ours here."""
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined,
+                             extensions=["jinja2.ext.loopcontrols"], autoescape=False)
+    env.filters["tojson"] = _tojson
+    env.filters["fromjson"] = _fromjson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
 @lru_cache(maxsize=64)
-def _compile(source: str) -> jinja2.Template:
+def _compile(source: str, trusted: bool = False) -> jinja2.Template:
     try:
-        return _environment().from_string(source)
+        return (_trusted_environment() if trusted else _environment()).from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from None
 
@@ -170,7 +184,7 @@ def _polyfilled(flat: list[dict]) -> list[dict]:
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
            add_generation_prompt: bool = True, **kwargs: Any) -> str:
     """Render in the sandbox; every failure is a ``TemplateError`` with the reason."""
-    tpl = _compile(template.source)
+    tpl = _compile(template.source, template.trusted)
     flat = flatten_content(messages)
     ctx = dict(messages=flat, tools=tools or None, add_generation_prompt=add_generation_prompt,
                bos_token=template.bos_token, eos_token=template.eos_token)
@@ -212,7 +226,7 @@ def bundled(name: str) -> Template:
         raise ReplayerError(f"unknown template {name!r}; bundled: {', '.join(BUNDLED)}",
                             hint=f"did you mean {hint}?" if hint else None)
     src = resources.files("replayer.data.templates").joinpath(BUNDLED[name]).read_text(encoding="utf-8")
-    return Template(name=name, source=src, bos_token=BOS.get(name, ""))
+    return Template(name=name, source=src, bos_token=BOS.get(name, ""), trusted=True)
 
 
 def from_file(path: str | Path, bos_token: str = "", eos_token: str = "") -> Template:

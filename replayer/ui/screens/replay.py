@@ -30,6 +30,7 @@ from replayer.core.replay import Prepared, simulated_events
 from replayer.ui.widgets.run_pane import RunPane
 
 FLUSH_HZ = 20
+MAX_EVENTS_PER_FLUSH = 1500  # per run: a burst (instant mode) spreads over a few frames
 SPEEDS = {"1": 1.0, "2": 10.0, "3": 0.0}  # ×1, ×10, instant
 
 
@@ -84,7 +85,6 @@ class ReplayScreen(Screen):
             self.pane(run).set_layout(lay.n_tokens, [(sp.role, sp.start) for sp in lay.spans])
         t = self.query_one("#comparison", DataTable)
         t.add_columns("", "A", "B")
-        t.display = False
         self.set_interval(1 / FLUSH_HZ, self.flush)
         if self.autostart:
             self.start_runs()
@@ -173,7 +173,7 @@ class ReplayScreen(Screen):
         drained = {}
         for run, buf in self.buffers.items():
             items = []
-            while buf:
+            while buf and len(items) < MAX_EVENTS_PER_FLUSH:
                 items.append(buf.popleft())
             if items:
                 drained[run] = items
@@ -196,7 +196,6 @@ class ReplayScreen(Screen):
         t = self.query_one("#comparison", DataTable)
         t.clear()
         t.add_rows(cmp.rows())
-        t.display = True
         self.post_message(self.Finished(cmp))
 
     class Finished(Message):
@@ -228,7 +227,7 @@ class ReplayScreen(Screen):
         self.finished.clear()
         self.comparison = None
         self.query_one("#verdict", Static).update("replaying…")
-        self.query_one("#comparison", DataTable).display = False
+        self.query_one("#comparison", DataTable).clear()
         self.call_after_refresh(self.start_runs)
 
     def action_back(self) -> None:

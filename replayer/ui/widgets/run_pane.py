@@ -9,13 +9,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Label, Log, ProgressBar, Sparkline, Static
+from textual.widgets import Label, Log, ProgressBar, Sparkline, Static
 
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
 from replayer.ui.widgets.timeline import Timeline
 
-MAX_TABLE_ROWS = 2000
+MAX_BATCH_LINES = 20_000
+BATCH_HEADER = f"{'#':>5}  {'start':>9}  {'tokens':>7}  {'reason':<17}  {'ms':>10}"
 
 
 class RunPane(Vertical):
@@ -28,7 +29,7 @@ class RunPane(Vertical):
     RunPane > Horizontal { height: 1; }
     RunPane ProgressBar { width: 1fr; }
     RunPane Sparkline { height: 2; margin-bottom: 1; }
-    RunPane DataTable { height: 1fr; min-height: 4; }
+    RunPane #batches { height: 1fr; min-height: 4; }
     RunPane Log { height: 5; border-top: solid $panel; }
     """
 
@@ -47,13 +48,12 @@ class RunPane(Vertical):
             yield ProgressBar(total=100, show_eta=not getattr(self.app, "deterministic", False), id="progress")
         yield Sparkline([0.0], id="tps")
         yield Static("", id="stats")
-        table = DataTable(id="batches", zebra_stripes=True, cursor_type="row")
-        yield table
+        # a Log, not a DataTable: thousands of streamed rows cost one refresh per flush
+        yield Log(max_lines=MAX_BATCH_LINES, id="batches", auto_scroll=False)
         yield Log(max_lines=500, id="ckpts", auto_scroll=True)
 
     def on_mount(self) -> None:
-        t = self.query_one("#batches", DataTable)
-        t.add_columns("#", "start", "tokens", "reason", "ms")
+        self.query_one("#batches", Log).write_line(BATCH_HEADER)
         self.query_one("#ckpts", Log).write_line("checkpoints:")
 
     def set_layout(self, n_tokens: int, spans: list[tuple[str, int]]) -> None:
@@ -65,7 +65,9 @@ class RunPane(Vertical):
         self.events_applied = 0
         self.remove_class("done", "failed")
         self.query_one(Timeline).reset()
-        self.query_one("#batches", DataTable).clear()
+        batches = self.query_one("#batches", Log)
+        batches.clear()
+        batches.write_line(BATCH_HEADER)
         log = self.query_one("#ckpts", Log)
         log.clear()
         log.write_line("checkpoints:")
@@ -75,7 +77,6 @@ class RunPane(Vertical):
         if not batch:
             return
         tl = self.query_one(Timeline)
-        table = self.query_one("#batches", DataTable)
         rows, log_lines = [], []
         progress = None
         for e in batch:
@@ -87,8 +88,7 @@ class RunPane(Vertical):
                 self.query_one("#title", Label).update(Text(f"{e.run}: {e.build} ({e.generation}) · {e.engine}", style="bold"))
             elif isinstance(e, ev.BatchDone):
                 tl.add_batch(e.end, e.reason)
-                if table.row_count < MAX_TABLE_ROWS:
-                    rows.append((str(e.index), f"{e.start:,}", f"{e.n_tokens:,}", e.reason, f"{e.duration_ms:,.1f}"))
+                rows.append(f"{e.index:>5}  {e.start:>9,}  {e.n_tokens:>7,}  {e.reason:<17}  {e.duration_ms:>10,.1f}")
                 if e.duration_ms > 0:
                     self.tps.append(e.n_tokens / (e.duration_ms / 1000))
                 progress = e.end
@@ -107,7 +107,7 @@ class RunPane(Vertical):
                 self.add_class("failed")
                 self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"))
         if rows:
-            table.add_rows(rows)
+            self.query_one("#batches", Log).write_lines(rows)
         if log_lines:
             self.query_one("#ckpts", Log).write_lines(log_lines)
         if progress is not None and self.total:

@@ -1,0 +1,221 @@
+"""replayer's speed goals, measured and printed as tables (record results in docs/benchmarks.md).
+
+    python benchmarks/run.py            # all
+    python benchmarks/run.py core app   # some
+
+core: import, layout (estimate) and schedule+simulate of both builds on a 128k-token,
+      2000-message session. Goals: layout ≤ 1× import, schedule+simulate ≤ 0.1× import.
+app:  the app replaying two runs of ~5000 events each, headless, vs the same replay in the
+      CLI's code path. Goals: ≤ 1.5× wall time, no frame gap over 100 ms.
+live: the same request via replayer vs a bare httpx request to the same real server.
+      Goal: ≤ 1.05× prompt-eval time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "fixtures"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def machine() -> str:
+    import os
+
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def big_session(path: Path, messages: int = 2000, seed: int = 3) -> Path:
+    """A pi v3 session of ~2000 messages and ~128k tokens (tool results ~60 tokens)."""
+    from make_fixtures import IDENT, PiWriter, TOOLS, _code, _prose
+
+    rng = random.Random(seed)
+    w = PiWriter(rng, 1_790_000_000_000)
+    header = {"type": "session", "version": 3, "id": "bench", "timestamp": "2026-07-01T09:00:00.000Z", "cwd": "/b"}
+    w.message({"role": "system", "content": "", "sections": {"preamble": "You are a coding agent."}, "toolsAdded": TOOLS})
+    model = {"api": "openai-completions", "provider": "llamacpp", "model": "m"}
+    n = 0
+    call = 0
+    while n < messages:
+        if n % 100 == 0:
+            w.message({"role": "user", "content": _prose(rng, 30)})
+            n += 1
+        call += 1
+        w.message({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": _prose(rng, 12), "thinkingSignature": "reasoning_content"},
+            {"type": "toolCall", "id": f"c{call}", "name": "read", "arguments": {"path": f"src/{rng.choice(IDENT)}.py"}}],
+            **model, "stopReason": "toolUse"})
+        w.message({"role": "toolResult", "toolCallId": f"c{call}", "toolName": "read",
+                   "content": [{"type": "text", "text": _code(rng, rng.randint(3, 9))}], "isError": False})
+        n += 2
+    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in [header] + w.lines))
+    return path
+
+
+def best(fn, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def bench_core() -> list[tuple]:
+    from replayer.core.prompt import templates
+    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.replay import ReplayConfig, prepare, simulated_events
+    from replayer.core.session import build_request, load_session
+
+    d = Path(tempfile.mkdtemp())
+    p = big_session(d / "big.jsonl")
+    s = load_session(p)
+    req = build_request(s)
+    tpl = templates.bundled("qwen3-coder")
+    lay = compute_layout(req.messages, req.body.get("tools"), template=tpl)
+    t_import = best(lambda: load_session(p))
+    t_layout = best(lambda: compute_layout(req.messages, req.body.get("tools"), template=tpl))
+    prep = prepare(p, ReplayConfig.seed(), session=s)
+    t_sim = best(lambda: (list(simulated_events(prep, "A")), list(simulated_events(prep, "B"))))
+    rows = [
+        ("session", f"{len(s.messages)} messages, {lay.n_tokens:,} tokens (estimate), {len(lay.user_starts)} user starts"),
+        ("import", f"{t_import * 1000:.1f} ms"),
+        ("layout (estimate)", f"{t_layout * 1000:.1f} ms = {t_layout / t_import:.2f}× import (goal ≤ 1×)"),
+        ("schedule + simulate, A and B", f"{t_sim * 1000:.1f} ms = {t_sim / t_import:.3f}× import (goal ≤ 0.1×)"),
+    ]
+    return rows
+
+
+def bench_app() -> list[tuple]:
+    from replayer.core.compare import compare
+    from replayer.core.replay import ReplayConfig, prepare, simulated_events
+    from replayer.ui.app import ReplayerApp
+    from replayer.ui.screens.replay import ReplayScreen
+
+    d = Path(tempfile.mkdtemp())
+    p = big_session(d / "events.jsonl", messages=5200, seed=9)
+    cfg = ReplayConfig(a="9859", b="9934", gpu="rtx4090", model="qwen3-30b-a3b-q8_0", n_ubatch=512)
+    prep = prepare(p, cfg)
+
+    def cli() -> int:
+        evs = list(simulated_events(prep, "A")) + list(simulated_events(prep, "B"))
+        compare(evs).to_dict()
+        return len(evs)
+
+    n_events = cli()
+    t_cli = best(cli, 3)
+
+    async def app_run() -> tuple[float, float, int]:
+        app = ReplayerApp(default_speed=0.0, deterministic=True)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause()
+            t = time.perf_counter()
+            screen = ReplayScreen(prep, speed=0.0)
+            await app.push_screen(screen)
+            while screen.comparison is None:
+                await asyncio.sleep(0.005)
+            return time.perf_counter() - t, screen.max_gap_ms, screen.flushes
+
+    results = [asyncio.run(app_run()) for _ in range(3)]
+    t_app = min(r[0] for r in results)
+    gap = max(r[1] for r in results)
+
+    # end to end, as a user runs them: a fresh process each, start-up and import included
+    import subprocess
+
+    exe = [sys.executable, "-m", "replayer.cli"]
+    args = [str(p), "--a", "9859", "--b", "9934", "--gpu", "rtx4090", "--model", "qwen3-30b-a3b-q8_0", "-ub", "512"]
+    t_cli_e2e = best(lambda: subprocess.run(exe + ["replay", *args, "--jsonl"], stdout=subprocess.DEVNULL, check=True), 3)
+    app_script = (
+        "import asyncio,sys\n"
+        "from replayer.core.replay import ReplayConfig, prepare\n"
+        "from replayer.ui.app import ReplayerApp\n"
+        "from replayer.ui.screens.replay import ReplayScreen\n"
+        "async def go():\n"
+        "    prep = prepare(sys.argv[1], ReplayConfig(a='9859', b='9934', gpu='rtx4090', model='qwen3-30b-a3b-q8_0'))\n"
+        "    app = ReplayerApp(default_speed=0.0)\n"
+        "    async with app.run_test(size=(140, 45)) as pilot:\n"
+        "        s = ReplayScreen(prep, speed=0.0); await app.push_screen(s)\n"
+        "        while s.comparison is None: await asyncio.sleep(0.005)\n"
+        "asyncio.run(go())\n")
+    t_app_e2e = best(lambda: subprocess.run([sys.executable, "-c", app_script, str(p)], check=True), 3)
+    return [
+        ("events", f"{n_events:,} in two runs"),
+        ("CLI `replay --jsonl`, end to end", f"{t_cli_e2e * 1000:.0f} ms"),
+        ("app headless, end to end", f"{t_app_e2e * 1000:.0f} ms = {t_app_e2e / t_cli_e2e:.2f}× CLI (goal ≤ 1.5×)"),
+        ("in-process: core only", f"{t_cli * 1000:.0f} ms"),
+        ("in-process: app (instant)", f"{t_app * 1000:.0f} ms"),
+        ("worst gap between frames", f"{gap:.0f} ms (goal ≤ 100 ms)"),
+        ("repaint batches", f"{results[0][2]}"),
+    ]
+
+
+def bench_live() -> list[tuple]:
+    import httpx
+
+    from helpers import agent_conversation
+    from replayer.core.builds import manager
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.engine import events as ev
+    from replayer.core.engine.live import LiveOptions, LiveServer, live_events
+    from replayer.core.engine.schedule import Knobs
+    from replayer.core.tiny_models import make_tiny
+
+    rec = manager.install(10001, "cpu")
+    model = make_tiny("llama", Path(tempfile.mkdtemp()) / "llama.gguf")
+    msgs, tools = agent_conversation(rounds=120, tool_result_words=120)
+    body = {"messages": msgs, "tools": tools}
+    opts = LiveOptions(Path(rec.binary), model, ctx_size=131072)
+    via_replayer, bare = [], []
+    for _ in range(3):
+        evs = list(live_events("A", parse_build("10001"), Knobs(), opts, body))
+        fin = [e for e in evs if isinstance(e, ev.RunFinished)][0]
+        via_replayer.append(fin.prompt_ms)
+        with LiveServer(opts, Knobs(), 131072) as srv, httpx.Client(timeout=600) as c:
+            srv.wait_healthy(c)
+            req = dict(body, max_tokens=1, stream=True, return_progress=True, cache_prompt=True, temperature=0)
+            timings = {}
+            with c.stream("POST", srv.url + "/v1/chat/completions", json=req) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data:") and "timings" in line:
+                        timings = json.loads(line[5:]).get("timings", timings)
+            bare.append(timings["prompt_ms"])
+    a, b = statistics.median(via_replayer), statistics.median(bare)
+    return [("prompt", f"{fin.n_tokens:,} tokens, b10001, tiny llama, CPU"),
+            ("prompt eval via replayer", f"{a:.0f} ms (median of 3)"),
+            ("prompt eval, bare httpx", f"{b:.0f} ms (median of 3)"),
+            ("ratio", f"{a / b:.3f}× (goal ≤ 1.05×)")]
+
+
+def main(argv: list[str]) -> None:
+    which = argv or ["core", "app", "live"]
+    print(f"machine: {machine()}\n")
+    for name in which:
+        rows = {"core": bench_core, "app": bench_app, "live": bench_live}[name]()
+        print(f"## {name}")
+        w = max(len(r[0]) for r in rows)
+        for k, v in rows:
+            print(f"  {k:<{w}}  {v}")
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
