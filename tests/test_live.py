@@ -255,3 +255,31 @@ def test_ctrl_c_leaves_no_server(binaries, tiny, tmp_path):
     while _server_pids(binaries.values()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _server_pids(binaries.values()) == []
+
+
+def test_attach_to_running_server_with_log_file(binaries, tiny, conversation, tmp_path):
+    """Attach mode: someone else's server, read through its progress stream and --log-file."""
+    from replayer.core.engine.live import LiveServer, attach_events
+
+    log = tmp_path / "server.log"
+    knobs = Knobs(memory="swa")
+    opts = LiveOptions(binaries[10001], tiny["gemma2"], extra_args=["--log-file", str(log)])
+    import httpx
+
+    with LiveServer(opts, knobs, 32768) as srv, httpx.Client() as c:
+        srv.wait_healthy(c)
+        res = LiveResult()
+        evs = list(attach_events("A", parse_build("10001"), knobs, srv.url, conversation, log_file=log, result=res))
+    assert not [e for e in evs if isinstance(e, ev.RunFailed)], evs[-1]
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    created = [e for e in evs if isinstance(e, ev.CheckpointCreated)]
+    sim = Slot(parse_build("10001"), knobs).run(res.layout.prompt_spans())
+    assert [(b.start, b.n_tokens) for b in sim.batches] == [(b.start, b.n_tokens) for b in batches]
+    assert [c.n_tokens for c in sim.checkpoints] == [c.n_tokens for c in created] and created
+
+
+def test_attach_to_nothing_fails_clearly(conversation):
+    from replayer.core.engine.live import attach_events, free_port
+
+    evs = list(attach_events("A", parse_build("10001"), Knobs(), f"http://127.0.0.1:{free_port()}", conversation))
+    assert isinstance(evs[-1], ev.RunFailed) and "no healthy llama-server" in evs[-1].error

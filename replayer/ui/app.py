@@ -121,5 +121,5 @@ def run_app(session: str | None = None, demo: bool = False) -> int:
         p = Path(session).expanduser()
         if not p.exists():
             raise ReplayerError(f"no such file: {p}")
-    ReplayerApp(session=session, demo=demo).run()
+    ReplayerApp(session=session, demo=demo, default_speed=10.0).run()  # ×10: the seed run takes ~70 s
     return 0

@@ -257,101 +257,113 @@ def _live(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, l
                                                                   "ctx_size": n_ctx})
         while not server.lines.empty():  # start-up lines are not part of the run
             server.lines.get_nowait()
-        req = dict(body, max_tokens=1, stream=True, return_progress=True, cache_prompt=True, temperature=0)
-        out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
+        yield from _stream(run, server.url, client, body, knobs, layout, server.lines,
+                           lambda: server.proc is not None and server.proc.poll() is None, server.last_error,
+                           server.all_lines, result)
 
-        def post() -> None:
-            try:
-                with client.stream("POST", server.url + "/v1/chat/completions", json=req) as resp:
-                    if resp.status_code != 200:
-                        resp.read()
-                        try:
-                            err = resp.json().get("error", {})
-                            msg = err.get("message") if isinstance(err, dict) else str(err)
-                        except ValueError:
-                            msg = resp.text[:200]
-                        out.put(("error", f"llama-server answered HTTP {resp.status_code}: {msg}"))
-                        return
-                    for obj in _sse(resp):
-                        out.put(("chunk", obj))
-                out.put(("done", None))
-            except httpx.HTTPError as exc:
-                out.put(("error", f"the request failed: {type(exc).__name__}: {exc}"))
 
-        t_req = time.monotonic()
-        sender = threading.Thread(target=post, daemon=True)
-        sender.start()
-        prev_p, prev_t = None, 0.0
-        batch_index = 0
-        n_created = 0
-        done = False
-        failure: str | None = None
-        while not done:
-            # log lines first: a checkpoint is logged before its batch's progress event
-            while True:
-                try:
-                    ts, line = server.lines.get_nowait()
-                except queue.Empty:
-                    break
-                fact = parse_line(line)
-                t_ms = (ts - t_req) * 1000
-                if fact is not None:
-                    for e in _fact_events(run, fact, t_ms, knobs, result):
-                        if isinstance(e, ev.CheckpointCreated):
-                            n_created += 1
-                        yield e
+def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, layout: PromptLayout,
+            lines: "queue.Queue[tuple[float, str]]", alive, last_error, all_lines: list[str],
+            result: LiveResult) -> Iterator[ev.Event]:
+    """Send the request and turn progress chunks + log lines into events (both run modes)."""
+    N = layout.n_tokens
+    user_starts = layout.user_starts
+    req = dict(body, max_tokens=1, stream=True, return_progress=True, cache_prompt=True, temperature=0)
+    out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
+
+    def post() -> None:
+        try:
+            with client.stream("POST", url + "/v1/chat/completions", json=req) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    try:
+                        err = resp.json().get("error", {})
+                        msg = err.get("message") if isinstance(err, dict) else str(err)
+                    except ValueError:
+                        msg = resp.text[:200]
+                    out.put(("error", f"llama-server answered HTTP {resp.status_code}: {msg}"))
+                    return
+                for obj in _sse(resp):
+                    out.put(("chunk", obj))
+            out.put(("done", None))
+        except httpx.HTTPError as exc:
+            out.put(("error", f"the request failed: {type(exc).__name__}: {exc}"))
+
+    t_req = time.monotonic()
+    sender = threading.Thread(target=post, daemon=True)
+    sender.start()
+    prev_p, prev_t = None, 0.0
+    batch_index = 0
+    n_created = 0
+    done = False
+    failure: str | None = None
+    while not done:
+        # log lines first: a checkpoint is logged before its batch's progress event
+        while True:
             try:
-                kind, payload = out.get(timeout=0.05)
+                ts, line = lines.get_nowait()
             except queue.Empty:
-                if server.proc is not None and server.proc.poll() is not None:
-                    failure = f"llama-server died during the replay (exit {server.proc.returncode}): {server.last_error()}"
-                    break
-                continue
-            if kind == "error":
-                failure = payload
                 break
-            if kind == "done":
-                done = True
-                break
-            pp = payload.get("prompt_progress")
-            if isinstance(pp, dict):
-                p, t_ms = int(pp["processed"]), float(pp.get("time_ms", 0))
-                result.progress.append(p)
-                if prev_p is None:
-                    prev_p, prev_t = p, t_ms
-                elif p > prev_p:
-                    reason = attribute_reason(prev_p, p, N, user_starts, knobs)
-                    n_ub = -(-(p - prev_p) // knobs.n_ubatch_eff)
-                    yield ev.BatchDone(run=run, index=batch_index, start=prev_p, n_tokens=p - prev_p, n_ubatches=n_ub,
-                                       reason=reason, t_start_ms=prev_t, t_ms=t_ms)
-                    yield ev.Progress(run=run, processed=p, total=N, t_ms=t_ms)
-                    batch_index += 1
-                    prev_p, prev_t = p, t_ms
-            if isinstance(payload.get("timings"), dict):
-                result.timings = payload["timings"]
-        if failure:
-            if server.proc is not None and server.proc.poll() is not None:
-                failure = f"llama-server died during the replay (exit {server.proc.returncode}): {server.last_error()}"
-            raise RunError(failure)
-        # the final log lines (prompt eval time) trail the stream a little
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            try:
-                ts, line = server.lines.get(timeout=0.05)
-            except queue.Empty:
-                continue
             fact = parse_line(line)
+            t_ms = (ts - t_req) * 1000
             if fact is not None:
-                yield from _fact_events(run, fact, (ts - t_req) * 1000, knobs, result)
-                if fact.kind == "prompt_eval":
-                    break
-        result.log_lines = list(server.all_lines)
-        tm = result.timings
-        prompt_ms = float(tm.get("prompt_ms") or prev_t)
-        processed = int(tm.get("prompt_n") or N)
-        tps = float(tm.get("prompt_per_second") or (processed / (prompt_ms / 1000) if prompt_ms else 0))
-        yield ev.RunFinished(run=run, n_tokens=N, n_processed=processed, prompt_ms=prompt_ms, tokens_per_s=tps,
-                             n_batches=batch_index, n_checkpoints=n_created, t_ms=prompt_ms)
+                for e in _fact_events(run, fact, t_ms, knobs, result):
+                    if isinstance(e, ev.CheckpointCreated):
+                        n_created += 1
+                    yield e
+        try:
+            kind, payload = out.get(timeout=0.05)
+        except queue.Empty:
+            if not alive():
+                failure = f"llama-server died during the replay: {last_error()}"
+                break
+            continue
+        if kind == "error":
+            failure = payload
+            break
+        if kind == "done":
+            done = True
+            break
+        pp = payload.get("prompt_progress")
+        if isinstance(pp, dict):
+            p, t_ms = int(pp["processed"]), float(pp.get("time_ms", 0))
+            result.progress.append(p)
+            if prev_p is None:
+                prev_p, prev_t = p, t_ms
+            elif p > prev_p:
+                reason = attribute_reason(prev_p, p, N, user_starts, knobs)
+                n_ub = -(-(p - prev_p) // knobs.n_ubatch_eff)
+                yield ev.BatchDone(run=run, index=batch_index, start=prev_p, n_tokens=p - prev_p, n_ubatches=n_ub,
+                                   reason=reason, t_start_ms=prev_t, t_ms=t_ms)
+                yield ev.Progress(run=run, processed=p, total=N, t_ms=t_ms)
+                batch_index += 1
+                prev_p, prev_t = p, t_ms
+        if isinstance(payload.get("timings"), dict):
+            result.timings = payload["timings"]
+    if failure:
+        if not alive():
+            failure = f"llama-server died during the replay: {last_error()}"
+        raise RunError(failure)
+    # the final log lines (prompt eval time) trail the stream a little
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            ts, line = lines.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        fact = parse_line(line)
+        if fact is not None:
+            yield from _fact_events(run, fact, (ts - t_req) * 1000, knobs, result)
+            if fact.kind == "prompt_eval":
+                break
+    result.log_lines = list(all_lines)
+    tm = result.timings
+    prompt_ms = float(tm.get("prompt_ms") or prev_t)
+    processed = int(tm.get("prompt_n") or N)
+    tps = float(tm.get("prompt_per_second") or (processed / (prompt_ms / 1000) if prompt_ms else 0))
+    yield ev.RunFinished(run=run, n_tokens=N, n_processed=processed, prompt_ms=prompt_ms, tokens_per_s=tps,
+                         n_batches=batch_index, n_checkpoints=n_created, t_ms=prompt_ms)
+
 
 
 def _fact_events(run: str, fact: LogFact, t_ms: float, knobs: Knobs, result: LiveResult) -> Iterator[ev.Event]:
@@ -365,3 +377,65 @@ def _fact_events(run: str, fact: LogFact, t_ms: float, knobs: Knobs, result: Liv
         yield ev.CheckpointErased(run=run, n_tokens=v[3], pos_min=v[1], pos_max=v[2], reason=v[0], t_ms=t_ms)
     elif fact.kind == "restored":
         yield ev.CheckpointRestored(run=run, n_tokens=v[2], pos_min=v[0], pos_max=v[1], n_past=v[3], t_ms=t_ms)
+
+
+def _tail(path: Path, lines: "queue.Queue[tuple[float, str]]", all_lines: list[str], stop: threading.Event) -> None:
+    """Follow a server's ``--log-file`` from its current end (read-only)."""
+    try:
+        with open(path, "r", errors="replace") as fh:
+            fh.seek(0, os.SEEK_END)
+            while not stop.is_set():
+                line = fh.readline()
+                if not line:
+                    time.sleep(0.02)
+                    continue
+                lines.put((time.monotonic(), line))
+                all_lines.append(line)
+    except OSError:
+        return
+
+
+def attach_events(run: str, build: Build, knobs: Knobs, url: str, body: dict, *, log_file: Path | None = None,
+                  label: str = "", result: LiveResult | None = None, settings: dict | None = None,
+                  timeout: float = 600.0) -> Iterator[ev.Event]:
+    """A run against a server that is already running: progress stream, plus its log if given.
+
+    Batch reasons need the server's own ``-b``/``-ub``: pass the same values in ``knobs``.
+    """
+    result = result if result is not None else LiveResult()
+    t0 = time.monotonic()
+    url = url.rstrip("/")
+    lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
+    all_lines: list[str] = []
+    stop = threading.Event()
+    if log_file is not None:
+        if not Path(log_file).is_file():
+            yield ev.RunFailed(run=run, error=f"no such log file: {log_file}")
+            return
+        threading.Thread(target=_tail, args=(Path(log_file), lines, all_lines, stop), daemon=True).start()
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0)) as client:
+            try:
+                ok = client.get(url + "/health").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if not ok:
+                raise RunError(f"no healthy llama-server answers at {url}")
+            st = ServerTokenizer(url, client)
+            tpl = st.template()
+            text = st.apply_template(body["messages"], body.get("tools"))
+            layout = layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)
+            result.layout = layout
+            yield ev.RunStarted(run=run, label=label or build.label, build=build.label,
+                                generation=build.generation.value, engine="live", n_tokens=layout.n_tokens,
+                                settings={**(settings or {}), "server": url, "log_file": str(log_file or "")})
+            time.sleep(0.05 if log_file else 0)
+            while not lines.empty():
+                lines.get_nowait()
+            yield from _stream(run, url, client, body, knobs, layout, lines, lambda: True,
+                               lambda: "the connection was lost", all_lines, result)
+    except (ReplayerError, httpx.HTTPError, OSError) as exc:
+        msg = str(exc) if isinstance(exc, ReplayerError) else f"{type(exc).__name__}: {exc}"
+        yield ev.RunFailed(run=run, error=msg, t_ms=(time.monotonic() - t0) * 1000)
+    finally:
+        stop.set()

@@ -55,9 +55,8 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
     req = build_request(s, system_prompt=load_system_prompt(cfg.system_prompt) if cfg.system_prompt else None,
                         tools=load_tools(cfg.tools) if cfg.tools else None)
     model = Path(args.model).expanduser()
-    if args.server:
-        raise ReplayerError("attach mode (--server) is not implemented yet; start builds with --a/--b")
-    if not model.suffix == ".gguf" and not model.exists():
+    attached = {"A": args.server, "B": getattr(args, "server_b", None)}
+    if not all(attached.values()) and not model.suffix == ".gguf" and not model.exists():
         raise ReplayerError(f"--model must be a GGUF file for live replays, got {args.model!r}")
     backend = cfg.backend or "cpu"
     knobs = cfg.knobs() if cfg.model in _preset_ids() else _knobs(cfg)
@@ -67,6 +66,21 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
     lock = threading.Lock()
 
     def one(run: str, spec: str) -> None:
+        if attached[run]:
+            from replayer.core.engine.live import attach_events
+
+            build = parse_build(spec)
+            evs = attach_events(run, build, knobs, attached[run], req.body,
+                                log_file=Path(args.server_log) if args.server_log and run == "A" else None,
+                                label=f"{run}: {build.label}", result=results[run], timeout=args.timeout,
+                                settings={"n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch})
+            for e in evs:
+                runs[run].append(e)
+                if jsonl:
+                    with lock:
+                        sys.stdout.buffer.write(ev.to_json(e) + b"\n")
+                        sys.stdout.flush()
+            return
         try:
             rb = resolve_binary(spec, backend)
             build = parse_build(str(rb.build))
