@@ -65,6 +65,14 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
     jsonl = bool(args.jsonl)
     lock = threading.Lock()
 
+    def emit(run: str, evs) -> None:
+        for e in evs:
+            runs[run].append(e)
+            if jsonl:
+                with lock:
+                    sys.stdout.buffer.write(ev.to_json(e) + b"\n")
+                    sys.stdout.flush()
+
     def one(run: str, spec: str) -> None:
         if attached[run]:
             from replayer.core.engine.live import attach_events
@@ -74,12 +82,7 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
                                 log_file=Path(args.server_log) if args.server_log and run == "A" else None,
                                 label=f"{run}: {build.label}", result=results[run], timeout=args.timeout,
                                 settings={"n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch})
-            for e in evs:
-                runs[run].append(e)
-                if jsonl:
-                    with lock:
-                        sys.stdout.buffer.write(ev.to_json(e) + b"\n")
-                        sys.stdout.flush()
+            emit(run, evs)
             return
         try:
             rb = resolve_binary(spec, backend)
@@ -90,12 +93,7 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
             opts = LiveOptions(binary=rb.binary, model=model, ctx_size=args.ctx_size, request_timeout=args.timeout)
             evs = live_events(run, build, knobs, opts, req.body, label=f"{run}: {build.label}", result=results[run],
                               settings={"backend": backend, "n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch})
-        for e in evs:
-            runs[run].append(e)
-            if jsonl:
-                with lock:
-                    sys.stdout.buffer.write(ev.to_json(e) + b"\n")
-                    sys.stdout.flush()
+        emit(run, evs)
 
     try:
         if args.parallel_runs:

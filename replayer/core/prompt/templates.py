@@ -82,29 +82,28 @@ def _fromjson(value: str) -> Any:
         return {}
 
 
-@lru_cache(maxsize=1)
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        undefined=jinja2.ChainableUndefined,
-                                        extensions=["jinja2.ext.loopcontrols"])
+def _with_helpers(env: jinja2.Environment) -> jinja2.Environment:
     env.filters["tojson"] = _tojson
     env.filters["fromjson"] = _fromjson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
+
+
+_ENV_ARGS = dict(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined,
+                 extensions=["jinja2.ext.loopcontrols"], autoescape=False)
+
+
+@lru_cache(maxsize=1)
+def _environment() -> ImmutableSandboxedEnvironment:
+    return _with_helpers(ImmutableSandboxedEnvironment(**_ENV_ARGS))
 
 
 @lru_cache(maxsize=1)
 def _trusted_environment() -> jinja2.Environment:
     """For the bundled templates only (written by this project): same helpers, no sandbox cost.
     Message data cannot run code in Jinja; only template source can, and that is ours here."""
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined,
-                             extensions=["jinja2.ext.loopcontrols"], autoescape=False)
-    env.filters["tojson"] = _tojson
-    env.filters["fromjson"] = _fromjson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
+    return _with_helpers(jinja2.Environment(**_ENV_ARGS))
 
 
 @lru_cache(maxsize=64)

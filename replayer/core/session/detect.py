@@ -24,6 +24,13 @@ def _is_binary(head: bytes) -> bool:
     return False
 
 
+def _jsonl_format(objs: list[dict]) -> str | None:
+    for name, mod in (("pi", pi), ("codex", codex), ("claude-code", claude_code)):
+        if mod.detect(objs):
+            return name
+    return None
+
+
 def detect_format(path: Path) -> str:
     if path.is_dir():
         if opencode.storage_root(path) is not None:
@@ -43,13 +50,8 @@ def detect_format(path: Path) -> str:
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         objs = head_objects(path, 20)
-        if len(objs) >= 2 or (objs and "\n" in stripped.rstrip()):
-            if pi.detect(objs):
-                return "pi"
-            if codex.detect(objs):
-                return "codex"
-            if claude_code.detect(objs):
-                return "claude-code"
+        if (len(objs) >= 2 or (objs and "\n" in stripped.rstrip())) and (found := _jsonl_format(objs)):
+            return found
         doc = _whole_json(path)
         if isinstance(doc, dict) and str(doc.get("id", "")).startswith("ses_") and \
                 opencode.storage_root(path.parent) is not None:
@@ -61,13 +63,8 @@ def detect_format(path: Path) -> str:
                 return "sharegpt"
             if objs and pi.detect(objs):
                 return "pi"
-        elif objs:
-            if pi.detect(objs):
-                return "pi"
-            if codex.detect(objs):
-                return "codex"
-            if claude_code.detect(objs):
-                return "claude-code"
+        elif objs and (found := _jsonl_format(objs)):
+            return found
     raise FormatUnknown(
         f"cannot tell which agent wrote {path}",
         hint=f"supported: {', '.join(FORMATS)}; force one with --format",
