@@ -171,3 +171,28 @@ async def test_failing_live_run_shows_error_and_b_finishes(tmp_path):
         assert "no such" in (screen.pane("A").summary.failed or "")
         assert screen.pane("B").summary.finished is not None and screen.pane("B").summary.engine == "live"
         assert "FAILED" in str(screen.pane("A").query_one("#title").render())
+
+
+async def test_custom_build_number_and_path_completion(tmp_path):
+    from replayer.ui.screens.picker import PathSuggester
+
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "mine.jsonl").write_text("x")
+    sug = PathSuggester()
+    assert await sug.get_suggestion(str(tmp_path / "ses")) == str(tmp_path / "sessions") + "/"
+    assert await sug.get_suggestion(str(tmp_path / "sessions") + "/") == str(tmp_path / "sessions" / "mine.jsonl")
+
+    app = ReplayerApp(session=FIXTURES / "pi/small-v3.jsonl", default_speed=0.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        app.screen.query_one("#build-b-custom").value = "9940"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.comparison is not None)
+        assert app.screen.comparison.b.build == "b9940" and app.screen.comparison.b.generation == "G2a"
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        app.screen.query_one("#build-a-custom").value = "banana"
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, SetupScreen)
+        assert "unknown build" in str(app.screen.query_one("#setup-error", Static).render())

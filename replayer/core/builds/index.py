@@ -71,9 +71,16 @@ def index_urls() -> list[str]:
     return [u if u.endswith("/") else u + "/" for u in urls]
 
 
-def tls_verify() -> str | bool:
+def tls_verify():
+    """pip's CA bundle when it has one (PIP_CERT / pip config), else the system default."""
+    import ssl
+
     cert = os.environ.get("PIP_CERT") or _pip_config().get("cert")
-    return cert if cert and Path(cert).exists() else True
+    if cert and Path(cert).is_dir():
+        return ssl.create_default_context(capath=cert)
+    if cert and Path(cert).exists():
+        return ssl.create_default_context(cafile=cert)
+    return True
 
 
 _HREF = re.compile(r'<a\s[^>]*href="([^"]+)"[^>]*>([^<]*)</a>', re.I)

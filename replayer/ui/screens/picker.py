@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
+from textual.suggester import Suggester
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from replayer.core.errors import ReplayerError
@@ -20,6 +21,28 @@ from replayer.core.session.discover import discover
 DEMO_KEY = "__demo__"
 
 
+class PathSuggester(Suggester):
+    """Completes file-system paths as the user types (→ accepts the suggestion)."""
+
+    def __init__(self) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)
+
+    async def get_suggestion(self, value: str) -> str | None:
+        if not value:
+            return None
+        p = Path(value).expanduser()
+        parent, stem = (p, "") if value.endswith("/") else (p.parent, p.name)
+        try:
+            names = sorted(e.name for e in parent.iterdir() if e.name.startswith(stem) and not e.name.startswith("."))
+        except OSError:
+            return None
+        if not names:
+            return None
+        head = value if value.endswith("/") else value[: len(value) - len(stem)]
+        full = head + names[0]
+        return full + "/" if (parent / names[0]).is_dir() else full
+
+
 class PickerScreen(Screen):
     BINDINGS = [Binding("o", "focus_path", "open file…"), Binding("d", "open_demo", "demo")]
 
@@ -28,7 +51,8 @@ class PickerScreen(Screen):
         with Vertical(id="picker"):
             yield Static("Pick a session to replay (newest first), or type a path.", id="picker-help")
             yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
-            yield Input(placeholder="open file… (path to a session log, ⏎ to open)", id="path")
+            yield Input(placeholder="open file… (path to a session log; → completes, ⏎ opens)", id="path",
+                        suggester=PathSuggester())
             yield Static("", id="picker-error")
         yield Footer()
 

@@ -10,7 +10,7 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
-from replayer.core.builds.catalog import BUILD_PRESETS
+from replayer.core.builds.catalog import BUILD_PRESETS, parse_build
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.replay import ReplayConfig, prepare
@@ -51,9 +51,13 @@ class SetupScreen(Screen):
             yield Static("", id="estimate")
             with Grid(id="form"):
                 yield Label("build A")
-                yield Select(build_options(), value=c.a, allow_blank=False, id="build-a")
+                with Horizontal():
+                    yield Select(build_options(), value=c.a, allow_blank=False, id="build-a")
+                    yield Input(placeholder="or a build number / binary path", id="build-a-custom")
                 yield Label("build B")
-                yield Select(build_options(), value=c.b, allow_blank=False, id="build-b")
+                with Horizontal():
+                    yield Select(build_options(), value=c.b, allow_blank=False, id="build-b")
+                    yield Input(placeholder="or a build number / binary path", id="build-b-custom")
                 yield Label("engine")
                 yield Select([("simulated (cost model)", "simulated"), ("live (real llama-server)", "live")],
                              value=c.engine, allow_blank=False, id="engine")
@@ -108,7 +112,15 @@ class SetupScreen(Screen):
             except ValueError:
                 raise ReplayerError(f"{sel.lstrip('#')} must be a whole number, got {text!r}") from None
 
-        return ReplayConfig(a=val("#build-a"), b=val("#build-b"), engine=val("#engine"), gpu=val("#gpu"),
+        def build(which: str) -> str:
+            custom = self.query_one(f"#build-{which}-custom", Input).value.strip()
+            if not custom:
+                return val(f"#build-{which}")
+            if "/" not in custom:
+                parse_build(custom)  # a clear error for anything that is not a build
+            return custom
+
+        return ReplayConfig(a=build("a"), b=build("b"), engine=val("#engine"), gpu=val("#gpu"),
                             backend=val("#backend"), model=val("#model"), n_batch=num("#n-batch", 2048),
                             n_ubatch=num("#n-ubatch", 512), checkpoint_min_step=num("#cms", None),
                             ctx_checkpoints=num("#ctx-checkpoints", 32))

@@ -1,0 +1,81 @@
+"""Discovery, request overrides, the layout CLI, calibration fitting."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import orjson
+
+from replayer.core.engine import events as ev
+from replayer.core.engine.live_cli import fit_line
+from replayer.core.session.discover import discover
+
+from conftest import FIXTURES, REPO
+
+
+def test_discover_default_folders_newest_first(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    pi = home / ".pi" / "agent" / "sessions" / "--w--"
+    cc = home / ".claude" / "projects" / "-w"
+    cx = home / ".codex" / "sessions" / "2026" / "07" / "01"
+    for d in (pi, cc, cx):
+        d.mkdir(parents=True)
+    shutil.copy(FIXTURES / "pi/small-v3.jsonl", pi / "a.jsonl")
+    shutil.copy(FIXTURES / "claude-code/small.jsonl", cc / "b.jsonl")
+    shutil.copy(FIXTURES / "codex/small-rollout.jsonl", cx / "rollout-x.jsonl")
+    os.utime(pi / "a.jsonl", (1, 1_000))
+    os.utime(cc / "b.jsonl", (1, 3_000))
+    os.utime(cx / "rollout-x.jsonl", (1, 2_000))
+    monkeypatch.setenv("HOME", str(home))
+    for var in ("PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    assert [f.agent for f in discover()] == ["claude-code", "codex", "pi"]
+    monkeypatch.setenv("PI_CODING_AGENT_SESSION_DIR", str(tmp_path / "custom"))
+    (tmp_path / "custom").mkdir()
+    shutil.copy(FIXTURES / "pi/small-v3.jsonl", tmp_path / "custom" / "c.jsonl")
+    assert "pi" in [f.agent for f in discover()] and any(f.path.parent.name == "custom" for f in discover())
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "replayer.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+
+
+def test_system_prompt_and_tools_overrides(tmp_path):
+    sp = tmp_path / "system.txt"
+    sp.write_text("You are pi.")
+    tools = tmp_path / "tools.json"
+    tools.write_bytes(orjson.dumps([{"name": "bash", "description": "run", "parameters": {"type": "object"}}]))
+    body = orjson.loads(_cli("inspect", str(FIXTURES / "pi/small-v3.jsonl"), "--request",
+                             "--system-prompt", str(sp), "--tools", str(tools)).stdout)
+    assert body["messages"][0] == {"role": "system", "content": "You are pi."}
+    assert body["tools"][0]["function"]["name"] == "bash"
+    info = orjson.loads(_cli("inspect", str(FIXTURES / "pi/small-v3.jsonl"), "--json", "--system-prompt", str(sp),
+                             "--tools", str(tools)).stdout)
+    assert info["missing"] == []
+    r = _cli("inspect", str(FIXTURES / "pi/small-v3.jsonl"), "--tools", str(sp))
+    assert r.returncode == 2 and "is not JSON" in r.stderr
+
+
+def test_layout_cli_json():
+    out = orjson.loads(_cli("layout", str(FIXTURES / "openai/request.json"), "--json", "--build", "9859").stdout)
+    assert out["tokenizer"] == "estimate" and out["template"] == "chatml" and out["build"] == "b9859"
+    assert len(out["user_starts"]) == 2  # the user question and the tool result (ChatML renders it as user)
+    assert {"role": "user", "text": "<|im_start|>user"} in out["delimiters"]
+    r = _cli("layout", str(FIXTURES / "openai/request.json"), "--tokenizer", "bpe:x")
+    assert r.returncode == 2 and "unknown tokenizer" in r.stderr
+
+
+def test_calibration_fit_recovers_a_line():
+    batches = []
+    t = 0.0
+    for i, n in enumerate([2048, 700, 35, 2048, 1200, 90]):
+        ub = -(-n // 512)
+        ms = 12.0 * ub + 0.25 * n
+        batches.append(ev.BatchDone("A", i, 0, n, ub, "n_batch", t, t + ms))
+        t += ms
+    fixed, per = fit_line(batches)
+    assert abs(fixed - 12.0) < 1e-6 and abs(per - 0.25) < 1e-9
