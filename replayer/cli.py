@@ -175,7 +175,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     prep = prepare(args.session, cfg)
     events: list[ev.Event] = []
     for run in ("A", "B"):
-        for e in simulated_events(prep, run):
+        stream = simulated_events(prep, run)
+        if args.jsonl and args.speed:
+            from replayer.core.engine.simulate import paced
+
+            stream = paced(stream, args.speed)  # modelled time, divided by --speed
+        for e in stream:
             events.append(e)
             if args.jsonl:
                 _out(ev.to_json(e))
@@ -242,15 +247,7 @@ def cmd_builds(args: argparse.Namespace) -> int:
             b = parse_build(number)
             if b.number is None:
                 raise ReplayerError(f"install needs a build number, not a generation ({number})")
-            state = {"stage": None, "pct": -1}
-
-            def progress(stage: str, frac: float) -> None:
-                pct = int(frac * 100)
-                if stage != state["stage"] or pct >= state["pct"] + 10 or stage == "done":
-                    state.update(stage=stage, pct=pct)
-                    print(f"b{b.number} {stage} {pct}%", file=sys.stderr, flush=True)
-
-            rec = manager.install(b.number, args.backend, progress)
+            rec = manager.install(b.number, args.backend, _progress_printer(f"b{b.number}"))
             _out(f"b{rec.build} {rec.backend}: {rec.binary}")
         return 0
     if args.builds_cmd == "add":
@@ -264,7 +261,22 @@ def cmd_builds(args: argparse.Namespace) -> int:
     raise ReplayerError("usage: replayer builds install|list|add|remove")
 
 
+def _progress_printer(prefix: str):
+    """Build progress on stderr: each stage, then every 10 %."""
+    state = {"stage": None, "pct": -1}
+
+    def progress(stage: str, frac: float) -> None:
+        pct = int(frac * 100)
+        if stage != state["stage"] or pct >= state["pct"] + 10 or stage == "done":
+            state.update(stage=stage, pct=pct)
+            print(f"{prefix} {stage} {pct}%", file=sys.stderr, flush=True)
+
+    return progress
+
+
 def cmd_models(args: argparse.Namespace) -> int:
+    if getattr(args, "models_cmd", None) is None:
+        raise ReplayerError("usage: replayer models make-tiny --arch llama|gemma2|lfm2 OUT.gguf")
     from replayer.core.tiny_models import make_tiny
 
     path = make_tiny(args.arch, Path(args.out), vocab=args.vocab)
@@ -347,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
     p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
+    p.add_argument("--speed", type=float, default=0.0,
+                   help="with --jsonl: release simulated events in modelled time ÷ SPEED (0 = instant)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
     out.add_argument("--jsonl", action="store_true", help="stream the events")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, Log, Static
 
 from replayer.core.compare import compare
-from replayer.core.engine import events as ev
 from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.picker import PickerScreen

@@ -6,13 +6,12 @@ import os
 import subprocess
 import sys
 import tracemalloc
-from pathlib import Path
 
 import orjson
 import pytest
 
 from replayer.core.errors import FormatUnknown, ImportFailed
-from replayer.core.session import build_request, detect_format, load_session
+from replayer.core.session import detect_format, load_session
 
 from conftest import FIXTURES, REPO
 

@@ -250,7 +250,6 @@ def _live(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, l
         if N >= n_ctx:
             raise RunError(f"the prompt has {N} tokens but the server's context is {n_ctx}; raise --ctx-size "
                            "(or use a model with a longer context)")
-        user_starts = layout.user_starts
         yield ev.RunStarted(run=run, label=label or build.label, build=build.label, generation=build.generation.value,
                             engine="live", n_tokens=N, settings={**settings, "binary": str(opts.binary),
                                                                   "model": str(opts.model), "port": server.port,

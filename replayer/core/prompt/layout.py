@@ -13,7 +13,6 @@ running llama-server's ``/apply-template`` and ``/tokenize``).
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -203,7 +202,6 @@ def _scan_tokens(ids: list[int], delim_ids: list[tuple[str, list[int]]]) -> list
         if seq:
             firsts.setdefault(seq[0], []).append((role, seq))
     out = []
-    n = len(ids)
     for i, t in enumerate(ids):
         cands = firsts.get(t)
         if not cands:
@@ -212,7 +210,6 @@ def _scan_tokens(ids: list[int], delim_ids: list[tuple[str, list[int]]]) -> list
             if ids[i:i + len(seq)] == seq:
                 out.append((role, i))
                 break
-    del n
     return out
 
 
@@ -268,7 +265,6 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         matches = []
         pos_c = 0
         acc = 0
-        bos = 1 if text.startswith(("<|begin_of_text|>", "<bos>")) else 0
         for role, c in matches_c:
             acc += est.count(text[pos_c:c])
             pos_c = c
@@ -276,7 +272,6 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         n = acc + est.count(text[pos_c:])
         count = lambda s: est.count(s)  # noqa: E731
         name = "estimate"
-        del bos
     spans = _spans(matches, n)
     n_before_user = None
     if not b.token_space_spans:
@@ -298,6 +293,3 @@ def request_layout(body: dict, **kw: Any) -> PromptLayout:
 def estimate_tokens(text: str) -> int:
     return EstimateTokenizer().count(text)
 
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)

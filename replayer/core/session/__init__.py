@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from replayer.core.errors import FormatUnknown, ImportFailed, did_you_mean
+from replayer.core.errors import ImportFailed, did_you_mean
 from replayer.core.session.detect import FORMATS, detect_format
 from replayer.core.session.model import Message, Session
 from replayer.core.session.request import ChatRequest, build_request

@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,12 @@ coloured by the rule that cut them (a ┃ at each cut), checkpoint markers (◆)
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widget import Widget
-
-REASON_GLYPH = {"n_batch": "━", "user_start": "━", "checkpoint_offset": "━", "prompt_end": "━", "other": "━"}
-
 
 class Timeline(Widget, can_focus=True):
     DEFAULT_CSS = """
@@ -133,6 +129,3 @@ class Timeline(Widget, can_focus=True):
         tpc = self._tpc()
         return {int((p - self.offset) / tpc) for p in positions if self.offset <= p < self.n_tokens}
 
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
