@@ -158,7 +158,8 @@ def _config(args: argparse.Namespace):
     return ReplayConfig(a=args.a, b=args.b, engine=args.engine, gpu=args.gpu, model=args.model, backend=args.backend,
                         n_batch=args.batch_size, n_ubatch=args.ubatch_size, checkpoint_min_step=args.cms,
                         ctx_checkpoints=args.ctx_checkpoints, tokenizer=args.tokenizer, template=args.template,
-                        format=args.format, system_prompt=args.system_prompt, tools=args.tools)
+                        format=args.format, system_prompt=args.system_prompt, tools=args.tools,
+                        calibration=args.calibration)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -215,7 +216,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     from replayer.core.hardware import presets
 
+    from replayer.core.replay import calibrations
+
     data = presets.listing()
+    data["calibrations"] = [{"id": k, **v} for k, v in calibrations().items()]
     if args.json:
         _json(data)
         return 0
@@ -224,6 +228,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
     lines += ["", "models:"]
     lines += [f"  {m['id']:<22} {m['name']}  ({m['memory']}{', checkpoints' if m['needs_checkpoints'] else ''})"
               for m in data["models"]]
+    if data["calibrations"]:
+        lines += ["", "calibrations (replay --calibration ID):"]
+        lines += [f"  {c['id']:<30} {c['fixed_ms']:.3f} ms/ubatch + {c['per_token_ms'] * 1000:.3f} µs/token"
+                  for c in data["calibrations"]]
     _out("\n".join(lines))
     return 0
 
@@ -359,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
     p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
+    p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float, default=0.0,
                    help="with --jsonl: release simulated events in modelled time ÷ SPEED (0 = instant)")
     out = p.add_mutually_exclusive_group()

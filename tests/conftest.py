@@ -24,6 +24,11 @@ def need_shared(path: Path) -> Path:
     return path
 
 
+#: Every process this test session starts inherits this tag, so orphan checks only ever look
+#: at servers of this session (not at another test run on the same machine).
+SESSION_TAG = os.environ.setdefault("REPLAYER_TEST_SESSION", f"{os.getpid()}-{os.urandom(4).hex()}")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory, monkeypatch):
     """Config and exports go to a temp dir; the build cache stays shared (builds are slow)."""

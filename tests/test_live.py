@@ -27,7 +27,7 @@ from replayer.core.engine.schedule import Knobs, Slot
 from replayer.core.prompt.layout import compute_layout
 from replayer.core.tiny_models import make_tiny
 
-from conftest import REPO
+from conftest import REPO, SESSION_TAG
 from helpers import agent_conversation
 
 pytestmark = pytest.mark.live
@@ -55,16 +55,20 @@ def conversation():
 
 
 def _server_pids(binary_paths) -> list[int]:
+    """llama-server processes started by this test session (tagged through the environment)."""
+    tag = f"REPLAYER_TEST_SESSION={SESSION_TAG}".encode()
     pids = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            if not any(cmd == str(b) for b in binary_paths):
+                continue
+            if tag in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                pids.append(int(pid))
         except OSError:
             continue
-        if any(cmd == str(b) for b in binary_paths):
-            pids.append(int(pid))
     return pids
 
 
@@ -283,3 +287,30 @@ def test_attach_to_nothing_fails_clearly(conversation):
 
     evs = list(attach_events("A", parse_build("10001"), Knobs(), f"http://127.0.0.1:{free_port()}", conversation))
     assert isinstance(evs[-1], ev.RunFailed) and "no healthy llama-server" in evs[-1].error
+
+
+def test_parallel_runs_and_calibration(binaries, tiny, tmp_path):
+    """--parallel-runs runs A and B at once; --calibrate saves a line that then predicts the run."""
+    msgs, tools = agent_conversation(rounds=60, tool_result_words=120)
+    f = tmp_path / "req.json"
+    f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
+    base = [sys.executable, "-m", "replayer.cli", "replay", str(f), "--engine", "live", "--a", "9859", "--b", "10001",
+            "--model", str(tiny["llama"])]
+    r = subprocess.run(base + ["--parallel-runs", "--calibrate", "--json"], capture_output=True, text=True, cwd=REPO,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    a, b = orjson.loads(r.stdout)["runs"]
+    assert a["error"] is None and b["error"] is None and a["n_batches"] > b["n_batches"]
+    presets = orjson.loads(subprocess.run([sys.executable, "-m", "replayer.cli", "presets", "--json"],
+                                          capture_output=True, cwd=REPO).stdout)
+    assert "cpu-llama" in [c["id"] for c in presets["calibrations"]]
+    # the simulator, timed by that calibration, on the same exact layout (the model's own vocabulary)
+    sim = orjson.loads(subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(f), "--a", "9859", "--b",
+                                       "10001", "--calibration", "cpu-llama", "--model", "llama-8b-q4_0",
+                                       "--tokenizer", f"gguf:{tiny['llama']}", "--json"], capture_output=True,
+                                      cwd=REPO).stdout)
+    for live_run, sim_run in zip((a, b), sim["runs"]):
+        assert [(x["start"], x["n_tokens"]) for x in sim_run["batches"]] == [
+            (x["start"], x["n_tokens"]) for x in live_run["batches"]]
+        measured = sum(x["ms"] for x in live_run["batches"])
+        assert sim_run["prompt_ms"] == pytest.approx(measured, rel=0.15)

@@ -10,7 +10,8 @@ import sys
 import orjson
 
 from replayer.core.engine import events as ev
-from replayer.core.engine.live_cli import fit_line
+import pytest
+
 from replayer.core.session.discover import discover
 
 from conftest import FIXTURES, REPO
@@ -69,13 +70,18 @@ def test_layout_cli_json():
     assert r.returncode == 2 and "unknown tokenizer" in r.stderr
 
 
-def test_calibration_fit_recovers_a_line():
-    batches = []
-    t = 0.0
-    for i, n in enumerate([2048, 700, 35, 2048, 1200, 90]):
-        ub = -(-n // 512)
-        ms = 12.0 * ub + 0.25 * n
-        batches.append(ev.BatchDone("A", i, 0, n, ub, "n_batch", t, t + ms))
+def test_calibration_fit_recovers_the_cost_model():
+    from replayer.core.engine.live_cli import fit_cost
+    from replayer.core.hardware.cost import LineCost, batch_ms
+
+    truth = LineCost("truth", fixed_ms=12.0, per_token_ms=0.25, attn_ms=2e-6)
+    batches, t, start = [], 0.0, 0
+    for i, n in enumerate([2048, 700, 35, 2048, 1200, 90, 2048, 300]):
+        ms = batch_ms(truth, start, n, 512)
+        batches.append(ev.BatchDone("A", i, start, n, -(-n // 512), "n_batch", t, t + ms))
         t += ms
-    fixed, per = fit_line(batches)
-    assert abs(fixed - 12.0) < 1e-6 and abs(per - 0.25) < 1e-9
+        start += n
+    fixed, per, attn = fit_cost(batches, 512)
+    assert (fixed, per, attn) == (pytest.approx(12.0), pytest.approx(0.25), pytest.approx(2e-6))
+    same_size = [b for b in batches if b.n_tokens == 2048]
+    assert all(x >= 0 for x in fit_cost(same_size, 512))  # degenerate data never yields negative costs

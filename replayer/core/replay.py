@@ -49,6 +49,7 @@ class ReplayConfig:
     tokenizer: str = "estimate"
     template: str | None = None
     format: str | None = None
+    calibration: str | None = None  # a line fitted by `replay --engine live --calibrate`
     system_prompt: str | None = None  # path
     tools: str | None = None  # path
     images: str = "omit"
@@ -119,11 +120,42 @@ def run_spec(run: str, build: Build, config: ReplayConfig) -> RunSpec:
 
 
 def cost_for(config: ReplayConfig) -> costmod.CostModel:
+    if config.calibration:
+        return calibrated_cost(config.calibration)
     g = presets.gpu(config.gpu)
     backend = presets.backend(config.backend) if config.backend else g.backend
     if backend not in g.backends:
         raise ReplayerError(f"{g.name} does not run the {backend} backend; choose one of {', '.join(g.backends)}")
     return costmod.cost_model(g, presets.model(config.model), backend)
+
+
+def calibrations() -> dict[str, dict]:
+    from replayer.core import paths
+
+    f = paths.presets_file()
+    if not f.exists():
+        return {}
+    try:
+        import orjson
+
+        return dict(orjson.loads(f.read_bytes()).get("calibrations", {}))
+    except (OSError, ValueError):
+        raise ReplayerError(f"cannot read calibrations from {f}") from None
+
+
+def calibrated_cost(name: str) -> costmod.CostModel:
+    cal = calibrations()
+    if name not in cal:
+        from replayer.core.errors import did_you_mean
+
+        hint = did_you_mean(name, list(cal))
+        raise ReplayerError(f"no calibration {name!r}" + (f"; saved: {', '.join(cal)}" if cal else
+                            "; run a live replay with --calibrate first"),
+                            hint=f"did you mean {hint}?" if hint else None)
+    c = cal[name]
+    return costmod.LineCost(name=f"calibration {name}", fixed_ms=float(c["fixed_ms"]),
+                            per_token_ms=float(c["per_token_ms"]), attn_ms=float(c.get("attn_ms", 0.0)),
+                            source=str(c.get("model", "")))
 
 
 def simulated_events(prep: Prepared, run: str) -> Iterator[ev.Event]:

@@ -340,6 +340,10 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
         if isinstance(payload.get("timings"), dict):
             result.timings = payload["timings"]
     if failure:
+        # a killed server's connection can drop before the process is reaped: wait a moment
+        deadline = time.monotonic() + 1.0
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
         if not alive():
             failure = f"llama-server died during the replay: {last_error()}"
         raise RunError(failure)

@@ -24,17 +24,39 @@ from replayer.core.engine.live import LiveOptions, LiveResult, live_events, stop
 from replayer.core.errors import ReplayerError
 
 
-def fit_line(batches: list[ev.BatchDone]) -> tuple[float, float]:
-    """Least squares of batch time = fixed·ubatches + per_token·tokens (ms)."""
+def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float]:
+    """(ubatches, tokens, Σ b·(depth + (b+1)/2)) of one batch, ubatch by ubatch."""
+    ub, att, pos, end = 0, 0.0, b.start, b.start + b.n_tokens
+    while pos < end:
+        n = min(n_ubatch, end - pos)
+        ub += 1
+        att += n * (pos + (n + 1) / 2)
+        pos += n
+    return float(ub), float(b.n_tokens), att
+
+
+def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, float]:
+    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth.
+
+    Pool batches of several runs of one server and model: a run whose batches all have the
+    same size cannot tell fixed from per-token cost on its own.
+    """
     import numpy as np
 
-    rows = [(b.n_ubatches, b.n_tokens, b.duration_ms) for b in batches if b.duration_ms > 0]
-    if len(rows) < 2:
-        raise ReplayerError("need at least two timed batches to calibrate")
-    a = np.array([[r[0], r[1]] for r in rows], dtype=float)
-    y = np.array([r[2] for r in rows], dtype=float)
-    (fixed, per_tok), *_ = np.linalg.lstsq(a, y, rcond=None)
-    return max(0.0, float(fixed)), max(0.0, float(per_tok))
+    rows = [(_features(b, n_ubatch), b.duration_ms) for b in batches if b.duration_ms > 0]
+    if len(rows) < 3:
+        raise ReplayerError("need at least three timed batches to calibrate")
+    a = np.array([r[0] for r in rows], dtype=float)
+    y = np.array([r[1] for r in rows], dtype=float)
+    active = [0, 1, 2]
+    coef = np.zeros(3)
+    while active:  # drop a negative coefficient and refit (NNLS for three unknowns)
+        sol, *_ = np.linalg.lstsq(a[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    return float(coef[0]), float(coef[1]), float(coef[2])
 
 
 def save_calibration(name: str, fixed_ms: float, per_token_ms: float, source: dict[str, Any]) -> Path:
@@ -112,13 +134,14 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
         return 0 if not any(isinstance(e, ev.RunFailed) for r in runs.values() for e in r) else 1
     cmp = compare(runs["A"] + runs["B"])
     if args.calibrate:
-        for r in (cmp.a, cmp.b):
-            if r.batches and not r.failed:
-                fixed, per = fit_line(r.batches)
-                f = save_calibration(f"{r.build}-{backend}-{model.stem}", fixed, per,
-                                     {"build": r.build, "backend": backend, "model": str(model)})
-                print(f"calibrated {r.build}: {fixed:.3f} ms per ubatch + {per * 1000:.3f} µs per token → {f}",
-                      file=sys.stderr)
+        # the cost belongs to the hardware and model, not the build: fit both runs together
+        timed = [b for r in (cmp.a, cmp.b) if not r.failed for b in r.batches]
+        fixed, per, attn = fit_cost(timed, knobs.n_ubatch_eff)
+        name = f"{backend}-{model.stem}"
+        f = save_calibration(name, fixed, per, {"attn_ms": attn, "backend": backend, "model": str(model),
+                                                "n_ubatch": knobs.n_ubatch_eff, "batches": len(timed)})
+        print(f"calibrated {name}: {fixed:.3f} ms per ubatch + {per * 1000:.3f} µs per token "
+              f"+ {attn * 1e6:.4f} ns per token×depth → {f}", file=sys.stderr)
     meta = {"session": s.path, "format": s.format}
     if args.json:
         sys.stdout.buffer.write(orjson.dumps({"session": meta, "runs": [cmp.a.to_dict(), cmp.b.to_dict()],
