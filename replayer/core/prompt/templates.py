@@ -201,7 +201,7 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
             except _RaiseException as exc:
                 last = exc
                 break
-        if isinstance(last, _RaiseException) or last is not None:
+        if last is not None:
             ctx["messages"] = _polyfilled(flat)
             try:
                 return tpl.render(**ctx)
