@@ -29,7 +29,7 @@ from replayer.core.builds.catalog import Build
 from replayer.core.builds.manager import probe_version
 from replayer.core.engine import events as ev
 from replayer.core.engine.logparse import LogFact, parse_line
-from replayer.core.engine.schedule import Knobs, attribute_reason
+from replayer.core.engine.schedule import Knobs, ReasonRule
 from replayer.core.errors import BuildError, ReplayerError, RunError
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import PromptLayout, layout_of_text
@@ -266,7 +266,7 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
             result: LiveResult) -> Iterator[ev.Event]:
     """Send the request and turn progress chunks + log lines into events (both run modes)."""
     N = layout.n_tokens
-    user_starts = layout.user_starts
+    reason_of = ReasonRule(N, layout.user_starts, knobs)
     req = dict(body, max_tokens=1, stream=True, return_progress=True, cache_prompt=True, temperature=0)
     out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
 
@@ -330,7 +330,7 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
             if prev_p is None:
                 prev_p, prev_t = p, t_ms
             elif p > prev_p:
-                reason = attribute_reason(prev_p, p, N, user_starts, knobs)
+                reason = reason_of(prev_p, p)
                 n_ub = -(-(p - prev_p) // knobs.n_ubatch_eff)
                 yield ev.BatchDone(run=run, index=batch_index, start=prev_p, n_tokens=p - prev_p, n_ubatches=n_ub,
                                    reason=reason, t_start_ms=prev_t, t_ms=t_ms)

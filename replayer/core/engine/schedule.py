@@ -13,7 +13,6 @@ test vectors and the live tests against real builds check exactly that.
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Literal
@@ -205,25 +204,39 @@ def near_end_points(n_tokens: int, knobs: Knobs) -> tuple[int, int]:
     return (n_tokens - min(nb, 4 + knobs.n_ubatch_eff), n_tokens - min(nb, 4))
 
 
+class ReasonRule:
+    """Names the rule that cut a batch ``[start, end)``: the diagnosis in one word.
+
+    Built once per run and shared by both engines, so that a simulated and a live run label
+    the same batch the same way. A full batch is ``n_batch`` even if a user start happens to
+    sit there, since the batch would have ended there anyway.
+    """
+
+    __slots__ = ("n_tokens", "n_batch", "user_set", "near")
+
+    def __init__(self, n_tokens: int, user_starts, knobs: Knobs, checkpoints_enabled: bool | None = None) -> None:
+        enabled = knobs.checkpoints_enabled if checkpoints_enabled is None else checkpoints_enabled
+        self.n_tokens = n_tokens
+        self.n_batch = knobs.n_batch_eff
+        self.user_set = frozenset(user_starts)
+        self.near = near_end_points(n_tokens, knobs) if enabled else ()
+
+    def __call__(self, start: int, end: int) -> str:
+        if end >= self.n_tokens:
+            return "prompt_end"
+        if end - start >= self.n_batch:
+            return "n_batch"
+        if end in self.user_set:
+            return "user_start"
+        if end in self.near:
+            return "checkpoint_offset"
+        return "other"
+
+
 def attribute_reason(start: int, end: int, n_tokens: int, user_starts, knobs: Knobs,
                      checkpoints_enabled: bool | None = None) -> str:
-    """Name the rule that cut a batch ``[start, end)``: the diagnosis in one word.
-
-    Shared by both engines so that a simulated and a live run label the same batch the
-    same way. A full batch is ``n_batch`` even if a user start happens to sit there, since
-    the batch would have ended there anyway.
-    """
-    if end >= n_tokens:
-        return "prompt_end"
-    if end - start >= knobs.n_batch_eff:
-        return "n_batch"
-    i = bisect_left(user_starts, end)
-    if i < len(user_starts) and user_starts[i] == end:
-        return "user_start"
-    enabled = knobs.checkpoints_enabled if checkpoints_enabled is None else checkpoints_enabled
-    if enabled and end in near_end_points(n_tokens, knobs):
-        return "checkpoint_offset"
-    return "other"
+    """One-off form of ``ReasonRule`` (build a rule to label many batches)."""
+    return ReasonRule(n_tokens, user_starts, knobs, checkpoints_enabled)(start, end)
 
 
 class Slot:
@@ -332,6 +345,10 @@ class Slot:
         nb, nub = k.n_batch_eff, k.n_ubatch_eff
         ckpt_enabled = k.checkpoints_enabled
         near1, near2 = near_end_points(N, k)
+        reason_of = ReasonRule(N, U, k, ckpt_enabled)
+        n_u = len(U)
+        is_g0, is_g1 = gen is Generation.G0, gen is Generation.G1
+        spacing_g01 = gen in (Generation.G1, Generation.G2A)
 
         self.task += 1
         erased: list[Erasure] = []
@@ -348,17 +365,17 @@ class Slot:
             limit = min(N, start + nb)
             end = limit
             # user-start rule
-            if gen is Generation.G0:
+            if is_g0:
                 if n_before_user > 0 and start < n_before_user <= limit:
                     end = min(end, n_before_user)
             else:
                 i = bisect_left(U, start + 1)
-                if gen is Generation.G1:
-                    if i < len(U) and U[i] <= limit:
+                if is_g1:
+                    if i < n_u and U[i] <= limit:
                         end = min(end, U[i])
                 elif ckpt_enabled:
                     last_ck = self.checkpoints[-1].n_tokens if self.checkpoints else None
-                    while i < len(U) and U[i] <= limit:
+                    while i < n_u and U[i] <= limit:
                         p = U[i]
                         if p == last_user or last_ck is None or p > last_ck + step:
                             end = min(end, p)
@@ -371,40 +388,38 @@ class Slot:
                         end = p
                         break
             n_cur = end - start
-            reason = attribute_reason(start, end, N, U, k, ckpt_enabled)
             batch_index = len(batches)
-            batches.append(Batch(start, n_cur, math.ceil(n_cur / nub), reason))
+            batches.append(Batch(start, n_cur, -(-n_cur // nub), reason_of(start, end)))
 
             # checkpoint decision (§5.3): taken before this batch is decoded
             near_prompt_end = N < end + nub
             complete = end == N
             do = ckpt_enabled
             if not complete:
-                if gen is Generation.G0:
+                if is_g0:
                     if n_before_user <= 0 and not near_prompt_end:
                         do = False
                 elif start not in user_set and not near_prompt_end:
                     do = False
-            if gen is Generation.G0:
+            if is_g0:
                 known = n_before_user > 0
                 allowed = (not known) or start == n_before_user or (
                     start > n_before_user and near_prompt_end)
                 if not allowed:
                     do = False
-            pos_min = self._pos_min(start)
-            if pos_min < 0:
+            if start <= 0:  # nothing decoded yet: the memory is empty (pos_min < 0)
                 do = False
             if do and self.checkpoints:
                 last = self.checkpoints[-1].n_tokens
                 spaced = start > last + step
-                if gen is Generation.G0:
+                if is_g0:
                     do = spaced
-                elif gen in (Generation.G1, Generation.G2A):
+                elif spacing_g01:
                     do = spaced or start == last_user
                 else:
                     do = spaced or start == last_user or near_prompt_end
             if do:
-                ck = Checkpoint(start, pos_min, start - 1, self.task)
+                ck = Checkpoint(start, self._pos_min(start), start - 1, self.task)
                 self._create(ck, batch_index, erased)
                 created.append((batch_index, ck))
                 counts.append(len(self.checkpoints))

@@ -54,6 +54,8 @@ def schedule_events(spec: RunSpec, sched: Schedule, cost: CostModel) -> Iterator
         erased_at.setdefault(e.batch_index, []).append(e)
     t = 0.0
     n_max = spec.knobs.n_ctx_checkpoints
+    n_ubatch = spec.knobs.n_ubatch_eff
+    BatchDone, Progress = ev.BatchDone, ev.Progress
     for e in erased_at.get(-1, []):
         c = e.checkpoint
         yield ev.CheckpointErased(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max,
@@ -73,10 +75,9 @@ def schedule_events(spec: RunSpec, sched: Schedule, cost: CostModel) -> Iterator
             t += cost.checkpoint_ms(spec.checkpoint_mib)
             yield ev.CheckpointCreated(run=run, n_tokens=ck.n_tokens, pos_min=ck.pos_min, pos_max=ck.pos_max,
                                        size_mib=spec.checkpoint_mib, count=count, n_max=n_max, t_ms=t)
-        t += batch_ms(cost, b.start, b.n_tokens, spec.knobs.n_ubatch_eff)
-        yield ev.BatchDone(run=run, index=i, start=b.start, n_tokens=b.n_tokens, n_ubatches=b.n_ubatches,
-                           reason=b.reason, t_start_ms=t_start, t_ms=t)
-        yield ev.Progress(run=run, processed=b.end, total=N, t_ms=t)
+        t += batch_ms(cost, b.start, b.n_tokens, n_ubatch)
+        yield BatchDone(run, i, b.start, b.n_tokens, b.n_ubatches, b.reason, t_start, t)
+        yield Progress(run, b.start + b.n_tokens, N, t)
     processed = N - sched.n_past
     yield ev.RunFinished(run=run, n_tokens=N, n_processed=processed, prompt_ms=t,
                          tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,

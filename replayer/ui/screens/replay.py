@@ -116,7 +116,9 @@ class ReplayScreen(Screen):
         buf = self.buffers[run]
         n = 0
         try:
-            async for e in apaced(simulated_events(self.prep, run), lambda: self.speed, pause=self.pause):
+            # the schedule of a long run takes tens of ms: compute it off the event loop
+            events = await asyncio.to_thread(lambda: list(simulated_events(self.prep, run)))
+            async for e in apaced(iter(events), lambda: self.speed, pause=self.pause):
                 buf.append(e)
                 n += 1
                 if n % 256 == 0:

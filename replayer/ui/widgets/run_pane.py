@@ -22,8 +22,6 @@ BATCH_HEADER = f"{'#':>5}  {'start':>9}  {'tokens':>7}  {'reason':<17}  {'ms':>1
 class RunPane(Vertical):
     DEFAULT_CSS = """
     RunPane { border: round $primary; padding: 0 1; height: 1fr; }
-    RunPane.failed { border: round $error; }
-    RunPane.done { border: round $success; }
     RunPane > #title { text-style: bold; height: 1; }
     RunPane > #stats { height: 2; color: $text-muted; }
     RunPane > Horizontal { height: 1; }
@@ -63,7 +61,7 @@ class RunPane(Vertical):
         self.summary = RunSummary(self.run)
         self.tps = []
         self.events_applied = 0
-        self.remove_class("done", "failed")
+        self.styles.border = ("round", self.app.theme_variables.get("primary", "blue"))
         self.query_one(Timeline).reset()
         batches = self.query_one("#batches", Log)
         batches.clear()
@@ -102,9 +100,9 @@ class RunPane(Vertical):
             elif isinstance(e, ev.CheckpointRestored):
                 log_lines.append(f"↺ {e.n_tokens:>7,}  restored, n_past {e.n_past}")
             elif isinstance(e, ev.RunFinished):
-                self.add_class("done")
+                self._border("success")
             elif isinstance(e, ev.RunFailed):
-                self.add_class("failed")
+                self._border("error")
                 self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"))
         if rows:
             self.query_one("#batches", Log).write_lines(rows)
@@ -116,6 +114,10 @@ class RunPane(Vertical):
             self.query_one("#tps", Sparkline).data = list(self.tps[-400:])
         tl.refresh()
         self._stats()
+
+    def _border(self, variable: str) -> None:
+        """Finished/failed colour as an inline style: a CSS class would restyle the whole pane."""
+        self.styles.border = ("round", self.app.theme_variables.get(variable, "green"))
 
     def _stats(self) -> None:
         s = self.summary
