@@ -243,10 +243,7 @@ def _live(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, l
         layout = layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)
         result.layout = layout
         N = layout.n_tokens
-        try:  # the server caps -c at the model's training context: ask what it really has
-            n_ctx = int(client.get(server.url + "/props").json()["default_generation_settings"]["n_ctx"])
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            pass
+        n_ctx = st.n_ctx() or n_ctx  # the server caps -c at the model's training context
         if N >= n_ctx:
             raise RunError(f"the prompt has {N} tokens but the server's context is {n_ctx}; raise --ctx-size "
                            "(or use a model with a longer context)")

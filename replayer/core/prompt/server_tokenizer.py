@@ -21,6 +21,7 @@ class ServerTokenizer:
         self.url = url.rstrip("/")
         self.name = f"server:{self.url}"
         self._client = client or httpx.Client(timeout=120)
+        self._props: dict[str, Any] | None = None
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -41,11 +42,23 @@ class ServerTokenizer:
             body["tools"] = tools
         return self._post("/apply-template", body)["prompt"]
 
-    def template(self) -> Template:
+    def props(self) -> dict[str, Any]:
+        """``GET /props`` once per tokenizer: the chat template and the real context size."""
+        if self._props is None:
+            try:
+                self._props = self._client.get(self.url + "/props").json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise ReplayerError(f"cannot read /props of {self.url}: {exc}") from None
+        return self._props
+
+    def n_ctx(self) -> int | None:
         try:
-            props = self._client.get(self.url + "/props").json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise ReplayerError(f"cannot read /props of {self.url}: {exc}") from None
+            return int(self.props()["default_generation_settings"]["n_ctx"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def template(self) -> Template:
+        props = self.props()
         return Template(name=f"server:{self.url}", source=props.get("chat_template", ""),
                         bos_token=props.get("bos_token", ""), eos_token=props.get("eos_token", ""))
 
