@@ -7,7 +7,7 @@ with the same ``RunSpec`` and the same events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -174,6 +174,3 @@ def demo_session_path() -> Path:
 
     return Path(str(resources.files("replayer.data").joinpath("demo/seed-session.jsonl")))
 
-
-def with_overrides(config: ReplayConfig, **kw: Any) -> ReplayConfig:
-    return replace(config, **{k: v for k, v in kw.items() if v is not None})

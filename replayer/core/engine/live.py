@@ -303,7 +303,7 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
             fact = parse_line(line)
             t_ms = (ts - t_req) * 1000
             if fact is not None:
-                for e in _fact_events(run, fact, t_ms, knobs, result):
+                for e in _fact_events(run, fact, t_ms, result):
                     if isinstance(e, ev.CheckpointCreated):
                         n_created += 1
                     yield e
@@ -353,7 +353,7 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
             continue
         fact = parse_line(line)
         if fact is not None:
-            yield from _fact_events(run, fact, (ts - t_req) * 1000, knobs, result)
+            yield from _fact_events(run, fact, (ts - t_req) * 1000, result)
             if fact.kind == "prompt_eval":
                 break
     result.log_lines = list(all_lines)
@@ -366,7 +366,7 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
 
 
 
-def _fact_events(run: str, fact: LogFact, t_ms: float, knobs: Knobs, result: LiveResult) -> Iterator[ev.Event]:
+def _fact_events(run: str, fact: LogFact, t_ms: float, result: LiveResult) -> Iterator[ev.Event]:
     v = fact.values
     if fact.kind == "batch_start":
         result.log_batch_starts.append(v[0])

@@ -97,15 +97,6 @@ def _estimate_table() -> dict[str, float]:
     return orjson.loads(raw)["table"]
 
 
-@lru_cache(maxsize=1)
-def _pre_tokenizer():
-    from tokenizers import Regex, pre_tokenizers
-
-    from replayer.core.prompt.gguf_tokenizer import _QWEN2
-
-    return pre_tokenizers.Split(Regex(_QWEN2), behavior="isolated")
-
-
 def piece_class(piece: str) -> str:
     s = piece.lstrip(" ")
     if piece.isspace() or not s:
@@ -285,11 +276,4 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
                         template=template_name, build=b.label, n_before_user=n_before_user,
                         text_chars=len(text), notes=notes)
 
-
-def request_layout(body: dict, **kw: Any) -> PromptLayout:
-    return compute_layout(body["messages"], body.get("tools"), **kw)
-
-
-def estimate_tokens(text: str) -> int:
-    return EstimateTokenizer().count(text)
 
