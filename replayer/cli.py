@@ -36,12 +36,11 @@ def _json(obj: Any) -> None:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.prompt.layout import compute_layout
     from replayer.core.prompt import templates
-    from replayer.core.session import build_request, load_session
-    from replayer.core.session.request import load_system_prompt, load_tools
+    from replayer.core.session import load_session
+    from replayer.core.session.request import request_from_files
 
     s = load_session(args.session, args.format)
-    req = build_request(s, system_prompt=load_system_prompt(args.system_prompt) if args.system_prompt else None,
-                        tools=load_tools(args.tools) if args.tools else None)
+    req = request_from_files(s, args.system_prompt, args.tools)
     if args.request:
         _out(req.to_json())
         return 0
@@ -87,12 +86,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_layout(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
     from replayer.core.prompt.layout import compute_layout
-    from replayer.core.session import build_request, load_session
-    from replayer.core.session.request import load_system_prompt, load_tools
+    from replayer.core.session import load_session
+    from replayer.core.session.request import request_from_files
 
     s = load_session(args.session, args.format)
-    req = build_request(s, system_prompt=load_system_prompt(args.system_prompt) if args.system_prompt else None,
-                        tools=load_tools(args.tools) if args.tools else None)
+    req = request_from_files(s, args.system_prompt, args.tools)
     tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build)
     if args.json:

@@ -20,8 +20,8 @@ from replayer.core.hardware import cost as costmod
 from replayer.core.hardware import presets
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import PromptLayout, compute_layout
-from replayer.core.session import ChatRequest, Session, build_request, load_session
-from replayer.core.session.request import load_system_prompt, load_tools
+from replayer.core.session import ChatRequest, Session, load_session
+from replayer.core.session.request import request_from_files
 
 #: the chat template family each model preset uses, for estimate layouts
 MODEL_TEMPLATE = {
@@ -97,9 +97,7 @@ class Prepared:
 
 def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None) -> Prepared:
     s = session or load_session(path, config.format, images=config.images)
-    sp = load_system_prompt(config.system_prompt) if config.system_prompt else None
-    tl = load_tools(config.tools) if config.tools else None
-    req = build_request(s, system_prompt=sp, tools=tl)
+    req = request_from_files(s, config.system_prompt, config.tools)
     prep = Prepared(config, s, req)
     a, b = config.builds()
     tpl = config.template_obj()

@@ -70,12 +70,11 @@ def save_calibration(name: str, fixed_ms: float, per_token_ms: float, source: di
 
 def replay_live(args: argparse.Namespace, cfg) -> int:
     from replayer.core.export import to_markdown
-    from replayer.core.session import build_request, load_session
-    from replayer.core.session.request import load_system_prompt, load_tools
+    from replayer.core.session import load_session
+    from replayer.core.session.request import request_from_files
 
     s = load_session(args.session, cfg.format)
-    req = build_request(s, system_prompt=load_system_prompt(cfg.system_prompt) if cfg.system_prompt else None,
-                        tools=load_tools(cfg.tools) if cfg.tools else None)
+    req = request_from_files(s, cfg.system_prompt, cfg.tools)
     model = Path(args.model).expanduser()
     attached = {"A": args.server, "B": getattr(args, "server_b", None)}
     if not all(attached.values()) and not model.suffix == ".gguf" and not model.exists():

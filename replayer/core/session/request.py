@@ -86,6 +86,14 @@ def load_tools(path: str | Path) -> list[dict[str, Any]]:
     return tools
 
 
+def request_from_files(session: Session, system_prompt_path: str | None = None,
+                       tools_path: str | None = None) -> ChatRequest:
+    """``build_request`` with the user's ``--system-prompt FILE`` / ``--tools FILE``, when given."""
+    return build_request(session,
+                         system_prompt=load_system_prompt(system_prompt_path) if system_prompt_path else None,
+                         tools=load_tools(tools_path) if tools_path else None)
+
+
 def build_request(session: Session, *, system_prompt: str | None = None,
                   tools: list[dict[str, Any]] | None = None) -> ChatRequest:
     req = ChatRequest(body={})
