@@ -77,10 +77,11 @@ class ReplayConfig:
 
     def settings(self) -> dict[str, Any]:
         g = presets.gpu(self.gpu)
+        tpl = self.template_obj()
         return {"gpu": self.gpu, "backend": self.backend or g.backend, "model": self.model,
                 "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "ctx_checkpoints": self.ctx_checkpoints,
                 "checkpoint_min_step": self.checkpoint_min_step, "tokenizer": self.tokenizer,
-                "template": self.template or (self.template_obj().name if self.template_obj() else "model")}
+                "template": self.template or (tpl.name if tpl else "model")}
 
 
 @dataclass

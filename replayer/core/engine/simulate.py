@@ -15,7 +15,7 @@ from typing import AsyncIterator, Iterator
 
 from replayer.core.builds.catalog import Build
 from replayer.core.engine import events as ev
-from replayer.core.engine.schedule import Knobs, PromptSpans, Schedule, Slot
+from replayer.core.engine.schedule import Knobs, PromptSpans, Schedule, schedule
 from replayer.core.hardware.cost import CostModel, batch_ms
 
 
@@ -32,13 +32,7 @@ class RunSpec:
 
 
 def simulate(spec: RunSpec, spans: PromptSpans, cost: CostModel, n_past: int = 0) -> Iterator[ev.Event]:
-    slot = Slot(spec.build, spec.knobs)
-    if n_past:
-        slot.cached = n_past
-        sched = slot.run(spans, common_prefix=n_past)
-    else:
-        sched = slot.run(spans)
-    yield from schedule_events(spec, sched, cost)
+    yield from schedule_events(spec, schedule(spans, spec.build, spec.knobs, n_past=n_past), cost)
 
 
 def schedule_events(spec: RunSpec, sched: Schedule, cost: CostModel) -> Iterator[ev.Event]:

@@ -242,6 +242,8 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
 def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | None, template_name: str,
                    b: Build) -> PromptLayout:
     notes: list[str] = []
+    # character offsets of the delimiters: the estimate and G0's prefix rule both need them
+    text_matches = _scan_text(text, delims) if tok is None or not b.token_space_spans else []
     if tok is not None:
         ids = tok.encode(text, add_special=True)
         n = len(ids)
@@ -251,12 +253,11 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         name = tok.name
     else:
         est = EstimateTokenizer()
-        matches_c = _scan_text(text, delims)
         # token position of each match = estimated tokens of the text before it
         matches = []
         pos_c = 0
         acc = 0
-        for role, c in matches_c:
+        for role, c in text_matches:
             acc += est.count(text[pos_c:c])
             pos_c = c
             matches.append((role, acc))
@@ -267,7 +268,7 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
     n_before_user = None
     if not b.token_space_spans:
         # G0: byte offset of the last user delimiter occurrence, prefix tokenized like the prompt
-        last_user_c = max((c for role, c in _scan_text(text, delims) if role == "user"), default=-1)
+        last_user_c = max((c for role, c in text_matches if role == "user"), default=-1)
         if last_user_c > 0:
             n_before_user = count(text[:last_user_c])
     if not delims:
