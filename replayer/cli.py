@@ -189,23 +189,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     meta = {"session": prep.session.path, "format": prep.session.format,
             "user_starts": len(prep.layouts["A"].user_starts), "notes": prep.request.notes}
     if args.json:
-        runs = []
-        for r, lay in ((cmp.a, prep.layouts["A"]), (cmp.b, prep.layouts["B"])):
-            d = r.to_dict()
-            d["user_starts"] = len(lay.user_starts)
-            runs.append(d)
-        _out(orjson.dumps({"session": meta, "runs": runs, "comparison": cmp.to_dict()}, option=orjson.OPT_INDENT_2))
+        extras = {run: {"user_starts": len(prep.layouts[run].user_starts)} for run in ("A", "B")}
+        _out(export.to_json(cmp, {"session": meta}, redacted=False, run_extras=extras))
     elif args.markdown:
         _out(export.to_markdown(cmp, meta))
     else:
-        lines = [cmp.verdict(), ""]
-        w = max(len(m) for m, _, _ in cmp.rows())
-        lines.append(f"{'':{w}}  {'A':>22}  {'B':>22}")
-        for m, x, y in cmp.rows():
-            lines.append(f"{m:{w}}  {x:>22}  {y:>22}")
-        for n in prep.request.notes:
-            lines.append(f"note: {n}")
-        _out("\n".join(lines))
+        _out(export.to_text(cmp, prep.request.notes))
     return 0
 
 

@@ -42,11 +42,25 @@ def redact(text: str) -> str:
     return text
 
 
-def to_json(cmp: Comparison, meta: dict[str, Any] | None = None, redacted: bool = True) -> bytes:
-    doc = {"replayer": __version__, **(meta or {}),
-           "runs": [cmp.a.to_dict(), cmp.b.to_dict()], "comparison": cmp.to_dict()}
+def to_json(cmp: Comparison, meta: dict[str, Any] | None = None, redacted: bool = True,
+            run_extras: dict[str, dict[str, Any]] | None = None) -> bytes:
+    """The one JSON document of a comparison (CLI ``--json`` and the app's export)."""
+    runs = []
+    for r in (cmp.a, cmp.b):
+        runs.append({**r.to_dict(), **(run_extras or {}).get(r.run, {})})
+    doc = {"replayer": __version__, **(meta or {}), "runs": runs, "comparison": cmp.to_dict()}
     out = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
     return redact(out.decode()).encode() if redacted else out
+
+
+def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = ()) -> str:
+    """The verdict and the comparison table for a terminal."""
+    rows = cmp.rows()
+    w = max(len(m) for m, _, _ in rows)
+    lines = [cmp.verdict(), "", f"{'':{w}}  {'A':>22}  {'B':>22}"]
+    lines += [f"{m:{w}}  {x:>22}  {y:>22}" for m, x, y in rows]
+    lines += [f"note: {n}" for n in notes]
+    return "\n".join(lines)
 
 
 def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None, redacted: bool = True) -> str:

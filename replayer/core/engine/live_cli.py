@@ -69,7 +69,7 @@ def save_calibration(name: str, fixed_ms: float, per_token_ms: float, source: di
 
 
 def replay_live(args: argparse.Namespace, cfg) -> int:
-    from replayer.core.export import to_markdown
+    from replayer.core import export
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
 
@@ -143,14 +143,11 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
               f"+ {attn * 1e6:.4f} ns per token×depth → {f}", file=sys.stderr)
     meta = {"session": s.path, "format": s.format}
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps({"session": meta, "runs": [cmp.a.to_dict(), cmp.b.to_dict()],
-                                              "comparison": cmp.to_dict()}, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(export.to_json(cmp, {"session": meta}, redacted=False) + b"\n")
     elif args.markdown:
-        print(to_markdown(cmp, meta))
+        print(export.to_markdown(cmp, meta))
     else:
-        print(cmp.verdict())
-        for m, x, y in cmp.rows():
-            print(f"{m:<26} {x:>22} {y:>22}")
+        print(export.to_text(cmp))
     return 1 if (cmp.a.failed or cmp.b.failed) else 0
 
 
