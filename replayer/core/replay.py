@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import orjson
+
+from replayer.core import paths
 from replayer.core.builds.catalog import Build, parse_build
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Knobs
@@ -128,18 +131,28 @@ def cost_for(config: ReplayConfig) -> costmod.CostModel:
     return costmod.cost_model(g, presets.model(config.model), backend)
 
 
-def calibrations() -> dict[str, dict]:
-    from replayer.core import paths
-
+def _presets_doc() -> dict[str, Any]:
+    """The user's presets file (calibrations saved by ``--calibrate``); {} when absent."""
     f = paths.presets_file()
     if not f.exists():
         return {}
     try:
-        import orjson
-
-        return dict(orjson.loads(f.read_bytes()).get("calibrations", {}))
+        return dict(orjson.loads(f.read_bytes()))
     except (OSError, ValueError):
-        raise ReplayerError(f"cannot read calibrations from {f}") from None
+        raise ReplayerError(f"cannot read {f}") from None
+
+
+def calibrations() -> dict[str, dict]:
+    return dict(_presets_doc().get("calibrations", {}))
+
+
+def save_calibration(name: str, fixed_ms: float, per_token_ms: float, source: dict[str, Any]) -> Path:
+    data = _presets_doc()
+    data.setdefault("calibrations", {})[name] = {"fixed_ms": fixed_ms, "per_token_ms": per_token_ms, **source}
+    f = paths.presets_file()
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    return f
 
 
 def calibrated_cost(name: str) -> costmod.CostModel:

@@ -11,17 +11,15 @@ import argparse
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
-import orjson
 
-from replayer.core import paths
 from replayer.core.builds.catalog import parse_build
 from replayer.core.builds.manager import resolve_binary
 from replayer.core.compare import compare
 from replayer.core.engine import events as ev
 from replayer.core.engine.live import LiveOptions, LiveResult, live_events, stop_all
 from replayer.core.errors import ReplayerError
+from replayer.core.replay import save_calibration
 
 
 def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float]:
@@ -57,15 +55,6 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, 
             break
         active.pop(int(np.argmin(sol)))
     return float(coef[0]), float(coef[1]), float(coef[2])
-
-
-def save_calibration(name: str, fixed_ms: float, per_token_ms: float, source: dict[str, Any]) -> Path:
-    f = paths.presets_file()
-    f.parent.mkdir(parents=True, exist_ok=True)
-    data = orjson.loads(f.read_bytes()) if f.exists() else {}
-    data.setdefault("calibrations", {})[name] = {"fixed_ms": fixed_ms, "per_token_ms": per_token_ms, **source}
-    f.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-    return f
 
 
 def replay_live(args: argparse.Namespace, cfg) -> int:
