@@ -224,6 +224,28 @@ def live_events(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: d
         yield ev.RunFailed(run=run, error=msg, t_ms=(time.monotonic() - t0) * 1000)
 
 
+def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model: Path, body: dict, *,
+                         ctx_size: int | None = None, request_timeout: float = 600.0,
+                         result: LiveResult | None = None, settings: dict | None = None) -> Iterator[ev.Event]:
+    """A live run of a build given as the user wrote it (number or binary path).
+
+    The build number comes from the binary itself; a build that cannot be resolved is a
+    ``RunFailed`` like any other failure of the run.
+    """
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.builds.manager import resolve_binary
+
+    try:
+        rb = resolve_binary(spec, backend)
+        build = parse_build(str(rb.build))
+    except ReplayerError as exc:
+        yield ev.RunFailed(run=run, error=str(exc))
+        return
+    opts = LiveOptions(binary=rb.binary, model=model, ctx_size=ctx_size, request_timeout=request_timeout)
+    yield from live_events(run, build, knobs, opts, body, label=f"{run}: {build.label}", result=result,
+                           settings=settings)
+
+
 def _ctx_for(n_tokens_estimate: int) -> int:
     """A context that holds the prompt with room to spare, in steps of 4096."""
     need = int(n_tokens_estimate * 1.3) + 1024

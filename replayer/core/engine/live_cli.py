@@ -14,10 +14,9 @@ from pathlib import Path
 
 
 from replayer.core.builds.catalog import parse_build
-from replayer.core.builds.manager import resolve_binary
 from replayer.core.compare import compare
 from replayer.core.engine import events as ev
-from replayer.core.engine.live import LiveOptions, LiveResult, live_events, stop_all
+from replayer.core.engine.live import LiveResult, installed_run_events, stop_all
 from replayer.core.errors import ReplayerError
 from replayer.core.replay import save_calibration
 
@@ -94,16 +93,10 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
                                 settings={"n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch})
             emit(run, evs)
             return
-        try:
-            rb = resolve_binary(spec, backend)
-            build = parse_build(str(rb.build))
-        except ReplayerError as exc:
-            evs = [ev.RunFailed(run=run, error=str(exc))]
-        else:
-            opts = LiveOptions(binary=rb.binary, model=model, ctx_size=args.ctx_size, request_timeout=args.timeout)
-            evs = live_events(run, build, knobs, opts, req.body, label=f"{run}: {build.label}", result=results[run],
-                              settings={"backend": backend, "n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch})
-        emit(run, evs)
+        emit(run, installed_run_events(run, spec, backend, knobs, model, req.body, ctx_size=args.ctx_size,
+                                       request_timeout=args.timeout, result=results[run],
+                                       settings={"backend": backend, "n_batch": knobs.n_batch,
+                                                 "n_ubatch": knobs.n_ubatch}))
 
     try:
         if args.parallel_runs:

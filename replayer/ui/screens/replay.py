@@ -134,23 +134,13 @@ class ReplayScreen(Screen):
                                exit_on_error=False, exclusive=True)
 
     def _live(self, run: str) -> None:
-        from replayer.core.builds.catalog import parse_build
-        from replayer.core.builds.manager import resolve_binary
-        from replayer.core.engine.live import LiveOptions, live_events
-        from replayer.core.errors import ReplayerError
+        from replayer.core.engine.live import installed_run_events
 
         cfg = self.prep.config
-        spec = cfg.a if run == "A" else cfg.b
         buf = self.buffers[run]
         worker = get_current_worker()
-        try:
-            rb = resolve_binary(spec, cfg.backend or "cpu")
-            build = parse_build(str(rb.build))
-        except ReplayerError as exc:
-            buf.append(ev.RunFailed(run=run, error=str(exc)))
-            return
-        gen = live_events(run, build, cfg.knobs(), LiveOptions(rb.binary, Path(self.live_model or "")),
-                          self.prep.request.body, label=f"{run}: {build.label}")
+        gen = installed_run_events(run, cfg.a if run == "A" else cfg.b, cfg.backend or "cpu", cfg.knobs(),
+                                   Path(self.live_model or ""), self.prep.request.body)
         try:
             for e in gen:
                 buf.append(e)
