@@ -289,18 +289,34 @@ def test_attach_to_nothing_fails_clearly(conversation):
     assert isinstance(evs[-1], ev.RunFailed) and "no healthy llama-server" in evs[-1].error
 
 
-def test_parallel_runs_and_calibration(binaries, tiny, tmp_path):
-    """--parallel-runs runs A and B at once; --calibrate saves a line that then predicts the run."""
+def _request_file(tmp_path):
     msgs, tools = agent_conversation(rounds=60, tool_result_words=120)
     f = tmp_path / "req.json"
     f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
-    base = [sys.executable, "-m", "replayer.cli", "replay", str(f), "--engine", "live", "--a", "9859", "--b", "10001",
-            "--model", str(tiny["llama"])]
-    r = subprocess.run(base + ["--parallel-runs", "--calibrate", "--json"], capture_output=True, text=True, cwd=REPO,
-                       timeout=600)
+    return f
+
+
+def _live_cli(f, model, *extra):
+    return subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(f), "--engine", "live", "--a", "9859",
+                           "--b", "10001", "--model", str(model), *extra, "--json"], capture_output=True, text=True,
+                          cwd=REPO, timeout=600)
+
+
+def test_parallel_runs(binaries, tiny, tmp_path):
+    """--parallel-runs runs A and B at once; both finish with their own schedules."""
+    r = _live_cli(_request_file(tmp_path), tiny["llama"], "--parallel-runs")
     assert r.returncode == 0, r.stderr
     a, b = orjson.loads(r.stdout)["runs"]
     assert a["error"] is None and b["error"] is None and a["n_batches"] > b["n_batches"]
+    assert {b_["reason"] for b_ in b["batches"]} == {"n_batch", "prompt_end"}
+
+
+def test_calibration_predicts_the_runs(binaries, tiny, tmp_path):
+    """--calibrate (runs one after the other, as on one GPU) saves a line that then predicts the run."""
+    f = _request_file(tmp_path)
+    r = _live_cli(f, tiny["llama"], "--calibrate")
+    assert r.returncode == 0, r.stderr
+    a, b = orjson.loads(r.stdout)["runs"]
     presets = orjson.loads(subprocess.run([sys.executable, "-m", "replayer.cli", "presets", "--json"],
                                           capture_output=True, cwd=REPO).stdout)
     assert "cpu-llama" in [c["id"] for c in presets["calibrations"]]
