@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
+from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
 from replayer.core.session.reader import JsonlStats, iter_jsonl, iso_to_s, json_args
 
 FORMAT = "codex"
@@ -204,7 +204,7 @@ def _content(content: Any, images: str) -> tuple[list[TextPart], list]:
             if images == "keep":
                 imgs.append(ImagePart())
             else:
-                imgs.append(TextPart(text="(image omitted: model does not support images)"))
+                imgs.append(TextPart(text=IMAGE_OMITTED))
     return texts, imgs
 
 

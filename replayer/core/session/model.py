@@ -16,6 +16,10 @@ from pydantic import BaseModel, Field
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
+#: What pi (0.80+) sends in place of an image to a model without image input; replayer uses it
+#: for every format, since replays run text-only models unless images are kept.
+IMAGE_OMITTED = "(image omitted: model does not support images)"
+
 
 class TextPart(BaseModel):
     type: Literal["text"] = "text"

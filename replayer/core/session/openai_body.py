@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall
+from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall
 from replayer.core.session.reader import blob_size, json_args
 
 FORMAT = "openai"
@@ -38,7 +38,7 @@ def _parts(content: Any, images: str) -> str | list | None:
             if images == "keep":
                 out.append(ImagePart(mime=mime, byte_size=blob_size(url)))
             else:
-                out.append(TextPart(text="(image omitted: model does not support images)"))
+                out.append(TextPart(text=IMAGE_OMITTED))
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
+from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
 from replayer.core.session.reader import json_args, ms_to_s
 
 FORMAT = "opencode"
@@ -176,7 +176,7 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
                     if images == "keep" and str(p.get("mime", "")).startswith("image/"):
                         content.append(ImagePart(mime=p.get("mime")))
                     else:
-                        content.append(TextPart(text="(image omitted: model does not support images)"))
+                        content.append(TextPart(text=IMAGE_OMITTED))
             if content:
                 out.append(Message(role="user", content=content if len(content) > 1 or not isinstance(content[0], TextPart)
                                    else content[0].text, timestamp=ts))

@@ -14,7 +14,7 @@ from typing import Any
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import (
-    ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage,
+    IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage,
 )
 from replayer.core.session.reader import JsonlStats, blob_size, iter_jsonl, json_args, ms_to_s, iso_to_s
 
@@ -26,8 +26,6 @@ COMPACTION_SUFFIX = "\n</summary>"
 BRANCH_PREFIX = "The following is a summary of a branch that this conversation came back from:\n\n<summary>\n"
 BRANCH_SUFFIX = "</summary>"
 NO_RESULT_TEXT = "No result provided"
-IMAGE_OMITTED = "(image omitted: model does not support images)"
-TOOL_IMAGE_OMITTED = "(tool image omitted: model does not support images)"
 TARGET_API = "openai-completions"
 
 _KNOWN_ENTRY_TYPES = {
