@@ -14,7 +14,7 @@ from typing import Any
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import (
-    ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage,
+    ImagePart, Message, Session, TextPart, ToolCall, Usage,
 )
 from replayer.core.session.reader import JsonlStats, blob_size, iter_jsonl, iso_to_s, json_args
 
@@ -52,11 +52,7 @@ def load(path: Path, *, images: str = "omit") -> Session:
     records = list(iter_jsonl(path, jstats))
     if not records:
         raise ImportFailed(f"{path} holds no Claude Code records")
-    stats = ImportStats(lines=jstats.lines, bad_lines=jstats.bad_lines,
-                        partial_tail=jstats.partial_tail, entries_total=len(records))
-    warnings: list[str] = []
-    if jstats.bad_lines:
-        warnings.append(f"skipped {jstats.bad_lines} line(s) that did not parse")
+    stats, warnings = jstats.import_stats(len(records))
     by_uuid: dict[str, dict] = {}
     for r in records:
         t = r.get("type") or r.get("_type")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
+from replayer.core.session.model import IMAGE_OMITTED, ImagePart, Message, Session, TextPart, ToolCall, Usage
 from replayer.core.session.reader import JsonlStats, iter_jsonl, iso_to_s, json_args
 
 FORMAT = "codex"
@@ -40,11 +40,7 @@ def load(path: Path, *, images: str = "omit") -> Session:
     lines = list(iter_jsonl(path, jstats))
     if not lines:
         raise ImportFailed(f"{path} holds no Codex records")
-    stats = ImportStats(lines=jstats.lines, bad_lines=jstats.bad_lines, partial_tail=jstats.partial_tail,
-                        entries_total=len(lines))
-    warnings: list[str] = []
-    if jstats.bad_lines:
-        warnings.append(f"skipped {jstats.bad_lines} line(s) that did not parse")
+    stats, warnings = jstats.import_stats(len(lines))
     wrapped = lines[0].get("type") == "session_meta"
     meta: dict = {}
     items: list[dict] = []

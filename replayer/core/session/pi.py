@@ -14,7 +14,7 @@ from typing import Any
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import (
-    IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage,
+    IMAGE_OMITTED, ImagePart, Message, Session, TextPart, ToolCall, Usage,
 )
 from replayer.core.session.reader import JsonlStats, blob_size, iter_jsonl, json_args, ms_to_s, iso_to_s
 
@@ -76,13 +76,7 @@ def load(path: Path, *, images: str = "omit") -> Session:
     if header is None or header.get("type") != "session" or not isinstance(header.get("id"), str):
         raise ImportFailed(f"{path} is not a pi session (first line is not a session header)")
     entries: list[dict] = list(objs)
-    stats = ImportStats(lines=jstats.lines, bad_lines=jstats.bad_lines,
-                        partial_tail=jstats.partial_tail, entries_total=len(entries))
-    warnings: list[str] = []
-    if jstats.bad_lines:
-        where = "the last line" if jstats.partial_tail and jstats.bad_lines == 1 else \
-            f"{jstats.bad_lines} lines"
-        warnings.append(f"skipped {where} that did not parse (line {jstats.bad_line_numbers[:5]})")
+    stats, warnings = jstats.import_stats(len(entries))
     version = header.get("version") or 1
     _migrate(header, entries)
 

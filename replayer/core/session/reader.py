@@ -76,6 +76,18 @@ class JsonlStats:
     partial_tail: bool = False
     bad_line_numbers: list[int] = field(default_factory=list)
 
+    def import_stats(self, entries_total: int):
+        """The session's ``ImportStats`` and the one-line warning for skipped lines, if any."""
+        from replayer.core.session.model import ImportStats
+
+        stats = ImportStats(lines=self.lines, bad_lines=self.bad_lines, partial_tail=self.partial_tail,
+                            entries_total=entries_total)
+        warnings: list[str] = []
+        if self.bad_lines:
+            where = "the last line" if self.partial_tail and self.bad_lines == 1 else f"{self.bad_lines} lines"
+            warnings.append(f"skipped {where} that did not parse (line {self.bad_line_numbers[:5]})")
+        return stats, warnings
+
 
 def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str, Any]]:
     """Yield each JSON object line; count and skip the rest (opened read-only)."""
