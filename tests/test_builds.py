@@ -126,3 +126,12 @@ def test_concurrent_installs_share_one_entry(real_binary):
         t.join()
     assert not errors and len({r.entry for r in results}) == 1
     assert Path(results[0].binary) == real_binary
+
+
+def test_damaged_record_is_skipped_not_fatal(isolated_builds):
+    """A truncated build.json (say, a full disk) must not crash list/install: it reads as absent."""
+    entry = isolated_builds / "b10001-cpu-0123456789ab"
+    entry.mkdir(parents=True)
+    (entry / "build.json").write_text('{"build": 10001, "backend": "cp')
+    assert manager.list_builds() == []
+    assert manager._valid_entry(entry, 10001) is None  # install then rebuilds the entry

@@ -165,19 +165,27 @@ def _record_path(entry: Path) -> Path:
     return entry / "build.json"
 
 
+def _read_record(entry: Path) -> BuildRecord | None:
+    """An entry's record; None when absent, foreign or damaged (never an exception)."""
+    f = _record_path(entry)
+    if not f.is_file():
+        return None
+    try:
+        return BuildRecord.model_validate(orjson.loads(f.read_bytes()))
+    except Exception:
+        return None
+
+
+def _write_record(entry: Path, rec: BuildRecord) -> None:
+    _record_path(entry).write_bytes(orjson.dumps(rec.model_dump(), option=orjson.OPT_INDENT_2))
+
+
 def list_builds() -> list[BuildRecord]:
     root = paths.builds_dir()
     if not root.is_dir():
         return []
-    out: list[BuildRecord] = []
-    for entry in sorted(root.iterdir()):
-        rec = _record_path(entry)
-        if entry.is_dir() and rec.is_file():
-            try:
-                out.append(BuildRecord.model_validate(orjson.loads(rec.read_bytes())))
-            except Exception:
-                continue  # a foreign or damaged record is not ours to show
-    return sorted(out, key=lambda r: (r.build, r.backend, r.source))
+    recs = (_read_record(entry) for entry in sorted(root.iterdir()) if entry.is_dir())
+    return sorted((r for r in recs if r is not None), key=lambda r: (r.build, r.backend, r.source))
 
 
 def find_build(build: int, backend: str | None = None) -> BuildRecord | None:
@@ -189,10 +197,9 @@ def find_build(build: int, backend: str | None = None) -> BuildRecord | None:
 
 
 def _valid_entry(entry: Path, build: int) -> BuildRecord | None:
-    rec_file = _record_path(entry)
-    if not rec_file.is_file():
+    rec = _read_record(entry)
+    if rec is None:
         return None
-    rec = BuildRecord.model_validate(orjson.loads(rec_file.read_bytes()))
     try:
         number, _ = probe_version(Path(rec.binary))
     except BuildError:
@@ -286,7 +293,7 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
                 build_seconds=round(time.monotonic() - started, 1), created=time.time(), key=key,
                 compiler=_compiler_version(), entry=entry.name,
             )
-            _record_path(tmp).write_bytes(orjson.dumps(rec.model_dump(), option=orjson.OPT_INDENT_2))
+            _write_record(tmp, rec)
             os.replace(tmp, entry)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -354,7 +361,7 @@ def add_local(binary: Path) -> BuildRecord:
     entry.mkdir(parents=True, exist_ok=True)
     rec = BuildRecord(build=number, backend=backend, binary=str(binary), source="local",
                       created=time.time(), key=key, entry=entry.name)
-    _record_path(entry).write_bytes(orjson.dumps(rec.model_dump(), option=orjson.OPT_INDENT_2))
+    _write_record(entry, rec)
     return rec
 
 
