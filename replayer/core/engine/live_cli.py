@@ -18,18 +18,14 @@ from replayer.core.compare import compare
 from replayer.core.engine import events as ev
 from replayer.core.engine.live import LiveResult, installed_run_events, stop_all
 from replayer.core.errors import ReplayerError
+from replayer.core.hardware.cost import ubatches
 from replayer.core.replay import save_calibration
 
 
 def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float]:
-    """(ubatches, tokens, Σ b·(depth + (b+1)/2)) of one batch, ubatch by ubatch."""
-    ub, att, pos, end = 0, 0.0, b.start, b.start + b.n_tokens
-    while pos < end:
-        n = min(n_ubatch, end - pos)
-        ub += 1
-        att += n * (pos + (n + 1) / 2)
-        pos += n
-    return float(ub), float(b.n_tokens), att
+    """(ubatches, tokens, Σ b·(depth + (b+1)/2)) of one batch: the terms of ``LineCost``."""
+    parts = list(ubatches(b.start, b.n_tokens, n_ubatch))
+    return float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts)
 
 
 def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, float]:

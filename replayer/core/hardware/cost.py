@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Iterator, Protocol
 
 from replayer.core.hardware import presets
 from replayer.core.hardware.presets import GPUPreset, ModelPreset
@@ -37,16 +37,18 @@ class CostModel(Protocol):
     def checkpoint_ms(self, size_mib: float) -> float: ...
 
 
-def batch_ms(cost: CostModel, start: int, n_tokens: int, n_ubatch: int) -> float:
-    """A batch is split into ubatches of ``n_ubatch`` (the last shorter), each its own graph."""
-    total = 0.0
-    pos = start
-    end = start + n_tokens
+def ubatches(start: int, n_tokens: int, n_ubatch: int) -> Iterator[tuple[int, int]]:
+    """(size, depth) of each ubatch of a batch: ``n_ubatch`` tokens each, the last shorter."""
+    pos, end = start, start + n_tokens
     while pos < end:
         b = min(n_ubatch, end - pos)
-        total += cost.ubatch_ms(b, pos)
+        yield b, pos
         pos += b
-    return total
+
+
+def batch_ms(cost: CostModel, start: int, n_tokens: int, n_ubatch: int) -> float:
+    """A batch costs the sum of its ubatches, each its own graph evaluation."""
+    return sum(cost.ubatch_ms(b, depth) for b, depth in ubatches(start, n_tokens, n_ubatch))
 
 
 def _u(b: int, k: float, e: float) -> float:
