@@ -186,8 +186,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.jsonl:
         return 0
     cmp = compare(events)
-    meta = {"session": prep.session.path, "format": prep.session.format,
-            "user_starts": len(prep.layouts["A"].user_starts), "notes": prep.request.notes}
+    meta = prep.meta()
     if args.json:
         extras = {run: {"user_starts": len(prep.layouts[run].user_starts)} for run in ("A", "B")}
         _out(export.to_json(cmp, {"session": meta}, redacted=False, run_extras=extras))

@@ -98,6 +98,11 @@ class Prepared:
     def n_tokens(self) -> int:
         return next(iter(self.layouts.values())).n_tokens
 
+    def meta(self) -> dict[str, Any]:
+        """What a report says about the session (CLI output and the app's exports)."""
+        return {"session": self.session.path, "format": self.session.format,
+                "user_starts": len(self.layouts["A"].user_starts), "notes": self.request.notes}
+
 
 def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None) -> Prepared:
     s = session or load_session(path, config.format, images=config.images)

@@ -235,10 +235,8 @@ class ReplayScreen(Screen):
         if self.comparison is None:
             self.notify("the runs have not finished yet", severity="warning")
             return
-        meta = {"session": self.prep.session.path, "format": self.prep.session.format,
-                "user_starts": len(self.prep.layouts["A"].user_starts)}
         try:
-            dest = export.write(self.comparison, fmt, self.export_path({"md": "md", "json": "json", "csv": "csv"}[fmt]), meta)
+            dest = export.write(self.comparison, fmt, self.export_path(fmt), self.prep.meta())
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return
