@@ -35,4 +35,3 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(base / "exports"))
-    monkeypatch.setenv("REPLAYER_DATA_DIR", str(base / "data"))

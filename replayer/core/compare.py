@@ -119,16 +119,13 @@ class Comparison:
         """B's throughput over A's (> 1: B is faster)."""
         return self.b.tokens_per_s / self.a.tokens_per_s if self.a.tokens_per_s else 0.0
 
-    def time_lost_ms(self, run: RunSummary, ideal: RunSummary) -> float:
-        return run.prompt_ms - ideal.prompt_ms
-
     def verdict(self) -> str:
         a, b = self.a, self.b
         if a.failed or b.failed:
             which = "A" if a.failed else "B"
             return f"run {which} failed: {(a.failed or b.failed)}"
         s = self.speedup
-        slow, fast = (a, b) if s >= 1 else (b, a)
+        slow = a if s >= 1 else b
         slow_name, fast_name = ("A", "B") if s >= 1 else ("B", "A")
         ratio = s if s >= 1 else (1 / s if s else 0)
         breaks = slow.breaks()

@@ -29,11 +29,6 @@ def config_dir() -> Path:
     return _env_path("REPLAYER_CONFIG_DIR") or Path(platformdirs.user_config_dir(APP))
 
 
-def data_dir() -> Path:
-    """Exports and screenshots default to the user's documents, not here."""
-    return _env_path("REPLAYER_DATA_DIR") or Path(platformdirs.user_data_dir(APP))
-
-
 def builds_dir() -> Path:
     return _env_path("REPLAYER_BUILDS_DIR") or cache_dir() / "builds"
 

@@ -8,14 +8,12 @@ and ``t_ms`` (milliseconds since the run's prompt processing started).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Union
 
 import orjson
 
-BreakReason = Literal["n_batch", "user_start", "checkpoint_offset", "prompt_end", "other"]
 BREAK_REASONS: tuple[str, ...] = ("n_batch", "user_start", "checkpoint_offset", "prompt_end", "other")
 
-EraseReason = Literal["old", "too_close", "superseded", "invalidated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +126,6 @@ class RunFailed:
 
 Event = Union[RunStarted, BatchDone, CheckpointCreated, CheckpointErased, CheckpointRestored,
               Progress, LogLine, RunFinished, RunFailed]
-EVENT_TYPES: dict[str, type] = {
-    cls.type: cls for cls in (RunStarted, BatchDone, CheckpointCreated, CheckpointErased,
-                              CheckpointRestored, Progress, LogLine, RunFinished, RunFailed)
-}
-
-
 def to_dict(event: Event) -> dict[str, Any]:
     d = {"type": event.type}
     for f in fields(event):
@@ -145,10 +137,3 @@ def to_json(event: Event) -> bytes:
     """One JSONL line (without newline), ``type`` first so streams are easy to grep."""
     return orjson.dumps(to_dict(event))
 
-
-def from_dict(data: dict[str, Any]) -> Event:
-    data = dict(data)
-    cls = EVENT_TYPES.get(data.pop("type", None))
-    if cls is None:
-        raise ValueError(f"unknown event type in {data!r}")
-    return cls(**data)

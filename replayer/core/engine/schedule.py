@@ -233,12 +233,6 @@ class ReasonRule:
         return "other"
 
 
-def attribute_reason(start: int, end: int, n_tokens: int, user_starts, knobs: Knobs,
-                     checkpoints_enabled: bool | None = None) -> str:
-    """One-off form of ``ReasonRule`` (build a rule to label many batches)."""
-    return ReasonRule(n_tokens, user_starts, knobs, checkpoints_enabled)(start, end)
-
-
 class Slot:
     """One server slot: cached prompt length, memory kind and checkpoint list.
 

@@ -52,8 +52,6 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
 class GGUFTokenizer:
     """``encode(text, add_special)`` as llama-server's ``/tokenize`` does (parse_special on)."""
 
-    exact = True
-
     def __init__(self, path: str | Path, extra_specials: tuple[str, ...] = ()) -> None:
         import gguf
         from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
