@@ -329,4 +329,4 @@ def test_calibration_predicts_the_runs(binaries, tiny, tmp_path):
         assert [(x["start"], x["n_tokens"]) for x in sim_run["batches"]] == [
             (x["start"], x["n_tokens"]) for x in live_run["batches"]]
         measured = sum(x["ms"] for x in live_run["batches"])
-        assert sim_run["prompt_ms"] == pytest.approx(measured, rel=0.15)
+        assert sim_run["prompt_ms"] == pytest.approx(measured, rel=0.05)
