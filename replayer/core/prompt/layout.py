@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
@@ -25,11 +23,13 @@ from replayer.core.builds.catalog import Build, parse_build
 from replayer.core.engine.schedule import PromptSpans
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import templates
+from replayer.core.prompt.estimate import EstimateTokenizer, counts_between
 from replayer.core.prompt.templates import Delimiter, Template
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
+    """One message span in token space (a tuple: thousands are made per layout)."""
+
     role: str
     start: int
     length: int
@@ -84,87 +84,6 @@ class ExactTokenizer(Protocol):
     name: str
 
     def encode(self, text: str, add_special: bool = True) -> list[int]: ...
-
-
-_SPECIAL = re.compile(
-    r"<\|[^<>|\s]{1,40}\|>|<\|turn>|<turn\|>|</?(?:tool_call|tool_response|think|start_of_turn|end_of_turn|bos|eos)>"
-)
-
-
-@lru_cache(maxsize=1)
-def _estimate_table() -> dict[str, float]:
-    raw = resources.files("replayer.data").joinpath("estimate_qwen2.json").read_bytes()
-    return orjson.loads(raw)["table"]
-
-
-def piece_class(piece: str) -> str:
-    s = piece.lstrip(" ")
-    if piece.isspace() or not s:
-        return "w"
-    if not piece.isascii():
-        return "u"
-    c = s[0]
-    if c.isalpha():
-        return "l"
-    if c.isdigit():
-        return "d"
-    return "p"
-
-
-#: characters per token past the calibrated lengths, per class
-_LONG_RATE = {"l": 4.3, "d": 1.0, "p": 3.2, "w": 12.0, "u": 1.4}
-
-
-#: Qwen2's pre-tokenizer in Python's ``re`` ([^\W\d_] = letters, \d = digits, _ is punctuation)
-_PIECE = re.compile(
-    r"'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL])|(?:[^\r\n\w]|_)?[^\W\d_]+|\d| ?(?:[^\s\w]|_)+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-
-@lru_cache(maxsize=200_000)
-def _piece_tokens(piece: str) -> float:
-    cls = piece_class(piece)
-    ln = len(piece.encode("utf-8"))
-    v = _estimate_table().get(f"{cls}{ln}")
-    return v if v is not None else max(1.0, ln / _LONG_RATE[cls])
-
-
-class EstimateTokenizer:
-    """Fast, deterministic token counts with no model; calibrated on Qwen2's BPE.
-
-    Pieces are found with Qwen2's pre-tokenizer pattern and priced by a table of average
-    BPE tokens per (class, length); repeated pieces are priced once.
-    """
-
-    name = "estimate"
-
-    def count(self, text: str) -> int:
-        if not text:
-            return 0
-        from collections import Counter
-
-        n = 0.0
-        for seg_is_special, seg in split_specials(text):
-            if seg_is_special:
-                n += 1
-                continue
-            for piece, k in Counter(_PIECE.findall(seg)).items():
-                n += k * _piece_tokens(piece)
-        return int(round(n))
-
-
-def split_specials(text: str) -> list[tuple[bool, str]]:
-    out: list[tuple[bool, str]] = []
-    pos = 0
-    for m in _SPECIAL.finditer(text):
-        if m.start() > pos:
-            out.append((False, text[pos:m.start()]))
-        out.append((True, m.group(0)))
-        pos = m.end()
-    if pos < len(text):
-        out.append((False, text[pos:]))
-    return out
 
 
 def _scan_text(text: str, delims: list[Delimiter]) -> list[tuple[str, int]]:
@@ -249,20 +168,20 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         n = len(ids)
         delim_ids = [(d.role, tok.encode(d.text, add_special=False)) for d in delims]
         matches = _scan_tokens(ids, delim_ids)
-        count = lambda s: len(tok.encode(s, add_special=True))  # noqa: E731 - G0 prefix rule
+        count = lambda s: len(tok.encode(s, add_special=True))
         name = tok.name
     else:
         est = EstimateTokenizer()
-        # token position of each match = estimated tokens of the text before it
+        # token position of each match = estimated tokens of the text before it, each part
+        # rounded on its own
+        parts = counts_between(text, [c for _, c in text_matches])
         matches = []
-        pos_c = 0
         acc = 0
-        for role, c in text_matches:
-            acc += est.count(text[pos_c:c])
-            pos_c = c
+        for (role, _), k in zip(text_matches, parts):
+            acc += k
             matches.append((role, acc))
-        n = acc + est.count(text[pos_c:])
-        count = lambda s: est.count(s)  # noqa: E731
+        n = acc + parts[-1]
+        count = lambda s: est.count(s)
         name = "estimate"
     spans = _spans(matches, n)
     n_before_user = None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from replayer.core.builds.catalog import Build
@@ -77,6 +78,10 @@ def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, *
 
 def _fromjson(value: str) -> Any:
     try:
+        return orjson.loads(value)
+    except (TypeError, ValueError):
+        pass
+    try:  # what orjson refuses and Python's json takes (NaN, huge integers)
         return json.loads(value)
     except (TypeError, ValueError):
         return {}
@@ -305,8 +310,7 @@ def generic_markers(template: Template) -> list[Delimiter]:
     if a1 in one and u2 in two:
         after_a = one[one.index(a1) + len(a1):]  # the assistant turn's end marker
         between = two[two.index(a1) + len(a1): two.index(u2)]
-        if between.startswith(after_a):
-            between = between[len(after_a):]
+        between = between.removeprefix(after_a)
         user = between.strip()
         if user:
             out.append(Delimiter("assistant", assistant)) if assistant else None

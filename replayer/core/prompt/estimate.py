@@ -1,0 +1,273 @@
+"""The ``estimate`` tokenizer: token counts with no model, calibrated on Qwen2's BPE.
+
+Text is cut into the pieces Qwen2's pre-tokenizer makes (the regex ``PIECE``), and each
+piece is priced by a table of average BPE tokens per (class, UTF-8 length). Special
+markers such as ``<|im_start|>`` count one token each.
+
+Running ``PIECE`` with Python's ``re`` over a 128k-token prompt took longer than importing
+the session did, so ``scan`` finds the same pieces with array operations instead: it
+classes every character (letter, digit, punctuation, space, newline), and reads piece
+starts off the class of each run and of its neighbours. The rules below are what the
+regex's ordered alternatives do at each position; ``tests/test_estimate.py`` checks the
+two agree piece for piece on every sample session.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import orjson
+
+#: special markers, one token each
+SPECIAL = re.compile(
+    r"<\|[^<>|\s]{1,40}\|>|<\|turn>|<turn\|>|</?(?:tool_call|tool_response|think|start_of_turn|end_of_turn|bos|eos)>"
+)
+
+#: Qwen2's pre-tokenizer in Python's ``re`` ([^\W\d_] = letters, \d = digits, _ is punctuation);
+#: ``scan`` reproduces it, this is its reference
+PIECE = re.compile(
+    r"'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL])|(?:[^\r\n\w]|_)?[^\W\d_]+|\d| ?(?:[^\s\w]|_)+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# character classes; END marks "no character" (a segment edge)
+L, D, P, S, N, END = 0, 1, 2, 3, 4, -1
+#: price classes of the table: letters, digit, punctuation, whitespace, non-ASCII
+PRICE_CLASSES = "ldpwu"
+#: characters per token past the calibrated lengths, per price class
+LONG_RATE = {"l": 4.3, "d": 1.0, "p": 3.2, "w": 12.0, "u": 1.4}
+_MAX_LEN = 512  # longer pieces are priced by LONG_RATE directly
+#: price class (index into PRICE_CLASSES) of a piece led by a character of class L, D, P, S, N
+_PRICE_CLASS = np.array([0, 1, 2, 3, 3], dtype=np.int64)
+
+
+def _ascii_classes() -> np.ndarray:
+    lut = np.full(128, P, dtype=np.int8)
+    for i in range(128):
+        lut[i] = _class_of(chr(i))
+    return lut
+
+
+def _class_of(ch: str) -> int:
+    if ch in "\r\n":
+        return N
+    if ch.isspace():
+        return S
+    if ch.isdecimal():
+        return D
+    if ch.isalnum():  # re's \w less \d and _
+        return L
+    return P
+
+
+_ASCII = _ascii_classes()
+
+
+@lru_cache(maxsize=1)
+def price_table() -> np.ndarray:
+    """prices[class, utf-8 length] for lengths below ``_MAX_LEN``."""
+    raw = resources.files("replayer.data").joinpath("estimate_qwen2.json").read_bytes()
+    table = orjson.loads(raw)["table"]
+    prices = np.empty((len(PRICE_CLASSES), _MAX_LEN), dtype=np.float64)
+    for k, cls in enumerate(PRICE_CLASSES):
+        for ln in range(_MAX_LEN):
+            v = table.get(f"{cls}{ln}")
+            prices[k, ln] = v if v is not None else max(1.0, ln / LONG_RATE[cls])
+    return prices
+
+
+def _code_points(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(code points, classes, utf-8 bytes per char, non-ASCII mask) of every character; the
+    last two are None for ASCII text."""
+    if text.isascii():
+        cps = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        return cps, _ASCII[cps], None, None
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    wide = cps >= 128
+    cls = np.empty(len(cps), dtype=np.int8)
+    cls[~wide] = _ASCII[cps[~wide]]
+    uniq, inv = np.unique(cps[wide], return_inverse=True)
+    cls[wide] = np.array([_class_of(chr(c)) for c in uniq.tolist()], dtype=np.int8)[inv]
+    nbytes = 1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000)
+    return cps, cls, nbytes, wide
+
+
+def scan(text: str, cuts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Piece start offsets and token prices of ``text``; pieces never cross a cut offset.
+
+    Cuts are where the caller counts separately (message delimiters): each part is
+    tokenized as if it were a text of its own, as counting the parts one by one would.
+    """
+    n = len(text)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    cps, cls, nbytes, wide = _code_points(text)
+    sp_start, sp_end = _specials(text)
+    edges = [np.zeros(1, dtype=np.int64), sp_start, sp_end]
+    if cuts is not None and len(cuts):
+        edges.append(np.asarray(cuts, dtype=np.int64))
+    edge = np.concatenate(edges)  # offsets where a part starts (n may be among them)
+    # class of the previous and next character in the same part, END across a part's edge
+    pc = np.empty(n, dtype=np.int8)
+    pc[1:] = cls[:-1]
+    pc[edge[edge < n]] = END
+    nc = np.empty(n, dtype=np.int8)
+    nc[:-1] = cls[1:]
+    nc[-1] = END
+    nc[edge[edge > 0] - 1] = END
+    run_start = cls != pc
+
+    start = cls == D  # \d: one digit per piece
+    # punctuation runs are one piece, and take a literal space just before them
+    p_run = cls == P
+    p_run &= run_start
+    start |= p_run
+    p_spaced = pc == S
+    p_spaced[1:] &= cps[:-1] == 32
+    p_spaced &= p_run
+    # letter runs are one piece, and take one space or one unclaimed punctuation just before them
+    l_mask = cls == L
+    l_mask &= run_start
+    l_run = np.flatnonzero(l_mask)
+    before = pc[l_run]
+    lone_p = before == P
+    lone_p[lone_p] = run_start[l_run[lone_p] - 1] & ~p_spaced[l_run[lone_p] - 1]
+    prefixed = (before == S) | lone_p
+    start[l_run] = True
+    # whitespace runs: up to the last newline is one piece (\s*[\r\n]+), after that the last
+    # space goes to what follows and the rest is one piece (\s+(?!\S)), or all of it at a
+    # part's end; newlines right after punctuation belong to it ([\r\n]* of that alternative)
+    ws = cls >= S  # S or N (END is negative)
+    w0 = np.flatnonzero(ws > (pc >= S))
+    w1 = np.flatnonzero(ws > (nc >= S)) + 1
+    if len(w0):
+        is_n = cls == N
+        n_at = np.flatnonzero(is_n)
+        n_run_end = np.flatnonzero(is_n > (nc == N)) + 1
+        after_p = (pc[w0] == P) & is_n[w0]
+        a0 = w0.copy()
+        a0[after_p] = n_run_end[np.searchsorted(n_run_end, w0[after_p], side="right")]
+        a0 = np.minimum(a0, w1)
+        last_n = np.full(len(w1), -1)
+        if len(n_at):
+            k_last = np.searchsorted(n_at, w1 - 1, side="right") - 1
+            last_n = np.where(k_last >= 0, n_at[np.maximum(k_last, 0)], -1)
+        nl = last_n >= a0
+        start[a0[nl]] = True
+        t0 = np.where(nl, last_n + 1, a0)
+        k = w1 - t0
+        y = nc[w1 - 1]
+        whole = (k > 0) & (y == END)
+        split = (k > 0) & (y != END)
+        start[t0[whole | (split & (k >= 2))]] = True
+        start[w1[split] - 1] = True
+    start[l_run[prefixed]] = False
+    start[np.flatnonzero(p_spaced)] = False
+    # contractions: an unclaimed lone ' before letters makes "'s", "'t", "'re"… (tried first)
+    apos = l_run[lone_p]
+    apos = apos[cps[apos - 1] == 39]
+    if len(apos):
+        c1 = cps[apos] | 0x20
+        nxt = np.minimum(apos + 1, n - 1)
+        in_run = (apos + 1 < n) & (cls[nxt] == L) & (pc[nxt] != END)
+        c2 = cps[nxt] | 0x20
+        one = np.isin(c1, [ord(c) for c in "stmd"])
+        two = ~one & in_run & (((c1 == ord("r")) | (c1 == ord("v"))) & (c2 == ord("e")) | (c1 == ord("l")) & (c2 == ord("l")))
+        j = apos + np.where(one, 1, 2)
+        jj = np.minimum(j, n - 1)
+        rest = (one | two) & (j < n) & (cls[jj] == L) & (pc[jj] != END)
+        start[j[rest]] = True
+    # a special marker is one piece of one token: drop what its characters started inside it
+    if len(sp_start):
+        mark = np.zeros(n + 1, dtype=np.int8)
+        mark[sp_start + 1] = 1  # markers never overlap and are longer than one character
+        mark[sp_end] -= 1
+        start &= np.cumsum(mark[:n], dtype=np.int8) == 0
+    starts = np.flatnonzero(start)
+    price = _prices(starts, cps, cls, nbytes, wide, n)
+    if len(sp_start):
+        price[np.searchsorted(starts, sp_start)] = 1.0
+    return starts, price
+
+
+_SPECIAL_SPLIT = re.compile(f"({SPECIAL.pattern})")
+
+
+def _specials(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end offsets of the special markers (``split`` is faster than match objects)."""
+    lens = np.fromiter(map(len, _SPECIAL_SPLIT.split(text)), dtype=np.int64)
+    ends = np.cumsum(lens)
+    return ends[1::2] - lens[1::2], ends[1::2]
+
+
+def _prices(starts: np.ndarray, cps: np.ndarray, cls: np.ndarray, nbytes: np.ndarray | None, wide: np.ndarray | None, n: int) -> np.ndarray:
+    ends = np.append(starts[1:], n)
+    length = ends - starts
+    if nbytes is None:
+        ln = length
+    else:
+        cb = np.concatenate(([0], np.cumsum(nbytes)))
+        ln = cb[ends] - cb[starts]
+    # a piece led by one space is classed by what follows the space (" foo" is letters)
+    second = cls[np.minimum(starts + 1, n - 1)]
+    led = (cps[starts] == 32) & (length > 1) & (second < S)
+    head = np.where(led, second, cls[starts])
+    pclass = _PRICE_CLASS[head]
+    white = pclass == 3
+    white &= cls[ends - 1] >= S  # whitespace to the end; "\tfoo" is priced as punctuation
+    pclass[(pclass == 3) & ~white] = 2
+    if wide is not None:
+        cw = np.concatenate(([0], np.cumsum(wide)))
+        pclass[((cw[ends] - cw[starts]) > 0) & ~white] = 4
+    table = price_table()
+    price = table[pclass, np.minimum(ln, _MAX_LEN - 1)]
+    long = ln >= _MAX_LEN
+    if long.any():
+        rate = np.array([LONG_RATE[c] for c in PRICE_CLASSES])
+        price[long] = np.maximum(1.0, ln[long] / rate[pclass[long]])
+    return price
+
+
+#: characters per scan: parts are scanned in blocks of about this size, cut where a part
+#: ends, so the arrays stay in cache and below malloc's mmap threshold (whole-prompt arrays
+#: cost more in page faults than in work)
+BLOCK = 131072
+
+
+def counts_between(text: str, cuts: list[int]) -> list[int]:
+    """Estimated tokens of each part of ``text`` cut at the (sorted) ``cuts``, each rounded
+    on its own as counting the parts one by one would."""
+    n = len(text)
+    inner = [c for c in cuts if 0 < c < n]
+    starts_l, prices_l = [], []
+    a, k = 0, 0
+    while a < n:
+        # the first cut at least BLOCK characters on ends this block; parts are independent
+        j = bisect.bisect_left(inner, a + BLOCK, lo=k)
+        b = inner[j] if j < len(inner) else n
+        local = np.asarray(inner[k:j], dtype=np.int64) - a
+        st, pr = scan(text[a:b], local)
+        starts_l.append(st + a)
+        prices_l.append(pr)
+        a, k = b, j + 1 if j < len(inner) else j
+    starts = np.concatenate(starts_l) if starts_l else np.zeros(0, dtype=np.int64)
+    price = np.concatenate(prices_l) if prices_l else np.zeros(0)
+    csum = np.concatenate(([0.0], np.cumsum(price)))
+    edges = np.searchsorted(starts, np.asarray([0, *cuts, n], dtype=np.int64))
+    parts = csum[edges[1:]] - csum[edges[:-1]]
+    return np.round(parts).astype(np.int64).tolist()
+
+
+class EstimateTokenizer:
+    """Fast, deterministic token counts with no model (see the module docstring)."""
+
+    name = "estimate"
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return round(float(scan(text)[1].sum()))
