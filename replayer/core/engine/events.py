@@ -1,7 +1,9 @@
 """The event stream: the one contract between engines and everything that shows results.
 
-Events are small frozen dataclasses (orjson serialises them natively, and they are cheap
-enough for thousands a second). Every event carries ``run`` (which pane it belongs to)
+Events are small slotted dataclasses that orjson serialises natively. They are values:
+nothing changes an event once it is emitted. They are not ``frozen`` because a frozen
+dataclass's ``__init__`` costs four times as much, and a simulated run makes two events
+per batch (thousands for a fragmented 128k-token resume). Every event carries ``run`` (which pane it belongs to)
 and ``t_ms`` (milliseconds since the run's prompt processing started).
 """
 
@@ -16,7 +18,7 @@ BREAK_REASONS: tuple[str, ...] = ("n_batch", "user_start", "checkpoint_offset", 
 
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunStarted:
     type: ClassVar[str] = "run_started"
     run: str
@@ -30,7 +32,7 @@ class RunStarted:
     t_ms: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchDone:
     type: ClassVar[str] = "batch_done"
     run: str
@@ -51,7 +53,7 @@ class BatchDone:
         return self.t_ms - self.t_start_ms
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CheckpointCreated:
     type: ClassVar[str] = "checkpoint_created"
     run: str
@@ -64,7 +66,7 @@ class CheckpointCreated:
     t_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CheckpointErased:
     type: ClassVar[str] = "checkpoint_erased"
     run: str
@@ -75,7 +77,7 @@ class CheckpointErased:
     t_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CheckpointRestored:
     type: ClassVar[str] = "checkpoint_restored"
     run: str
@@ -86,7 +88,7 @@ class CheckpointRestored:
     t_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Progress:
     type: ClassVar[str] = "progress"
     run: str
@@ -95,7 +97,7 @@ class Progress:
     t_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LogLine:
     type: ClassVar[str] = "log_line"
     run: str
@@ -103,7 +105,7 @@ class LogLine:
     t_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunFinished:
     type: ClassVar[str] = "run_finished"
     run: str
@@ -116,7 +118,7 @@ class RunFinished:
     t_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunFailed:
     type: ClassVar[str] = "run_failed"
     run: str

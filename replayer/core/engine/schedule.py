@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from replayer.core.builds.catalog import Build, Generation
 from replayer.core.errors import ReplayerError
@@ -107,10 +107,13 @@ class PromptSpans:
 
     @classmethod
     def of(cls, n_tokens: int, user_starts, n_before_user: int | None = None) -> "PromptSpans":
-        starts = tuple(int(u) for u in user_starts)
+        starts = tuple(map(int, user_starts))
         if n_tokens < 1:
             raise ReplayerError(f"the prompt must have at least one token, got {n_tokens}")
-        for i, u in enumerate(starts):
+        if not starts or (starts[0] >= 0 and starts[-1] < n_tokens
+                          and all(a < b for a, b in zip(starts, starts[1:]))):
+            return cls(n_tokens, starts, n_before_user)
+        for i, u in enumerate(starts):  # say what is wrong
             if u < 0:
                 raise ReplayerError(f"user start {u} is negative")
             if u >= n_tokens:
@@ -130,8 +133,9 @@ class PromptSpans:
         return self.n_before_user if self.n_before_user is not None else self.last_user
 
 
-@dataclass(frozen=True)
-class Batch:
+class Batch(NamedTuple):
+    """One llama_decode call of the prefill (a tuple: a fragmented run makes thousands)."""
+
     start: int
     n_tokens: int
     n_ubatches: int
@@ -339,6 +343,7 @@ class Slot:
         nb, nub = k.n_batch_eff, k.n_ubatch_eff
         ckpt_enabled = k.checkpoints_enabled
         near1, near2 = near_end_points(N, k)
+        near_lo = min(near1, near2)
         reason_of = ReasonRule(N, U, k, ckpt_enabled)
         n_u = len(U)
         is_g0, is_g1 = gen is Generation.G0, gen is Generation.G1
@@ -348,6 +353,7 @@ class Slot:
         erased: list[Erasure] = []
         n_past, restored = self._start_task(N, common_prefix or 0, erased)
         batches: list[Batch] = []
+        add_batch, new_tuple = batches.append, tuple.__new__  # Batch(...) without its __new__
         created: list[tuple[int, Checkpoint]] = []
         counts: list[int] = []
 
@@ -365,8 +371,8 @@ class Slot:
             else:
                 i = bisect_left(U, start + 1)
                 if is_g1:
-                    if i < n_u and U[i] <= limit:
-                        end = min(end, U[i])
+                    if i < n_u and U[i] < end:
+                        end = U[i]
                 elif ckpt_enabled:
                     last_ck = self.checkpoints[-1].n_tokens if self.checkpoints else None
                     while i < n_u and U[i] <= limit:
@@ -376,14 +382,23 @@ class Slot:
                             break
                         i += 1
             # near-end rule
-            if ckpt_enabled:
+            if ckpt_enabled and end >= near_lo:
                 for p in (near1, near2):
                     if start < p <= end:
                         end = p
                         break
             n_cur = end - start
             batch_index = len(batches)
-            batches.append(Batch(start, n_cur, -(-n_cur // nub), reason_of(start, end)))
+            # ReasonRule's verdict, inlined (this loop runs once per batch)
+            if end >= N:
+                reason = "prompt_end"
+            elif n_cur >= nb:
+                reason = "n_batch"
+            elif end in user_set:
+                reason = "user_start"
+            else:
+                reason = reason_of(start, end)
+            add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason)))
 
             # checkpoint decision (§5.3): taken before this batch is decoded
             near_prompt_end = N < end + nub

@@ -48,6 +48,8 @@ def ubatches(start: int, n_tokens: int, n_ubatch: int) -> Iterator[tuple[int, in
 
 def batch_ms(cost: CostModel, start: int, n_tokens: int, n_ubatch: int) -> float:
     """A batch costs the sum of its ubatches, each its own graph evaluation."""
+    if n_tokens <= n_ubatch:  # the common case in a fragmented prefill: one ubatch
+        return cost.ubatch_ms(n_tokens, start)
     return sum(cost.ubatch_ms(b, depth) for b, depth in ubatches(start, n_tokens, n_ubatch))
 
 

@@ -46,6 +46,7 @@ class PromptLayout:
     n_before_user: int | None = None  # G0 only
     text_chars: int = 0
     notes: list[str] = field(default_factory=list)
+    _prompt_spans: PromptSpans | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def user_starts(self) -> list[int]:
@@ -58,9 +59,15 @@ class PromptLayout:
         return out
 
     def prompt_spans(self) -> PromptSpans:
-        """What the scheduler needs; user starts at 0 are dropped (they can never break)."""
-        starts = tuple(u for u in self.user_starts if 0 < u < self.n_tokens)
-        return PromptSpans.of(self.n_tokens, starts, self.n_before_user)
+        """What the scheduler needs; user starts at 0 are dropped (they can never break).
+
+        Kept after the first call: a layout is not changed once computed, and each replay
+        schedules it once per run.
+        """
+        if self._prompt_spans is None:
+            starts = tuple(u for u in self.user_starts if 0 < u < self.n_tokens)
+            self._prompt_spans = PromptSpans.of(self.n_tokens, starts, self.n_before_user)
+        return self._prompt_spans
 
     def to_dict(self) -> dict[str, Any]:
         return {
