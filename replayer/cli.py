@@ -167,6 +167,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.replay import prepare, simulated_events
 
     cfg = _config(args)
+    if args.screenshot and (args.json or args.jsonl or args.markdown):
+        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
+    if args.app or args.screenshot:
+        from replayer.ui.app import run_replay_app
+
+        return run_replay_app(prepare(args.session, cfg), 10.0 if args.speed is None else args.speed,
+                              live_model=args.model if cfg.engine == "live" else None,
+                              screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
     if cfg.engine == "live":
         from replayer.core.engine.live_cli import replay_live
 
@@ -175,7 +183,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     events: list[ev.Event] = []
     for run in ("A", "B"):
         stream = simulated_events(prep, run)
-        if args.jsonl and args.speed:
+        if args.jsonl and args.speed:  # None or 0: instant
             from replayer.core.engine.simulate import paced
 
             stream = paced(stream, args.speed)  # modelled time, divided by --speed
@@ -354,12 +362,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
-    p.add_argument("--speed", type=float, default=0.0,
-                   help="with --jsonl: release simulated events in modelled time ÷ SPEED (0 = instant)")
+    p.add_argument("--speed", type=float, default=None,
+                   help="release simulated events in modelled time ÷ SPEED, 0 = instant "
+                        "(default: instant for --jsonl, 10 in the app)")
+    p.add_argument("--screenshot", metavar="SVG",
+                   help="run the app headless to the verdict, save it as an SVG picture and exit")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
     out.add_argument("--jsonl", action="store_true", help="stream the events")
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
+    out.add_argument("--app", action="store_true", help="open the app straight on this replay")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")

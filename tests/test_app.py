@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from textual.widgets import DataTable, Log, Static
+from textual.widgets import Log, Static
 
 from replayer.core.compare import compare
 from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare
@@ -13,6 +13,7 @@ from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.picker import PickerScreen
 from replayer.ui.screens.replay import ReplayScreen
 from replayer.ui.screens.setup import SetupScreen
+from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.run_pane import RunPane
 
 from conftest import FIXTURES
@@ -56,9 +57,11 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
             ck_lines = [l for l in pane.query_one("#ckpts", Log).lines if l.startswith("+")]
             assert len(ck_lines) == len(core.created)
             assert [int(l.split()[1].replace(",", "")) for l in ck_lines] == [c.n_tokens for c in core.created]
-        table = screen.query_one("#comparison", DataTable)
-        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
-        assert rows == [list(r) for r in cmp.rows()]
+        table = screen.query_one("#comparison", ComparisonTable)
+        assert table.rows == cmp.rows()
+        text = "\n".join(line.text for line in table.render_lines(table.region.reset_offset))
+        for metric, a, b in cmp.rows():
+            assert any(metric in line and a in line and b in line for line in text.splitlines()), metric
         assert shown.speedup == pytest.approx(cmp.speedup)
         # coalescing: thousands of events, a few dozen repaint batches
         assert screen.pane("A").events_applied + screen.pane("B").events_applied == len(screen.events)
@@ -194,3 +197,19 @@ async def test_custom_build_number_and_path_completion(tmp_path):
         await pilot.pause(0.1)
         assert isinstance(app.screen, SetupScreen)
         assert "unknown build" in str(app.screen.query_one("#setup-error", Static).render())
+
+
+async def test_replay_app_opens_straight_on_the_replay_and_escape_goes_to_its_setup():
+    prep = prepare(FIXTURES / "pi/small-v3.jsonl", ReplayConfig(a="9859", b="10001"))
+    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.comparison is not None)
+        screen = app.screen
+        core = compare(all_simulated(prep))
+        assert screen.comparison.a.n_batches == core.a.n_batches and screen.comparison.b.n_batches == core.b.n_batches
+        for run in ("A", "B"):
+            progress = screen.pane(run).query_one("#progress")
+            assert progress.fraction == 1.0 and "100.0%" in str(progress.render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        assert app.screen.session.path == prep.session.path

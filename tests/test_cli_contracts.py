@@ -85,3 +85,29 @@ def test_core_never_imports_textual():
             "replayer.core.export, replayer.cli; assert 'textual' not in sys.modules, 'textual imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
+
+
+def test_replay_screenshot_runs_the_app_headless_to_the_verdict(tmp_path):
+    svg = tmp_path / "out" / "replay.svg"
+    r = cli("replay", str(FIXTURES / "pi/small-v3.jsonl"), "--a", "9859", "--b", "10001", "--speed", "0",
+             "--screenshot", str(svg))
+    assert r.returncode == 0, r.stderr
+    text = svg.read_text()
+    assert text.lstrip().startswith("<svg")
+    expected = orjson.loads(cli("replay", str(FIXTURES / "pi/small-v3.jsonl"), "--a", "9859", "--b", "10001",
+                                 "--json").stdout)
+    a, b = expected["runs"]
+    # the verdict and both runs' batch counts are in the picture (SVG text uses &#160; for spaces)
+    flat = text.replace("&#160;", " ")
+    assert f"{a['n_batches']} batches" in flat and f"{b['n_batches']} batches" in flat
+    assert ("faster" in flat) or ("equally fast" in flat)
+
+
+def test_replay_screenshot_bad_combinations_and_paths_fail_clearly(tmp_path):
+    session = str(FIXTURES / "pi/small-v3.jsonl")
+    r = cli("replay", session, "--screenshot", str(tmp_path / "x.svg"), "--json")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--screenshot" in r.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = cli("replay", session, "--speed", "0", "--screenshot", str(blocker / "x.svg"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot write" in r.stderr

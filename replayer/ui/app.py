@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Iterable
 
@@ -12,12 +13,9 @@ from textual.screen import Screen
 
 from replayer.core import paths
 from replayer.core.errors import ReplayerError
-from replayer.core.replay import ReplayConfig, demo_session_path
+from replayer.core.replay import Prepared, ReplayConfig, demo_session_path
 from replayer.core.session import load_session
 from replayer.ui import themes as theme_files
-from replayer.ui.screens.help import HelpScreen
-from replayer.ui.screens.picker import PickerScreen
-from replayer.ui.screens.setup import SetupScreen
 
 
 class ReplayerApp(App):
@@ -26,42 +24,81 @@ class ReplayerApp(App):
 
     def __init__(self, session: str | Path | None = None, demo: bool = False, default_speed: float = 1.0,
                  config: ReplayConfig | None = None, theme_dirs: list[Path] | None = None,
-                 deterministic: bool = False) -> None:
+                 deterministic: bool = False, replay: Prepared | None = None, live_model: str | None = None,
+                 screenshot: Path | None = None) -> None:
         super().__init__()
+        self.replay = replay  # open straight on this replay (``replayer replay … --app``)
+        self.live_model = live_model
+        self.screenshot_to = screenshot  # headless: save the finished replay here, then exit
+        self.shot_error: str | None = None
         self.deterministic = deterministic  # snapshots: no ETA, no animations
         self.start_session = Path(session) if session else (demo_session_path() if demo else None)
         self.default_speed = default_speed
         self.config = config or ReplayConfig.seed()
         self.theme_dirs = theme_dirs or []
-        self.theme_errors: list[str] = []
+        # themes are chosen before the first stylesheet parse: set in on_mount, the theme
+        # made Textual parse and apply all CSS a second time
+        loaded, self.theme_errors = theme_files.load_all(self.theme_dirs)
+        for t in loaded:
+            self.register_theme(t)
+        self._settings_damaged = False
+        wanted = self.load_settings().get("theme", "replayer-dark")
+        self.theme = wanted if wanted in self.available_themes else (
+            "replayer-dark" if "replayer-dark" in self.available_themes else "textual-dark")
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(theme_files.REASON_VARS)
 
     def on_mount(self) -> None:
+        # everything imported and built so far lives as long as the app: freezing it keeps
+        # full garbage-collector passes (74 ms each here, a visible stall) small
+        gc.freeze()
         if self.deterministic:
             self.animation_level = "none"
-        loaded, self.theme_errors = theme_files.load_all(self.theme_dirs)
-        for t in loaded:
-            self.register_theme(t)
         for err in self.theme_errors:
             self.notify(f"theme skipped: {err}", severity="warning", timeout=8)
-        settings = self.load_settings()
-        wanted = settings.get("theme", "replayer-dark")
-        self.theme = wanted if wanted in self.available_themes else (
-            "replayer-dark" if "replayer-dark" in self.available_themes else "textual-dark")
+        if self._settings_damaged:
+            self.notify("settings file is damaged; using defaults", severity="warning")
+        if self.replay is not None:
+            from replayer.ui.screens.replay import ReplayScreen
+
+            self.push_screen(ReplayScreen(self.replay, speed=self.default_speed, live_model=self.live_model))
+            return
+        from replayer.ui.screens.picker import PickerScreen  # screens load when first shown
+
         self.push_screen(PickerScreen())
         if self.start_session is not None:
             self.open_session(self.start_session)
+
+    def on_replay_screen_finished(self, message) -> None:
+        if self.screenshot_to is None:
+            return
+        cmp = message.comparison
+        # the screenshot renders the screen itself: no need to wait for the next frame
+        self._shoot(1 if (cmp.a.failed or cmp.b.failed) else 0)
+
+    def _shoot(self, code: int) -> None:
+        dest = self.screenshot_to
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self.save_screenshot(filename=dest.name, path=str(dest.parent))
+        except FileExistsError:
+            self.shot_error = f"cannot write {dest}: {dest.parent} is not a folder"
+        except OSError as exc:
+            self.shot_error = f"cannot write {dest}: {exc.strerror or exc}"
+        self.exit(return_code=2 if self.shot_error else code)
 
     # -- settings ---------------------------------------------------------------------------
     def load_settings(self) -> dict:
         f = paths.config_dir() / "settings.json"
         try:
-            return orjson.loads(f.read_bytes()) if f.exists() else {}
+            data = orjson.loads(f.read_bytes()) if f.exists() else {}
         except (OSError, orjson.JSONDecodeError):
-            self.notify("settings file is damaged; using defaults", severity="warning")
+            data = None
+        if not isinstance(data, dict):
+            self._settings_damaged = True  # said once the app runs (notify needs it)
             return {}
+        return data
 
     def save_settings(self, **kw) -> None:
         f = paths.config_dir() / "settings.json"
@@ -89,14 +126,19 @@ class ReplayerApp(App):
             return
         for w in session.warnings:
             self.notify(w, severity="warning")
+        from replayer.ui.screens.setup import SetupScreen
+
         self.push_screen(SetupScreen(session, self.config))
 
     def action_help(self) -> None:
+        from replayer.ui.screens.help import HelpScreen  # Markdown: 35 ms of imports
+
         self.push_screen(HelpScreen())
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         from replayer.ui.screens.replay import ReplayScreen
+        from replayer.ui.screens.setup import SetupScreen
 
         if isinstance(screen, ReplayScreen):
             yield SystemCommand("Export report (Markdown)", "write a bug-report table", lambda: screen.action_export("md"))
@@ -109,7 +151,7 @@ class ReplayerApp(App):
         yield SystemCommand("Help", "keys and colours", self.action_help)
 
 
-def _swap(screen: SetupScreen) -> None:
+def _swap(screen) -> None:
     from textual.widgets import Select
 
     a, b = screen.query_one("#build-a", Select), screen.query_one("#build-b", Select)
@@ -123,3 +165,18 @@ def run_app(session: str | None = None, demo: bool = False) -> int:
             raise ReplayerError(f"no such file: {p}")
     ReplayerApp(session=session, demo=demo, default_speed=10.0).run()  # ×10: the seed run takes ~70 s
     return 0
+
+
+SCREENSHOT_SIZE = (160, 48)  # columns, rows of a headless screenshot
+
+
+def run_replay_app(prep: Prepared, speed: float, live_model: str | None = None,
+                   screenshot: Path | None = None) -> int:
+    """``replayer replay … --app``: the app opened on this replay; with ``screenshot``, headless
+    until the verdict, which is saved as SVG (a picture for a bug report)."""
+    app = ReplayerApp(default_speed=speed, config=prep.config, replay=prep, live_model=live_model,
+                      screenshot=screenshot)
+    app.run(headless=screenshot is not None, size=SCREENSHOT_SIZE if screenshot is not None else None)
+    if app.shot_error:
+        raise ReplayerError(app.shot_error)
+    return app.return_code or 0

@@ -3,11 +3,14 @@
 Each run is a worker in its own group (cancelling A leaves B alone). Workers only append
 events to a per-run buffer; a 20 Hz timer drains the buffers into the panes inside one
 ``batch_update``, so a run producing thousands of events a second costs ~20 repaints.
+An instant replay hands over all its events at once and is drained right after the
+screen's first frame: one pass through the panes, one layout, one repaint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import deque
 from datetime import datetime
@@ -19,18 +22,19 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from replayer.core import export, paths
-from replayer.core.compare import Comparison, RunSummary
+from replayer.core.compare import Comparison
 from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
 from replayer.core.replay import Prepared, simulated_events
+from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.run_pane import RunPane
 
 FLUSH_HZ = 20
-MAX_EVENTS_PER_FLUSH = 1500  # per run: a burst (instant mode) spreads over a few frames
+MAX_EVENTS_PER_FLUSH = 20000  # per run: a burst (instant mode) spreads over a few frames
 SPEEDS = {"1": 1.0, "2": 10.0, "3": 0.0}  # ×1, ×10, instant
 
 
@@ -60,8 +64,6 @@ class ReplayScreen(Screen):
         self.buffers: dict[str, deque] = {"A": deque(), "B": deque()}
         self.events: list[ev.Event] = []
         self.flushes = 0
-        self.max_gap_ms = 0.0
-        self._last_flush = 0.0
         self.comparison: Comparison | None = None
         self.finished: set[str] = set()
         self.started_at = 0.0
@@ -73,18 +75,17 @@ class ReplayScreen(Screen):
             yield RunPane("B", id="pane-B")
         with Vertical(id="summary"):
             yield Static("replaying…", id="verdict")
-            yield DataTable(id="comparison", show_cursor=False)
+            yield ComparisonTable(id="comparison")
         yield Footer()
 
     def on_mount(self) -> None:
+        gc.freeze()  # the prepared session is long-lived: no full GC pass should scan it again
         s = self.prep.session
         self.title = f"replayer — {Path(s.path).name}"
         self.sub_title = f"{s.format} · {self.prep.n_tokens:,} tokens"
         for run in ("A", "B"):
             lay = self.prep.layouts[run]
             self.pane(run).set_layout(lay.n_tokens, [(sp.role, sp.start) for sp in lay.spans])
-        t = self.query_one("#comparison", DataTable)
-        t.add_columns("", "A", "B")
         self.set_interval(1 / FLUSH_HZ, self.flush)
         if self.autostart:
             self.start_runs()
@@ -116,8 +117,16 @@ class ReplayScreen(Screen):
         buf = self.buffers[run]
         n = 0
         try:
-            # the schedule of a long run takes tens of ms: compute it off the event loop
-            events = await asyncio.to_thread(lambda: list(simulated_events(self.prep, run)))
+            # a few ms even for thousands of batches; in a thread it would hold the GIL
+            # against the UI for longer than that (the render it overlaps took 3x as long)
+            events = list(simulated_events(self.prep, run))
+            # thousands of long-lived events: keep them (and the app's own start-up objects)
+            # out of the garbage collector's full passes, one of which cost ~80 ms mid-replay
+            gc.freeze()
+            if not self.speed and self.pause.is_set():  # instant: all at once, the flush paces the UI
+                buf.extend(events)
+                self.call_after_refresh(self.flush)  # after this frame, not at the next 20 Hz tick
+                return
             async for e in apaced(iter(events), lambda: self.speed, pause=self.pause):
                 buf.append(e)
                 n += 1
@@ -158,10 +167,6 @@ class ReplayScreen(Screen):
 
     # -- coalescing -----------------------------------------------------------------------
     def flush(self) -> None:
-        now = time.monotonic()
-        if self._last_flush:
-            self.max_gap_ms = max(self.max_gap_ms, (now - self._last_flush) * 1000)
-        self._last_flush = now
         drained = {}
         for run, buf in self.buffers.items():
             items = []
@@ -182,12 +187,10 @@ class ReplayScreen(Screen):
             self.show_verdict()
 
     def show_verdict(self) -> None:
-        cmp = Comparison(RunSummary.from_events("A", self.events), RunSummary.from_events("B", self.events))
+        cmp = Comparison(self.pane("A").summary, self.pane("B").summary)  # the panes saw every event
         self.comparison = cmp
-        self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]")
-        t = self.query_one("#comparison", DataTable)
-        t.clear()
-        t.add_rows(cmp.rows())
+        self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]", layout=False)
+        self.query_one("#comparison", ComparisonTable).show(cmp.rows())
         self.post_message(self.Finished(cmp))
 
     class Finished(Message):
@@ -218,14 +221,20 @@ class ReplayScreen(Screen):
         self.events.clear()
         self.finished.clear()
         self.comparison = None
-        self.query_one("#verdict", Static).update("replaying…")
-        self.query_one("#comparison", DataTable).clear()
+        self.query_one("#verdict", Static).update("replaying…", layout=False)
+        self.query_one("#comparison", ComparisonTable).clear()
         self.call_after_refresh(self.start_runs)
 
     def action_back(self) -> None:
         for run in ("A", "B"):
             self.workers.cancel_group(self, f"run-{run}")
-        self.app.pop_screen()
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+            return
+        # opened straight on this replay (replay --app): go to its setup instead of a blank screen
+        from replayer.ui.screens.setup import SetupScreen
+
+        self.app.switch_screen(SetupScreen(self.prep.session, self.prep.config))
 
     def export_path(self, suffix: str) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")

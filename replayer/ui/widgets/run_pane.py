@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Label, Log, ProgressBar, Sparkline, Static
+from textual.containers import Vertical
+from textual.widgets import Label, Log, Sparkline, Static
 
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
+from replayer.ui.widgets.progress_line import ProgressLine
 from replayer.ui.widgets.timeline import Timeline
 
 MAX_BATCH_LINES = 20_000
@@ -22,13 +23,11 @@ BATCH_HEADER = f"{'#':>5}  {'start':>9}  {'tokens':>7}  {'reason':<17}  {'ms':>1
 class RunPane(Vertical):
     DEFAULT_CSS = """
     RunPane { border: round $primary; padding: 0 1; height: 1fr; }
-    RunPane > #title { text-style: bold; height: 1; }
-    RunPane > #stats { height: 2; color: $text-muted; }
-    RunPane > Horizontal { height: 1; }
-    RunPane ProgressBar { width: 1fr; }
+    RunPane > #title { text-style: bold; width: 1fr; height: 1; }
+    RunPane > #stats { width: 1fr; height: 2; color: $text-muted; }
     RunPane Sparkline { height: 2; margin-bottom: 1; }
     RunPane #batches { height: 1fr; min-height: 4; }
-    RunPane Log { height: 5; border-top: solid $panel; }
+    RunPane Log { height: 5; border-top: solid $panel; overflow-x: hidden; }
     """
 
     def __init__(self, run: str, *, id: str | None = None) -> None:
@@ -42,8 +41,7 @@ class RunPane(Vertical):
     def compose(self) -> ComposeResult:
         yield Label(f"{self.run}: waiting…", id="title")
         yield Timeline(id="timeline")
-        with Horizontal():
-            yield ProgressBar(total=100, show_eta=not getattr(self.app, "deterministic", False), id="progress")
+        yield ProgressLine(show_eta=not getattr(self.app, "deterministic", False), id="progress")
         yield Sparkline([0.0], id="tps")
         yield Static("", id="stats")
         # a Log, not a DataTable: thousands of streamed rows cost one refresh per flush
@@ -63,6 +61,7 @@ class RunPane(Vertical):
         self.events_applied = 0
         self.styles.border = ("round", self.app.theme_variables.get("primary", "blue"))
         self.query_one(Timeline).reset()
+        self.query_one("#progress", ProgressLine).reset()
         batches = self.query_one("#batches", Log)
         batches.clear()
         batches.write_line(BATCH_HEADER)
@@ -83,7 +82,8 @@ class RunPane(Vertical):
             if isinstance(e, ev.RunStarted):
                 self.total = e.n_tokens
                 tl.n_past = e.n_past
-                self.query_one("#title", Label).update(Text(f"{e.run}: {e.build} ({e.generation}) · {e.engine}", style="bold"))
+                self.query_one("#title", Label).update(
+                    Text(f"{e.run}: {e.build} ({e.generation}) · {e.engine}", style="bold"), layout=False)
             elif isinstance(e, ev.BatchDone):
                 tl.add_batch(e.end, e.reason)
                 rows.append(f"{e.index:>5}  {e.start:>9,}  {e.n_tokens:>7,}  {e.reason:<17}  {e.duration_ms:>10,.1f}")
@@ -103,13 +103,14 @@ class RunPane(Vertical):
                 self._border("success")
             elif isinstance(e, ev.RunFailed):
                 self._border("error")
-                self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"))
+                self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"),
+                                                       layout=False)
         if rows:
             self.query_one("#batches", Log).write_lines(rows)
         if log_lines:
             self.query_one("#ckpts", Log).write_lines(log_lines)
         if progress is not None and self.total:
-            self.query_one("#progress", ProgressBar).update(total=self.total, progress=progress)
+            self.query_one("#progress", ProgressLine).update(progress, self.total)
         if self.tps:
             self.query_one("#tps", Sparkline).data = list(self.tps[-400:])
         tl.refresh()
@@ -126,4 +127,4 @@ class RunPane(Vertical):
                 f" · ckpt offsets {br.get('checkpoint_offset', 0)}\n"
                 f"{len(s.created)} checkpoints ({s.checkpoint_mib:,.1f} MiB) · "
                 f"{s.prompt_ms / 1000:,.1f} s · {s.tokens_per_s:,.1f} tok/s")
-        self.query_one("#stats", Static).update(text)
+        self.query_one("#stats", Static).update(text, layout=False)  # fixed size: no re-layout
