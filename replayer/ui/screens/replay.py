@@ -46,9 +46,11 @@ class ReplayScreen(Screen):
         Binding("3", "speed('3')", "instant"),
         Binding("a", "cancel('A')", "cancel A"),
         Binding("b", "cancel('B')", "cancel B"),
-        Binding("r", "restart", "replay again"),
-        Binding("e", "export('md')", "export"),
-        Binding("s", "screenshot", "screenshot"),
+        # in the help screen and the command palette, not the footer: each footer key is a
+        # widget, and the footer was a fifth of the time to mount this screen
+        Binding("r", "restart", "replay again", show=False),
+        Binding("e", "export('md')", "export", show=False),
+        Binding("s", "screenshot", "screenshot", show=False),
         Binding("escape", "back", "setup"),
     ]
 
@@ -100,7 +102,9 @@ class ReplayScreen(Screen):
             if self.prep.config.engine == "live":
                 self.run_live(run)
             else:
-                self.run_simulated(run)
+                # after the screen's first frame: mounting, painting and scheduling each run
+                # are separate steps of the event loop, not one long stall
+                self.call_after_refresh(self.run_simulated, run)
 
     @work(group="run-A", exit_on_error=False, name="sim-A", exclusive=True)
     async def _sim_a(self) -> None:
@@ -125,7 +129,7 @@ class ReplayScreen(Screen):
             gc.freeze()
             if not self.speed and self.pause.is_set():  # instant: all at once, the flush paces the UI
                 buf.extend(events)
-                self.call_after_refresh(self.flush)  # after this frame, not at the next 20 Hz tick
+                self.call_later(self.flush)  # now (the screen is painted), not at the next 20 Hz tick
                 return
             async for e in apaced(iter(events), lambda: self.speed, pause=self.pause):
                 buf.append(e)
