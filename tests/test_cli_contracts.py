@@ -93,7 +93,7 @@ def test_replay_screenshot_runs_the_app_headless_to_the_verdict(tmp_path):
              "--screenshot", str(svg))
     assert r.returncode == 0, r.stderr
     text = svg.read_text()
-    assert text.lstrip().startswith("<svg")
+    assert text.lstrip().startswith('<svg xml:space="preserve"')
     expected = orjson.loads(cli("replay", str(FIXTURES / "pi/small-v3.jsonl"), "--a", "9859", "--b", "10001",
                                  "--json").stdout)
     a, b = expected["runs"]

@@ -20,6 +20,7 @@ from replayer.ui import themes as theme_files
 
 class ReplayerApp(App):
     CSS_PATH = "replayer.tcss"
+    TITLE = "replayer"
     BINDINGS = [Binding("question_mark,f1", "help", "help"), Binding("ctrl+q", "quit", "quit")]
 
     def __init__(self, session: str | Path | None = None, demo: bool = False, default_speed: float = 1.0,
@@ -81,7 +82,7 @@ class ReplayerApp(App):
         dest = self.screenshot_to
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            self.save_screenshot(filename=dest.name, path=str(dest.parent))
+            self.write_svg(dest)
         except FileExistsError:
             self.shot_error = f"cannot write {dest}: {dest.parent} is not a folder"
         except OSError as exc:
@@ -129,6 +130,12 @@ class ReplayerApp(App):
         from replayer.ui.screens.setup import SetupScreen
 
         self.push_screen(SetupScreen(session, self.config))
+
+    def write_svg(self, dest: Path) -> None:
+        """The screen as SVG. Textual writes spaces as &#160;; librsvg-based viewers still
+        drop them at the start of a text run (right-aligned numbers) unless told to keep them."""
+        svg = self.export_screenshot()
+        dest.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1), encoding="utf-8")
 
     def action_help(self) -> None:
         from replayer.ui.screens.help import HelpScreen  # Markdown: 35 ms of imports

@@ -259,7 +259,7 @@ class ReplayScreen(Screen):
         dest = self.export_path("svg")
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            self.app.save_screenshot(filename=dest.name, path=str(dest.parent))
+            self.app.write_svg(dest)
         except OSError as exc:
             self.notify(f"screenshot failed: {exc}", severity="error")
             return
