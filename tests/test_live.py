@@ -32,7 +32,7 @@ from helpers import agent_conversation
 
 pytestmark = pytest.mark.live
 BUILDS = (9859, 10001)
-MEMORY = {"llama": "plain", "gemma2": "swa", "lfm2": "recurrent"}
+MEMORY = {"llama": "plain", "gemma2": "swa", "lfm2": "recurrent", "mamba": "recurrent"}
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +134,7 @@ def test_fix_breaks_only_at_n_batch(binaries, tiny, conversation):
     assert {b.reason for b in batches} == {"n_batch", "prompt_end"}
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "lfm2"])
+@pytest.mark.parametrize("arch", ["gemma2", "lfm2", "mamba"])
 def test_checkpointing_models_show_checkpoints(binaries, tiny, conversation, arch):
     for build in BUILDS:
         evs, res, _ = _run(binaries, tiny, conversation, build, arch)

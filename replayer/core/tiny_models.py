@@ -2,11 +2,12 @@
 
 Two layers, 64-dim embeddings: the output is noise, but the server's prefill scheduler,
 its chat-template handling and its checkpoints behave exactly as with a real model of the
-same architecture, which is all a replay needs. Three memory kinds:
+same architecture, which is all a replay needs. Three memory kinds, four architectures:
 
 * ``llama`` — plain KV cache: never checkpoints;
 * ``gemma2`` — sliding window 256 on layer 0: SWA checkpoints;
-* ``lfm2`` — hybrid short-conv + attention: recurrent-state checkpoints.
+* ``lfm2`` — hybrid short-conv + attention: recurrent-state checkpoints;
+* ``mamba`` — selective state space only, no attention at all: recurrent-state checkpoints.
 
 The vocabulary is byte-level BPE with ChatML specials, trained here on a small corpus (or
 copied from a vocab GGUF with ``vocab=``); the chat template is the bundled ChatML/Qwen2.5
@@ -124,8 +125,6 @@ def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, cha
 
     if arch not in ARCHS:
         raise ReplayerError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
-    if arch == "mamba":
-        raise ReplayerError("mamba is not generated yet; use lfm2 for a recurrent (hybrid) model")
     out = Path(out).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     tokens, types, merges, pre, bos, eos = _vocab(vocab)
@@ -146,8 +145,8 @@ def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, cha
     writer.add_context_length(N_CTX)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
+    writer.add_feed_forward_length(0 if arch == "mamba" else N_FF)  # mamba: no FFN, no attention
+    writer.add_head_count(0 if arch == "mamba" else N_HEAD)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(1e4)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -192,6 +191,27 @@ def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, cha
                         p + "ffn_norm.weight": norm(),  # gguf-py's FFN_PRE_NORM
                         p + "ffn_gate.weight": w(N_FF, N_EMBD), p + "ffn_up.weight": w(N_FF, N_EMBD),
                         p + "ffn_down.weight": w(N_EMBD, N_FF), p + "post_ffw_norm.weight": norm()}
+    elif arch == "mamba":  # every layer a selective-state-space block: all state is recurrent
+        d_inner, d_conv, d_state, dt_rank = 2 * N_EMBD, 4, 16, max(1, N_EMBD // 16)
+        writer.add_ssm_conv_kernel(d_conv)
+        writer.add_ssm_inner_size(d_inner)  # llama.cpp supports an expansion factor of 2 only
+        writer.add_ssm_state_size(d_state)
+        writer.add_ssm_time_step_rank(dt_rank)
+        writer.add_vocab_size(n_vocab)
+        tensors["output_norm.weight"] = norm()  # output is tied to token_embd
+        for i in range(N_LAYER):
+            p = f"blk.{i}."
+            # shapes in numpy order (ggml's reversed); A negative, as -exp(A_log) is in real models
+            tensors |= {p + "attn_norm.weight": norm(),
+                        p + "ssm_in.weight": w(2 * d_inner, N_EMBD),
+                        p + "ssm_conv1d.weight": w(d_inner, d_conv),
+                        p + "ssm_conv1d.bias": np.zeros(d_inner, dtype=np.float32),
+                        p + "ssm_x.weight": w(dt_rank + 2 * d_state, d_inner),
+                        p + "ssm_dt.weight": w(d_inner, dt_rank),
+                        p + "ssm_dt.bias": np.zeros(d_inner, dtype=np.float32),
+                        p + "ssm_a": -np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1)),
+                        p + "ssm_d": np.ones(d_inner, dtype=np.float32),
+                        p + "ssm_out.weight": w(N_EMBD, d_inner)}
     else:  # lfm2: layer 0 short-conv (recurrent state), layer 1 attention
         writer.add_head_count_kv([0, N_HEAD])
         writer.add_shortconv_l_cache(3)
