@@ -330,3 +330,17 @@ def test_calibration_predicts_the_runs(binaries, tiny, tmp_path):
             (x["start"], x["n_tokens"]) for x in live_run["batches"]]
         measured = sum(x["ms"] for x in live_run["batches"])
         assert sim_run["prompt_ms"] == pytest.approx(measured, rel=0.05)
+
+
+def test_the_servers_own_memory_kind_labels_the_batches(binaries, tiny, conversation):
+    """A preset's guess (plain) is wrong for gemma2: the -lv 4 start-up log says SWA, and the
+    near-end cuts are labelled checkpoint_offset as the simulator labels them."""
+    evs = list(live_events("A", parse_build("10001"), Knobs(memory="plain"), LiveOptions(binaries[10001], tiny["gemma2"]),
+                           conversation))
+    started = evs[0]
+    assert isinstance(started, ev.RunStarted) and started.settings["memory"] == "swa"
+    N = started.n_tokens
+    offsets = [b.end for b in evs if isinstance(b, ev.BatchDone) and b.reason == "checkpoint_offset"]
+    assert offsets == [N - 516, N - 4]
+    assert [e for e in evs if isinstance(e, ev.CheckpointCreated)]
+

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replayer.core.engine.logparse import parse_line
+from replayer.core.engine.logparse import memory_kind, parse_line
 
 CASES = [
     ("0.00.149.519 I slot   operator(): id  0 | task 0 | cached n_tokens = 867, memory_seq_rm [867, end)",
@@ -43,3 +43,11 @@ def test_timestamps_and_noise():
         pytest.approx((13 * 60 + 30) * 1000 + 533.725)
     assert parse_line("0.00.011.615 I llama_kv_cache_iswa: creating SWA KV cache, size = 768 cells") is None
     assert parse_line("") is None
+
+def test_memory_kind_from_startup_logs():
+    assert memory_kind(["0.00.01 I print_info: n_swa                 = 0",
+                        "0.00.02 I llama_kv_cache: size =    2.00 MiB (  4096 cells,   2 layers,  1/1 seqs)"]) == ("plain", None)
+    assert memory_kind(["I print_info: n_swa                 = 256", "I llama_kv_cache: size = 1 MiB"]) == ("swa", 256)
+    assert memory_kind(["I print_info: n_swa = 0", "I llama_kv_cache: size = 1.00 MiB",
+                        "I llama_memory_recurrent: size =    0.00 MiB (     1 cells,   2 layers)"]) == ("recurrent", None)
+    assert memory_kind(["unrelated"]) == (None, None)

@@ -11,6 +11,7 @@ whole process group is killed after a grace period — whatever happened, Ctrl-C
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import queue
 import signal
@@ -28,7 +29,7 @@ import orjson
 from replayer.core.builds.catalog import Build
 from replayer.core.builds.manager import probe_version
 from replayer.core.engine import events as ev
-from replayer.core.engine.logparse import LogFact, parse_line
+from replayer.core.engine.logparse import LogFact, memory_kind, parse_line
 from replayer.core.engine.schedule import Knobs, ReasonRule
 from replayer.core.errors import BuildError, ReplayerError, RunError
 from replayer.core.prompt import templates
@@ -269,15 +270,25 @@ def _live(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, l
         if N >= n_ctx:
             raise RunError(f"the prompt has {N} tokens but the server's context is {n_ctx}; raise --ctx-size "
                            "(or use a model with a longer context)")
+        knobs = _server_memory(knobs, list(server.all_lines))
         yield ev.RunStarted(run=run, label=label or build.label, build=build.label, generation=build.generation.value,
                             engine="live", n_tokens=N, settings={**settings, "binary": str(opts.binary),
                                                                   "model": str(opts.model), "port": server.port,
-                                                                  "ctx_size": n_ctx})
+                                                                  "ctx_size": n_ctx, "memory": knobs.memory})
         while not server.lines.empty():  # start-up lines are not part of the run
             server.lines.get_nowait()
         yield from _stream(run, server.url, client, body, knobs, layout, server.lines,
                            lambda: server.proc is not None and server.proc.poll() is None, server.last_error,
                            server.all_lines, result)
+
+
+def _server_memory(knobs: Knobs, lines: list[str]) -> Knobs:
+    """The knobs with the memory kind the server reports (labels need it: only a model that
+    checkpoints has near-end cuts), not the one a preset or a default guessed."""
+    kind, n_swa = memory_kind(lines)
+    if kind is None or (kind == knobs.memory and (n_swa is None or n_swa == knobs.n_swa)):
+        return knobs
+    return dataclasses.replace(knobs, memory=kind, n_swa=n_swa or knobs.n_swa)
 
 
 def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, layout: PromptLayout,

@@ -84,3 +84,31 @@ def parse_line(line: str) -> LogFact | None:
     if (x := _PROGRESS.search(text)):
         return fact("progress", int(x.group(1)), float(x.group(2)))
     return None
+
+
+_N_SWA = re.compile(r"print_info: n_swa\s*=\s*(\d+)")
+
+
+def memory_kind(lines) -> tuple[str | None, int | None]:
+    """(memory kind, sliding window) from a server's start-up log at ``-lv 4``: what the
+    model's memory is, whatever the user's preset says.
+
+    ``llama_memory_recurrent`` is created for recurrent and hybrid models; ``n_swa > 0``
+    means a sliding-window cache; a bare ``llama_kv_cache`` is plain attention.
+    """
+    recurrent = kv = False
+    n_swa = None
+    for line in lines:
+        if "llama_memory_recurrent" in line:
+            recurrent = True
+        elif "llama_kv_cache" in line:
+            kv = True
+        elif (m := _N_SWA.search(line)):
+            n_swa = int(m.group(1))
+    if recurrent:
+        return "recurrent", None
+    if n_swa:
+        return "swa", n_swa
+    if kv:
+        return "plain", None
+    return None, None
