@@ -19,23 +19,10 @@ from replayer.core.session import build_request, load_session
 from conftest import SAMPLES, need_shared
 
 
-def _reference_class(piece: str) -> str:
-    s = piece.lstrip(" ")
-    if piece.isspace() or not s:
-        return "w"
-    if not piece.isascii():
-        return "u"
-    if s[0].isalpha():
-        return "l"
-    if s[0].isdigit():
-        return "d"
-    return "p"
-
-
 def _reference_price(piece: str) -> float:
     if estimate.SPECIAL.fullmatch(piece):
         return 1.0
-    cls = _reference_class(piece)
+    cls = estimate.piece_class(piece)
     ln = len(piece.encode("utf-8"))
     return float(estimate.price_table()[estimate.PRICE_CLASSES.index(cls), ln]) if ln < 512 else \
         max(1.0, ln / estimate.LONG_RATE[cls])

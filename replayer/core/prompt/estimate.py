@@ -34,6 +34,21 @@ PIECE = re.compile(
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+def piece_class(piece: str) -> str:
+    """The price class of one piece, as the table was learned (``scan`` computes the same
+    with arrays; this is its reference, and the calibration script's)."""
+    s = piece.lstrip(" ")
+    if piece.isspace() or not s:
+        return "w"
+    if not piece.isascii():
+        return "u"
+    if s[0].isalpha():
+        return "l"
+    if s[0].isdigit():
+        return "d"
+    return "p"
+
+
 # character classes; END marks "no character" (a segment edge)
 L, D, P, S, N, END = 0, 1, 2, 3, 4, -1
 #: price classes of the table: letters, digit, punctuation, whitespace, non-ASCII
