@@ -64,8 +64,9 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
             assert any(metric in line and a in line and b in line for line in text.splitlines()), metric
         assert shown.speedup == pytest.approx(cmp.speedup)
         # coalescing: thousands of events, a few dozen repaint batches
-        assert screen.pane("A").events_applied + screen.pane("B").events_applied == len(screen.events)
-        assert screen.flushes < len(screen.events) / 10
+        assert screen.pane("A").events_applied + screen.pane("B").events_applied == screen.n_events
+        assert screen.n_events == len(all_simulated(prepare(demo_session_path(), ReplayConfig.seed())))
+        assert screen.flushes < screen.n_events / 10
 
 
 async def test_cancel_a_leaves_b_running():

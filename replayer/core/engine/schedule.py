@@ -389,16 +389,7 @@ class Slot:
                         break
             n_cur = end - start
             batch_index = len(batches)
-            # ReasonRule's verdict, inlined (this loop runs once per batch)
-            if end >= N:
-                reason = "prompt_end"
-            elif n_cur >= nb:
-                reason = "n_batch"
-            elif end in user_set:
-                reason = "user_start"
-            else:
-                reason = reason_of(start, end)
-            add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason)))
+            add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason_of(start, end))))
 
             # checkpoint decision (§5.3): taken before this batch is decoded
             near_prompt_end = N < end + nub

@@ -50,7 +50,6 @@ def schedule_events(spec: RunSpec, sched: Schedule, cost: CostModel) -> Iterator
     n_max = spec.knobs.n_ctx_checkpoints
     n_ubatch = spec.knobs.n_ubatch_eff
     BatchDone, Progress = ev.BatchDone, ev.Progress
-    ubatch_ms = cost.ubatch_ms
     for e in erased_at.get(-1, []):
         c = e.checkpoint
         yield ev.CheckpointErased(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max,
@@ -71,7 +70,7 @@ def schedule_events(spec: RunSpec, sched: Schedule, cost: CostModel) -> Iterator
             yield ev.CheckpointCreated(run=run, n_tokens=ck.n_tokens, pos_min=ck.pos_min, pos_max=ck.pos_max,
                                        size_mib=spec.checkpoint_mib, count=count, n_max=n_max, t_ms=t)
         start, n = b.start, b.n_tokens
-        t += ubatch_ms(n, start) if n <= n_ubatch else batch_ms(cost, start, n, n_ubatch)
+        t += batch_ms(cost, start, n, n_ubatch)
         yield BatchDone(run, i, start, n, b.n_ubatches, b.reason, t_start, t)
         yield Progress(run, start + n, N, t)
     processed = N - sched.n_past
