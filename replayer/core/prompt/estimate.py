@@ -60,13 +60,6 @@ _MAX_LEN = 512  # longer pieces are priced by LONG_RATE directly
 _PRICE_CLASS = np.array([0, 1, 2, 3, 3], dtype=np.int64)
 
 
-def _ascii_classes() -> np.ndarray:
-    lut = np.full(128, P, dtype=np.int8)
-    for i in range(128):
-        lut[i] = _class_of(chr(i))
-    return lut
-
-
 def _class_of(ch: str) -> int:
     if ch in "\r\n":
         return N
@@ -79,7 +72,7 @@ def _class_of(ch: str) -> int:
     return P
 
 
-_ASCII = _ascii_classes()
+_ASCII = np.array([_class_of(chr(i)) for i in range(128)], dtype=np.int8)
 
 
 @lru_cache(maxsize=1)
