@@ -145,3 +145,63 @@ def test_large_session_streams_with_bounded_memory(tmp_path):
     assert len(s.messages) == 100
     assert peak < 40_000_000, f"peak {peak / 1e6:.0f} MB"
     assert "(image omitted" in s.messages[0].text()
+
+
+def _opencode_with_undo(tmp_path, revert: dict | None):
+    """Two turns (the fixture's messages, then a second question and answer) in an OpenCode
+    1.18 database whose session row carries ``revert``, and the same as a storage tree."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "opencode.db"
+    shutil.copy(FIXTURES / "opencode/opencode.db", db)
+    con = sqlite3.connect(db)
+    con.execute("alter table session add column revert text")
+    con.execute("update session set revert=?", (orjson.dumps(revert).decode() if revert else None,))
+    more = [("msg_003", {"role": "user", "time": {"created": 1790000003000}},
+             [("prt_006", {"type": "text", "text": "and the tests?"})]),
+            ("msg_004", {"role": "assistant", "parentID": "msg_003", "time": {"created": 1790000004000,
+                                                                              "completed": 1790000005000}},
+             [("prt_007", {"type": "step-start"}), ("prt_008", {"type": "text", "text": "none yet"})])]
+    for mid, data, parts in more:
+        con.execute("insert into message values (?,?,?,?,?)",
+                    (mid, "ses_fixture", data["time"]["created"], data["time"]["created"], orjson.dumps(data).decode()))
+        for pid, pdata in parts:
+            con.execute("insert into part values (?,?,?,?,?,?)", (pid, mid, "ses_fixture", 0, 0, orjson.dumps(pdata).decode()))
+    con.commit()
+    con.close()
+    st = tmp_path / "storage"
+    shutil.copytree(FIXTURES / "opencode/storage", st)
+    info = st / "session/global/ses_fixture.json"
+    info.write_bytes(orjson.dumps(orjson.loads(info.read_bytes()) | ({"revert": revert} if revert else {})))
+    for mid, data, parts in more:
+        (st / "message/ses_fixture" / f"{mid}.json").write_bytes(orjson.dumps({"id": mid, **data}))
+        (st / "part" / mid).mkdir()
+        for pid, pdata in parts:
+            (st / "part" / mid / f"{pid}.json").write_bytes(orjson.dumps({"id": pid, "messageID": mid, **pdata}))
+    return db, st
+
+
+def _texts(s):
+    return [(m.role, m.content if isinstance(m.content, str) else None) for m in s.messages]
+
+
+@pytest.mark.parametrize("store", ["db", "storage"])
+def test_opencode_undo_point_drops_what_follows(tmp_path, store):
+    def load(revert):
+        d = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        db, st = _opencode_with_undo(d, revert)
+        return load_session(db if store == "db" else st)
+
+    full = load(None)
+    assert [r for r, _ in _texts(full)] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert not full.warnings
+    # undo to the second question: it and its answer are gone
+    back = load({"messageID": "msg_003", "snapshot": "x"})
+    assert _texts(back) == _texts(full)[:4]
+    assert any("reverted" in w and "2 later message" in w for w in back.warnings)
+    # undo inside the first answer, at its second step: the tool round trip stays, the text goes
+    mid = load({"messageID": "msg_002", "partID": "prt_004"})
+    assert [r for r, _ in _texts(mid)] == ["user", "assistant", "tool"]
+    assert mid.messages[1].tool_calls[0].name == "bash"

@@ -3,7 +3,9 @@
 Both hold the same message/part objects. A message's parts are replayed in order; each
 ``step-start`` begins a new assistant chat message, so one stored assistant message can
 become several (assistant tool_calls → tool results → assistant …). History starts at
-the last completed compaction. The database is opened read-only.
+the last completed compaction. A session with a ``revert`` (an undo point) loses what
+follows it, as OpenCode's cleanup does before the next prompt. The database is opened
+read-only.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") 
         warnings.append(f"{len(top)} sessions in this database; replaying the newest ({chosen['id']})")
     return _build(path, messages, by_msg, chosen.get("id"), chosen.get("title"), chosen.get("directory"),
                   chosen.get("version"), ms_to_s(chosen.get("time_created")),
-                  ms_to_s(chosen.get("time_updated")), warnings, images)
+                  ms_to_s(chosen.get("time_updated")), warnings, images, _loads(chosen.get("revert")))
 
 
 def load_storage(path: Path, *, images: str = "omit") -> Session:
@@ -120,8 +122,9 @@ def load_storage(path: Path, *, images: str = "omit") -> Session:
         pfiles = sorted((root / "part" / str(m.get("id"))).glob("*.json"))
         by_msg[m.get("id")] = [_read_json(f) for f in pfiles]
     t = info.get("time") or {}
+    revert = info.get("revert") if isinstance(info.get("revert"), dict) else {}
     return _build(path, messages, by_msg, sid, info.get("title"), info.get("directory"), info.get("version"),
-                  ms_to_s(t.get("created")), ms_to_s(t.get("updated")), [], images)
+                  ms_to_s(t.get("created")), ms_to_s(t.get("updated")), [], images, revert)
 
 
 def _loads(data: Any) -> dict:
@@ -139,9 +142,34 @@ def _read_json(p: Path) -> dict:
         raise ImportFailed(f"cannot read {p}: {exc.strerror}") from None
 
 
+def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, warnings: list[str]) -> list[dict]:
+    """What survives an undo point (OpenCode's ``SessionRevert.cleanup``): messages whose id
+    sorts before ``revert.messageID``; with a ``partID``, that message too, cut before the
+    part. Ids sort in creation order."""
+    mid, pid = revert.get("messageID"), revert.get("partID")
+    if not isinstance(mid, str):
+        return messages
+    kept = []
+    for m in messages:
+        m_id = str(m.get("id", ""))
+        if m_id < mid:
+            kept.append(m)
+        elif m_id == mid and pid:
+            ps = parts.get(m_id, [])
+            cut = next((i for i, p in enumerate(ps) if p.get("id") == pid), len(ps))
+            parts[m_id] = ps[:cut]
+            kept.append(m)
+    if len(kept) < len(messages):
+        warnings.append(f"the session was reverted (undo): {len(messages) - len(kept)} later message(s) are "
+                        "left out, as OpenCode drops them before the next prompt")
+    return kept
+
+
 def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, title, cwd, version,
-           created, updated, warnings: list[str], images: str) -> Session:
+           created, updated, warnings: list[str], images: str, revert: dict | None = None) -> Session:
     stats = ImportStats(entries_total=len(messages))
+    if revert:
+        messages = _revert(messages, parts, revert, warnings)
     if not messages:
         raise ImportFailed(f"session {sid} has no messages")
     # history starts at the last completed compaction
