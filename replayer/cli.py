@@ -297,7 +297,8 @@ def cmd_app(args: argparse.Namespace) -> int:
 # -- parser -------------------------------------------------------------------------------
 
 def _common_session(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session", help="session file (pi, Claude Code, Codex, OpenCode, OpenAI body, ShareGPT, Aider)")
+    p.add_argument("session", help="session file (pi, Claude Code, Codex, OpenCode, OpenAI body, ShareGPT, "
+                                   "llama.cpp web-UI export, Aider)")
     p.add_argument("--format", help="force the format instead of detecting it")
     p.add_argument("--system-prompt", metavar="FILE", help="system prompt to use when the session does not store it")
     p.add_argument("--tools", metavar="FILE", help="tools (OpenAI JSON) to use when the session does not store them")

@@ -24,6 +24,7 @@ CASES = [
     ("aider/.aider.chat.history.md", "aider", {"user": 2, "assistant": 2}),
     ("opencode/opencode.db", "opencode", {"user": 1, "assistant": 2, "tool": 1}),
     ("opencode/storage", "opencode", {"user": 1, "assistant": 2, "tool": 1}),
+    ("llamacpp-webui/conversation.json", "llamacpp-webui", {"user": 1, "assistant": 2, "tool": 1}),
 ]
 
 
@@ -205,3 +206,33 @@ def test_opencode_undo_point_drops_what_follows(tmp_path, store):
     mid = load({"messageID": "msg_002", "partID": "prt_004"})
     assert [r for r, _ in _texts(mid)] == ["user", "assistant", "tool"]
     assert mid.messages[1].tool_calls[0].name == "bash"
+
+
+def test_llamacpp_webui_export_is_the_request_the_ui_sends(tmp_path):
+    """The active branch (currNode up to the root, not the edited-away first question), the
+    attachment expanded before the question as the UI does, tool calls from their JSON string."""
+    from replayer.core.session import build_request
+
+    path = FIXTURES / "llamacpp-webui/conversation.json"
+    s = load_session(path)
+    assert s.stats.branch_length == 6 and s.stats.entries_total == 8
+    body = build_request(s).body
+    msgs = body["messages"]
+    assert msgs[0] == {"role": "system", "content": "You are a helpful assistant."}
+    assert msgs[1]["content"] == [{"type": "text", "text": "\n\n--- File: notes.txt ---\nbuy milk"},
+                                  {"type": "text", "text": "what is in notes.txt?"}]
+    assert msgs[2]["content"] == "" and msgs[2]["reasoning_content"].startswith("The file is attached")
+    assert msgs[2]["tool_calls"][0]["function"] == {"name": "read_file", "arguments": '{"path": "notes.txt"}'}
+    assert msgs[3] == {"role": "tool", "content": "buy milk\n", "tool_call_id": "call_1"}
+    assert msgs[4]["content"] == "It says: buy milk."
+    assert all("list the files" not in str(m) for m in msgs)
+    # an export of several conversations replays the newest; the other branch when currNode moves
+    doc = orjson.loads(path.read_bytes())
+    other = orjson.loads(path.read_bytes())
+    other["conv"] |= {"id": "older", "lastModified": 1}
+    doc["conv"]["currNode"] = "a1-old"
+    many = tmp_path / "export.json"
+    many.write_bytes(orjson.dumps([other, doc]))
+    s2 = load_session(many)
+    assert [m.text() for m in s2.messages] == ["list the files", "I cannot see your files."]
+    assert any("2 conversations" in w for w in s2.warnings)

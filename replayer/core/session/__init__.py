@@ -17,7 +17,7 @@ __all__ = ["FORMATS", "ChatRequest", "Message", "Session", "build_request", "det
 def load_session(path: str | Path, format: str | None = None, *, images: str = "omit",
                  session_id: str | None = None) -> Session:
     """Import a session file read-only; raises ``ImportFailed`` with a one-line reason."""
-    from replayer.core.session import aider, claude_code, codex, openai_body, opencode, pi, sharegpt
+    from replayer.core.session import aider, claude_code, codex, llamacpp_webui, openai_body, opencode, pi, sharegpt
     from replayer.core.session.reader import check_readable_file
 
     p = Path(path).expanduser()
@@ -47,7 +47,11 @@ def load_session(path: str | Path, format: str | None = None, *, images: str = "
                 doc = orjson.loads(p.read_bytes())
             except orjson.JSONDecodeError as exc:
                 raise ImportFailed(f"{p} is not valid JSON: {exc}") from None
-            if fmt == "openai":
+            if fmt == "llamacpp-webui":
+                if not llamacpp_webui.detect(doc):
+                    raise ImportFailed(f"{p} is not a llama.cpp web-UI export")
+                s = llamacpp_webui.load(p, doc, images=images)
+            elif fmt == "openai":
                 if not openai_body.detect(doc):
                     raise ImportFailed(f"{p} is not an OpenAI chat-completions body")
                 s = openai_body.load(p, doc, images=images)

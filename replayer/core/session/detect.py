@@ -7,10 +7,10 @@ from pathlib import Path
 import orjson
 
 from replayer.core.errors import FormatUnknown, ImportFailed
-from replayer.core.session import aider, claude_code, codex, openai_body, opencode, pi, sharegpt
+from replayer.core.session import aider, claude_code, codex, llamacpp_webui, openai_body, opencode, pi, sharegpt
 from replayer.core.session.reader import check_readable_file, head_objects
 
-FORMATS = ["pi", "claude-code", "codex", "opencode", "openai", "sharegpt", "aider"]
+FORMATS = ["pi", "claude-code", "codex", "opencode", "openai", "sharegpt", "llamacpp-webui", "aider"]
 _WHOLE_JSON_LIMIT = 64 * 1024 * 1024
 
 
@@ -57,6 +57,8 @@ def detect_format(path: Path) -> str:
                 opencode.storage_root(path.parent) is not None:
             return "opencode"
         if doc is not None:
+            if llamacpp_webui.detect(doc):  # before the OpenAI body: its messages have roles too
+                return "llamacpp-webui"
             if openai_body.detect(doc):
                 return "openai"
             if sharegpt.detect(doc):

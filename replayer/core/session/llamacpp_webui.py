@@ -1,0 +1,160 @@
+"""llama.cpp web-UI conversation exports (``llama-server``'s own chat page).
+
+The web UI keeps conversations in the browser's IndexedDB and exports them as
+``{"conv": {id, name, lastModified, currNode}, "messages": [...]}`` or a list of those.
+Messages form a tree (``parent``/``children``: edits and regenerations are branches); the
+active branch is the path from ``conv.currNode`` up to the root, as the UI sends it.
+
+Each message becomes what the UI's ``convertDbMessageToApiChatMessageData`` sends:
+attachments (``extra``) turn into content parts before the message's own text — text
+files as ``"\\n\\n--- File: name ---\\n…"``, PDFs read as text as ``--- PDF File: …``,
+images and audio as placeholders — and empty system messages are left out. Tool calls
+are stored as a JSON string and tool results carry ``toolCallId``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replayer.core.errors import ImportFailed
+from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall
+from replayer.core.session.reader import json_args, ms_to_s
+
+FORMAT = "llamacpp-webui"
+AUDIO_OMITTED = "(audio omitted)"
+
+# attachment kinds, current names and the older ones (imageFile, textFile, …)
+_TEXT = {"text", "textfile"}
+_CONTEXT = {"context"}
+_IMAGE = {"image", "imagefile"}
+_AUDIO = {"audio", "audiofile"}
+_VIDEO = {"video", "videofile"}
+_PDF = {"pdf", "pdffile"}
+_MCP = {"mcp_prompt": "MCP Prompt", "mcpprompt": "MCP Prompt", "mcp_resource": "MCP Resource",
+        "mcpresource": "MCP Resource"}
+
+
+def _entries(doc: Any) -> list[dict]:
+    items = doc if isinstance(doc, list) else [doc]
+    return [d for d in items if isinstance(d, dict) and isinstance(d.get("conv"), dict)
+            and isinstance(d.get("messages"), list)]
+
+
+def detect(doc: Any) -> bool:
+    ents = _entries(doc)
+    return bool(ents) and all(isinstance(m, dict) and "convId" in m for m in ents[0]["messages"][:20])
+
+
+def _attachment_text(label: str, name: str, content: str, extra: str | None = None) -> str:
+    header = f"{name} ({extra})" if extra else name
+    return f"\n\n--- {label}: {header} ---\n{content}"
+
+
+def _user_content(m: dict, images: str) -> str | list:
+    extras = [x for x in m.get("extra") or [] if isinstance(x, dict)]
+    text = str(m.get("content") or "")
+    if not extras:
+        return text
+    kind = {id(x): str(x.get("type", "")).lower() for x in extras}
+
+    def image(x: dict) -> TextPart | ImagePart:
+        if images == "keep":
+            return ImagePart(mime=str(x.get("mimeType") or "image/png"))
+        return TextPart(text=IMAGE_OMITTED)
+
+    parts: list = []
+    parts += [TextPart(text=_attachment_text("File", str(x.get("name", "")), str(x.get("content", ""))))
+              for x in extras if kind[id(x)] in _TEXT | _CONTEXT]
+    parts += [image(x) for x in extras if kind[id(x)] in _IMAGE]
+    parts += [TextPart(text=AUDIO_OMITTED) for x in extras if kind[id(x)] in _AUDIO]
+    if text:
+        parts.append(TextPart(text=text))
+    parts += [TextPart(text="(video omitted)") for x in extras if kind[id(x)] in _VIDEO]
+    for x in extras:
+        k = kind[id(x)]
+        if k in _PDF:
+            pages = x.get("images") if x.get("processedAsImages") else None
+            if isinstance(pages, list) and pages:
+                parts += [image({"mimeType": "image/png"}) for _ in pages]
+            else:
+                parts.append(TextPart(text=_attachment_text("PDF File", str(x.get("name", "")),
+                                                            str(x.get("content", "")))))
+        elif k in _MCP:
+            parts.append(TextPart(text=_attachment_text(_MCP[k], str(x.get("name", "")), str(x.get("content", "")),
+                                                        x.get("serverName"))))
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return parts
+
+
+def _branch(messages: list[dict], leaf: Any) -> list[dict]:
+    by_id = {m.get("id"): m for m in messages}
+    if leaf not in by_id:  # no current node: the newest message
+        leaf = max(messages, key=lambda m: m.get("timestamp") or 0).get("id")
+    path, seen, node = [], set(), by_id.get(leaf)
+    while node is not None and node.get("id") not in seen:
+        seen.add(node.get("id"))
+        path.append(node)
+        node = by_id.get(node.get("parent"))
+    return path[::-1]
+
+
+def load(path: Path, doc: Any, *, images: str = "omit") -> Session:
+    ents = _entries(doc)
+    if not ents:
+        raise ImportFailed(f"{path} holds no llama.cpp web-UI conversations")
+    entry = max(ents, key=lambda e: e["conv"].get("lastModified") or 0)
+    warnings = ([f"{len(ents)} conversations in this export; replaying the newest "
+                 f"({entry['conv'].get('name') or entry['conv'].get('id')})"] if len(ents) > 1 else [])
+    msgs = [m for m in entry["messages"] if isinstance(m, dict)]
+    branch = _branch(msgs, entry["conv"].get("currNode"))
+    out: list[Message] = []
+    system_prompt = None
+    model = None
+    for m in branch:
+        role = m.get("role")
+        ts = ms_to_s(m.get("timestamp"))
+        if m.get("type") == "root" or role not in ("system", "user", "assistant", "tool"):
+            continue
+        if role == "system":
+            text = str(m.get("content") or "")
+            if text.strip():  # the UI drops empty system messages
+                if system_prompt is None and not out:
+                    system_prompt = text
+                else:
+                    out.append(Message(role="system", content=text, timestamp=ts))
+            continue
+        if role == "tool":
+            out.append(Message(role="tool", content=str(m.get("content") or ""), tool_call_id=m.get("toolCallId"),
+                               timestamp=ts))
+            continue
+        if role == "user":
+            out.append(Message(role="user", content=_user_content(m, images), timestamp=ts))
+            continue
+        model = m.get("model") or model
+        # the UI sends its stored string, empty beside tool calls (not null)
+        msg = Message(role="assistant", content=str(m.get("content") or ""), timestamp=ts)
+        reasoning = m.get("reasoningContent") or m.get("thinking")
+        if isinstance(reasoning, str) and reasoning:
+            msg.reasoning = reasoning
+        calls = m.get("toolCalls")
+        if isinstance(calls, str) and calls.strip():
+            try:
+                calls = orjson.loads(calls)
+            except orjson.JSONDecodeError:
+                calls = None
+                warnings.append(f"message {m.get('id')}: its tool calls are not valid JSON; left out")
+        for tc in calls if isinstance(calls, list) else []:
+            if not isinstance(tc, dict):
+                continue
+            fn = tc.get("function") or {}
+            msg.tool_calls.append(ToolCall(id=str(tc.get("id", "")), name=str(fn.get("name", "")),
+                                           arguments=json_args(fn.get("arguments", "{}"))))
+        out.append(msg)
+    conv = entry["conv"]
+    return Session(format=FORMAT, path=str(path), session_id=conv.get("id"), title=conv.get("name"), model=model,
+                   updated=ms_to_s(conv.get("lastModified")), messages=out, system_prompt=system_prompt,
+                   stats=ImportStats(entries_total=len(msgs), branch_length=len(branch)), warnings=warnings)
