@@ -16,7 +16,7 @@ from replayer.core.errors import ImportFailed
 from replayer.core.session.model import (
     ImagePart, Message, Session, TextPart, ToolCall, Usage,
 )
-from replayer.core.session.reader import JsonlStats, blob_size, iter_jsonl, iso_to_s, json_args
+from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
 
 FORMAT = "claude-code"
 CONVERSATIONAL = {"user", "assistant", "system", "attachment"}
@@ -48,11 +48,7 @@ def _text_of(content: Any) -> str:
 
 
 def load(path: Path, *, images: str = "omit") -> Session:
-    jstats = JsonlStats()
-    records = list(iter_jsonl(path, jstats))
-    if not records:
-        raise ImportFailed(f"{path} holds no Claude Code records")
-    stats, warnings = jstats.import_stats(len(records))
+    records, stats, warnings = read_records(path, "Claude Code")
     by_uuid: dict[str, dict] = {}
     for r in records:
         t = r.get("type") or r.get("_type")

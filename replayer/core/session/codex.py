@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from replayer.core.errors import ImportFailed
 from replayer.core.session.model import IMAGE_OMITTED, ImagePart, Message, Session, TextPart, ToolCall, Usage
-from replayer.core.session.reader import JsonlStats, iter_jsonl, iso_to_s, json_args
+from replayer.core.session.reader import iso_to_s, json_args, read_records
 
 FORMAT = "codex"
 WRAPPED_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted",
@@ -36,11 +35,7 @@ def detect(objs: list[dict[str, Any]]) -> bool:
 
 
 def load(path: Path, *, images: str = "omit") -> Session:
-    jstats = JsonlStats()
-    lines = list(iter_jsonl(path, jstats))
-    if not lines:
-        raise ImportFailed(f"{path} holds no Codex records")
-    stats, warnings = jstats.import_stats(len(lines))
+    lines, stats, warnings = read_records(path, "Codex")
     wrapped = lines[0].get("type") == "session_meta"
     meta: dict = {}
     items: list[dict] = []

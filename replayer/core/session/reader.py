@@ -89,6 +89,17 @@ class JsonlStats:
         return stats, warnings
 
 
+def read_records(path: Path, agent: str):
+    """All records of a JSONL session whose importer needs them at once (to walk a tree or
+    find a header), with its ``ImportStats`` and skipped-lines warning."""
+    jstats = JsonlStats()
+    records = list(iter_jsonl(path, jstats))
+    if not records:
+        raise ImportFailed(f"{path} holds no {agent} records")
+    stats, warnings = jstats.import_stats(len(records))
+    return records, stats, warnings
+
+
 def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str, Any]]:
     """Yield each JSON object line; count and skip the rest (opened read-only)."""
     stats = stats if stats is not None else JsonlStats()
