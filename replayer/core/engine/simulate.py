@@ -10,25 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import AsyncIterator, Iterator
 
 from replayer.core.builds.catalog import Build
 from replayer.core.engine import events as ev
-from replayer.core.engine.schedule import Knobs, PromptSpans, Schedule, schedule
+from replayer.core.engine.schedule import Schedule, schedule
+from replayer.core.runspec import PromptSpans, RunSpec
 from replayer.core.hardware.cost import CostModel, batch_ms
-
-
-@dataclass
-class RunSpec:
-    """Everything one run needs; both engines take it."""
-
-    run: str  # "A" or "B"
-    build: Build
-    knobs: Knobs
-    label: str = ""
-    checkpoint_mib: float = 0.0
-    settings: dict = field(default_factory=dict)
 
 
 def simulate(spec: RunSpec, spans: PromptSpans, cost: CostModel, n_past: int = 0) -> Iterator[ev.Event]:

@@ -20,11 +20,11 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 
 from replayer.core.builds.catalog import Build, parse_build
-from replayer.core.engine.schedule import PromptSpans
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import templates
 from replayer.core.prompt.estimate import EstimateTokenizer, counts_between
 from replayer.core.prompt.templates import Delimiter, Template
+from replayer.core.runspec import PromptSpans
 
 
 class Span(NamedTuple):
@@ -145,9 +145,9 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
                    template_kwargs: dict | None = None) -> PromptLayout:
     b = parse_build(build) if isinstance(build, str) else build
     if tokenizer.startswith("server:"):
-        from replayer.core.prompt.server_tokenizer import server_layout
+        from replayer.core.prompt.server_tokenizer import ServerTokenizer  # httpx: only when asked
 
-        return server_layout(tokenizer[len("server:"):], messages, tools, b, template=template)
+        return server_layout(ServerTokenizer(tokenizer[len("server:"):]), messages, tools, b, template=template)
     tok_exact: ExactTokenizer | None = None
     if tokenizer.startswith("gguf:"):
         from replayer.core.prompt import gguf_tokenizer
@@ -204,3 +204,17 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
                         text_chars=len(text), notes=notes)
 
 
+class TemplatingTokenizer(ExactTokenizer, Protocol):
+    """A tokenizer that also renders (a running server: ``ServerTokenizer``)."""
+
+    def template(self) -> Template: ...
+
+    def apply_template(self, messages: list[dict], tools: list[dict] | None) -> str: ...
+
+
+def server_layout(st: TemplatingTokenizer, messages: list[dict], tools: list[dict] | None, build: Build,
+                  template: Template | None = None) -> PromptLayout:
+    """The layout a running server makes of a request: its own template and tokenizer."""
+    tpl = template or st.template()
+    text = st.apply_template(messages, tools)
+    return layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)

@@ -10,9 +10,7 @@ from typing import Any
 
 import httpx
 
-from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError
-from replayer.core.prompt import templates
 from replayer.core.prompt.templates import Template
 
 
@@ -61,13 +59,3 @@ class ServerTokenizer:
         props = self.props()
         return Template(name=f"server:{self.url}", source=props.get("chat_template", ""),
                         bos_token=props.get("bos_token", ""), eos_token=props.get("eos_token", ""))
-
-
-def server_layout(url: str, messages: list[dict], tools: list[dict] | None, build: Build,
-                  template: Template | None = None):
-    from replayer.core.prompt.layout import layout_of_text
-
-    st = ServerTokenizer(url)
-    text = st.apply_template(messages, tools)
-    tpl = template or st.template()
-    return layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)
