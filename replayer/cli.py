@@ -157,52 +157,39 @@ def _config(args: argparse.Namespace):
                         n_batch=args.batch_size, n_ubatch=args.ubatch_size, checkpoint_min_step=args.cms,
                         ctx_checkpoints=args.ctx_checkpoints, tokenizer=args.tokenizer, template=args.template,
                         format=args.format, system_prompt=args.system_prompt, tools=args.tools,
-                        calibration=args.calibration)
+                        calibration=args.calibration, server=args.server, server_b=args.server_b,
+                        server_log=args.server_log, ctx_size=args.ctx_size, timeout=args.timeout,
+                        parallel_runs=args.parallel_runs, calibrate=args.calibrate)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core import export
-    from replayer.core.compare import compare
     from replayer.core.engine import events as ev
-    from replayer.core.replay import prepare, simulated_events
+    from replayer.core.replay import prepare, replay, run_extras
 
-    cfg = _config(args)
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
+    prep = prepare(args.session, _config(args))
     if args.app or args.screenshot:
         from replayer.ui.app import run_replay_app
 
-        return run_replay_app(prepare(args.session, cfg), 10.0 if args.speed is None else args.speed,
-                              live_model=args.model if cfg.engine == "live" else None,
+        return run_replay_app(prep, 10.0 if args.speed is None else args.speed,
                               screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
-    if cfg.engine == "live":
-        from replayer.core.engine.live_cli import replay_live
-
-        return replay_live(args, cfg)
-    prep = prepare(args.session, cfg)
-    events: list[ev.Event] = []
-    for run in ("A", "B"):
-        stream = simulated_events(prep, run)
-        if args.jsonl and args.speed:  # None or 0: instant
-            from replayer.core.engine.simulate import paced
-
-            stream = paced(stream, args.speed)  # modelled time, divided by --speed
-        for e in stream:
-            events.append(e)
-            if args.jsonl:
-                _out(ev.to_json(e))
+    out = replay(prep, on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
+                 speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
+    for note in out.notes:
+        print(note, file=sys.stderr)
+    code = 1 if out.failed else 0
     if args.jsonl:
-        return 0
-    cmp = compare(events)
-    meta = prep.meta()
+        return code
+    cmp, meta = out.comparison, prep.meta()
     if args.json:
-        extras = {run: {"user_starts": len(prep.layouts[run].user_starts)} for run in ("A", "B")}
-        _out(export.to_json(cmp, {"session": meta}, redacted=False, run_extras=extras))
+        _out(export.to_json(cmp, {"session": meta}, redacted=False, run_extras=run_extras(prep, cmp)))
     elif args.markdown:
         _out(export.to_markdown(cmp, meta))
     else:
         _out(export.to_text(cmp, prep.request.notes))
-    return 0
+    return code
 
 
 # -- presets / builds / models -------------------------------------------------------------
@@ -210,10 +197,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     from replayer.core.hardware import presets
 
-    from replayer.core.replay import calibrations
+    from replayer.core import calibration
 
     data = presets.listing()
-    data["calibrations"] = [{"id": k, **v} for k, v in calibrations().items()]
+    data["calibrations"] = calibration.listing()
     if args.json:
         _json(data)
         return 0

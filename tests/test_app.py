@@ -161,13 +161,12 @@ async def test_failing_live_run_shows_error_and_b_finishes(tmp_path):
 
     manager.install(10001, "cpu")
     model = make_tiny("llama", tmp_path / "llama.gguf")
-    cfg = ReplayConfig(a=str(tmp_path / "missing" / "llama-server"), b="10001", engine="live", model="llama-8b-q4_0")
-    prep = prepare(FIXTURES / "pi/small-v3.jsonl", ReplayConfig(a="9859", b="10001", engine="live"))
-    prep.config = cfg
+    cfg = ReplayConfig(a=str(tmp_path / "missing" / "llama-server"), b="10001", engine="live", model=str(model))
+    prep = prepare(FIXTURES / "pi/small-v3.jsonl", cfg)
     app = ReplayerApp()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        await app.push_screen(ReplayScreen(prep, speed=0.0, live_model=str(model)))
+        await app.push_screen(ReplayScreen(prep, speed=0.0))
         screen = app.screen
         await wait_for(pilot, lambda: screen.comparison is not None, timeout=120)
         assert "no such" in (screen.pane("A").summary.failed or "")

@@ -71,7 +71,7 @@ def test_layout_cli_json():
 
 
 def test_calibration_fit_recovers_the_cost_model():
-    from replayer.core.engine.live_cli import fit_cost
+    from replayer.core.calibration import fit_cost
     from replayer.core.hardware.cost import LineCost, batch_ms
 
     truth = LineCost("truth", fixed_ms=12.0, per_token_ms=0.25, attn_ms=2e-6)
@@ -89,7 +89,7 @@ def test_calibration_fit_recovers_the_cost_model():
 
 def test_calibration_fit_matches_each_run_total_when_the_line_cannot_fit_every_batch():
     """Big batches cheaper per token than any line allows (a CPU): the fit still gets both runs' totals."""
-    from replayer.core.engine.live_cli import fit_cost
+    from replayer.core.calibration import fit_cost
     from replayer.core.hardware.cost import LineCost, batch_ms
 
     def measured(n: int, depth: int) -> float:

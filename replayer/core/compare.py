@@ -28,6 +28,8 @@ class RunSummary:
     erased: list[ev.CheckpointErased] = field(default_factory=list)
     finished: ev.RunFinished | None = None
     failed: str | None = None
+    user_starts: int | None = None  # from the server's own layout (live runs)
+    server_timings: dict = field(default_factory=dict)
 
     def apply(self, e: ev.Event) -> None:
         if isinstance(e, ev.RunStarted):
@@ -43,6 +45,10 @@ class RunSummary:
             self.finished = e
         elif isinstance(e, ev.RunFailed):
             self.failed = e.error
+        elif isinstance(e, ev.LayoutReady):
+            self.user_starts = len(e.user_starts)
+        elif isinstance(e, ev.ServerFacts):
+            self.server_timings = dict(e.timings)
 
     @classmethod
     def from_events(cls, run: str, events: Iterable[ev.Event]) -> "RunSummary":

@@ -25,11 +25,10 @@ class ReplayerApp(App):
 
     def __init__(self, session: str | Path | None = None, demo: bool = False, default_speed: float = 1.0,
                  config: ReplayConfig | None = None, theme_dirs: list[Path] | None = None,
-                 deterministic: bool = False, replay: Prepared | None = None, live_model: str | None = None,
+                 deterministic: bool = False, replay: Prepared | None = None,
                  screenshot: Path | None = None) -> None:
         super().__init__()
         self.replay = replay  # open straight on this replay (``replayer replay … --app``)
-        self.live_model = live_model
         self.screenshot_to = screenshot  # headless: save the finished replay here, then exit
         self.shot_error: str | None = None
         self.deterministic = deterministic  # snapshots: no ETA, no animations
@@ -63,7 +62,7 @@ class ReplayerApp(App):
         if self.replay is not None:
             from replayer.ui.screens.replay import ReplayScreen
 
-            self.push_screen(ReplayScreen(self.replay, speed=self.default_speed, live_model=self.live_model))
+            self.push_screen(ReplayScreen(self.replay, speed=self.default_speed))
             return
         from replayer.ui.screens.picker import PickerScreen  # screens load when first shown
 
@@ -177,12 +176,10 @@ def run_app(session: str | None = None, demo: bool = False) -> int:
 SCREENSHOT_SIZE = (160, 48)  # columns, rows of a headless screenshot
 
 
-def run_replay_app(prep: Prepared, speed: float, live_model: str | None = None,
-                   screenshot: Path | None = None) -> int:
+def run_replay_app(prep: Prepared, speed: float, screenshot: Path | None = None) -> int:
     """``replayer replay … --app``: the app opened on this replay; with ``screenshot``, headless
     until the verdict, which is saved as SVG (a picture for a bug report)."""
-    app = ReplayerApp(default_speed=speed, config=prep.config, replay=prep, live_model=live_model,
-                      screenshot=screenshot)
+    app = ReplayerApp(default_speed=speed, config=prep.config, replay=prep, screenshot=screenshot)
     app.run(headless=screenshot is not None, size=SCREENSHOT_SIZE if screenshot is not None else None)
     if app.shot_error:
         raise ReplayerError(app.shot_error)

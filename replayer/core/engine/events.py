@@ -126,8 +126,6 @@ class RunFailed:
     t_ms: float = 0.0
 
 
-Event = Union[RunStarted, BatchDone, CheckpointCreated, CheckpointErased, CheckpointRestored,
-              Progress, LogLine, RunFinished, RunFailed]
 def to_dict(event: Event) -> dict[str, Any]:
     d = {"type": event.type}
     for f in fields(event):
@@ -139,3 +137,32 @@ def to_json(event: Event) -> bytes:
     """One JSONL line (without newline), ``type`` first so streams are easy to grep."""
     return orjson.dumps(to_dict(event))
 
+
+
+@dataclass(slots=True)
+class LayoutReady:
+    """The prompt as the run's server laid it out (live runs: its own template and tokenizer)."""
+
+    type: ClassVar[str] = "layout_ready"
+    run: str
+    n_tokens: int
+    user_starts: list[int]
+    spans: list[tuple[str, int]]  # (role, start) of every message span
+    tokenizer: str
+    template: str
+    t_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class ServerFacts:
+    """What the server reported about the run besides its batches: ``timings`` and the log's batch starts."""
+
+    type: ClassVar[str] = "server_facts"
+    run: str
+    timings: dict[str, Any]
+    log_batch_starts: list[int]
+    t_ms: float = 0.0
+
+
+Event = Union[RunStarted, BatchDone, CheckpointCreated, CheckpointErased, CheckpointRestored,
+              Progress, LogLine, LayoutReady, ServerFacts, RunFinished, RunFailed]

@@ -12,11 +12,20 @@ import asyncio
 import time
 from typing import AsyncIterator, Iterator
 
-from replayer.core.builds.catalog import Build
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, schedule
 from replayer.core.runspec import PromptSpans, RunSpec
 from replayer.core.hardware.cost import CostModel, batch_ms
+
+
+class SimulatedEngine:
+    """The exact schedule of the run's build, timed by the prepared replay's cost model."""
+
+    name = "simulated"
+    realtime = False
+
+    def events(self, spec: RunSpec, prepared) -> Iterator[ev.Event]:
+        return simulate(spec, prepared.layouts[spec.run].prompt_spans(), prepared.cost)
 
 
 def simulate(spec: RunSpec, spans: PromptSpans, cost: CostModel, n_past: int = 0) -> Iterator[ev.Event]:

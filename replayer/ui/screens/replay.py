@@ -28,7 +28,7 @@ from replayer.core import export, paths
 from replayer.core.compare import Comparison
 from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
-from replayer.core.replay import Prepared, simulated_events
+from replayer.core.replay import RUNS, Prepared, is_realtime, run_events
 from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.run_pane import RunPane
 
@@ -53,13 +53,11 @@ class ReplayScreen(Screen):
         Binding("escape", "back", "setup"),
     ]
 
-    def __init__(self, prepared: Prepared, speed: float = 1.0, live_model: str | None = None,
-                 autostart: bool = True) -> None:
+    def __init__(self, prepared: Prepared, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__()
         self.autostart = autostart
         self.prep = prepared
         self.speed = speed
-        self.live_model = live_model
         self.pause = asyncio.Event()
         self.pause.set()
         self.buffers: dict[str, deque] = {"A": deque(), "B": deque()}
@@ -67,6 +65,7 @@ class ReplayScreen(Screen):
         self.flushes = 0
         self.comparison: Comparison | None = None
         self.finished: set[str] = set()
+        self.waiting_on: Worker | None = None  # live A, when B waits for it to end
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -95,13 +94,19 @@ class ReplayScreen(Screen):
 
     # -- runs -----------------------------------------------------------------------------
     def start_runs(self) -> None:
-        for run in ("A", "B"):
-            if self.prep.config.engine == "live":
-                self.run_live(run)
+        """Start the runs as the orchestrator would: real servers one after the other unless
+        ``parallel_runs`` (B starts when A's worker ends), simulated ones at once."""
+        if is_realtime(self.prep.config):
+            first = self.run_live("A")
+            if self.prep.config.parallel_runs:
+                self.run_live("B")
             else:
-                # after the screen's first frame: mounting, painting and scheduling each run
-                # are separate steps of the event loop, not one long stall
-                self.call_after_refresh(self.run_simulated, run)
+                self.waiting_on = first
+            return
+        for run in RUNS:
+            # after the screen's first frame: mounting, painting and scheduling each run
+            # are separate steps of the event loop, not one long stall
+            self.call_after_refresh(self.run_simulated, run)
 
     @work(group="run-A", exit_on_error=False, name="sim-A", exclusive=True)
     async def _sim_a(self) -> None:
@@ -120,7 +125,7 @@ class ReplayScreen(Screen):
         try:
             # a few ms even for thousands of batches; in a thread it would hold the GIL
             # against the UI for longer than that (the render it overlaps took 3x as long)
-            events = list(simulated_events(self.prep, run))
+            events = list(run_events(self.prep, run))
             # thousands of long-lived events: keep them (and the app's own start-up objects)
             # out of the garbage collector's full passes, one of which cost ~80 ms mid-replay
             gc.freeze()
@@ -144,13 +149,9 @@ class ReplayScreen(Screen):
                                exit_on_error=False, exclusive=True)
 
     def _live(self, run: str) -> None:
-        from replayer.core.engine.live import installed_run_events
-
-        cfg = self.prep.config
         buf = self.buffers[run]
         worker = get_current_worker()
-        gen = installed_run_events(run, cfg.a if run == "A" else cfg.b, cfg.backend or "cpu", cfg.knobs(),
-                                   Path(self.live_model or ""), self.prep.request.body)
+        gen = run_events(self.prep, run)
         try:
             for e in gen:
                 buf.append(e)
@@ -161,10 +162,14 @@ class ReplayScreen(Screen):
             gen.close()  # stops the server
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        run = "A" if event.worker.group == "run-A" else "B"
         if event.state == WorkerState.ERROR:
-            run = "A" if event.worker.group == "run-A" else "B"
             self.buffers[run].append(ev.RunFailed(run=run, error=str(event.worker.error)))
             self.notify(f"run {run} failed: {event.worker.error}", severity="error")
+        if event.worker is self.waiting_on and event.state in (WorkerState.SUCCESS, WorkerState.ERROR,
+                                                                WorkerState.CANCELLED):
+            self.waiting_on = None
+            self.run_live("B")  # one server at a time, as the CLI runs them
 
     # -- coalescing -----------------------------------------------------------------------
     def flush(self) -> None:
@@ -181,6 +186,9 @@ class ReplayScreen(Screen):
         with self.app.batch_update():
             for run, items in drained.items():
                 self.n_events += len(items)
+                for e in items:
+                    if isinstance(e, ev.LayoutReady):  # the server's own layout replaces the estimate
+                        self.pane(run).set_layout(e.n_tokens, e.spans)
                 self.pane(run).apply(items)
                 if any(isinstance(e, (ev.RunFinished, ev.RunFailed)) for e in items):
                     self.finished.add(run)

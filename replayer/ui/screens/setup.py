@@ -14,6 +14,7 @@ from replayer.core.builds.catalog import BUILD_PRESETS, parse_build
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.replay import ReplayConfig, prepare
+from replayer.core.runspec import DEFAULT_KNOBS
 from replayer.core.session import Session
 
 
@@ -121,9 +122,9 @@ class SetupScreen(Screen):
             return custom
 
         return ReplayConfig(a=build("a"), b=build("b"), engine=val("#engine"), gpu=val("#gpu"),
-                            backend=val("#backend"), model=val("#model"), n_batch=num("#n-batch", 2048),
-                            n_ubatch=num("#n-ubatch", 512), checkpoint_min_step=num("#cms", None),
-                            ctx_checkpoints=num("#ctx-checkpoints", 32))
+                            backend=val("#backend"), model=val("#model"), n_batch=num("#n-batch", DEFAULT_KNOBS.n_batch),
+                            n_ubatch=num("#n-ubatch", DEFAULT_KNOBS.n_ubatch), checkpoint_min_step=num("#cms", None),
+                            ctx_checkpoints=num("#ctx-checkpoints", DEFAULT_KNOBS.n_ctx_checkpoints))
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "gpu" and event.value is not Select.NULL:
@@ -139,21 +140,18 @@ class SetupScreen(Screen):
         err = self.query_one("#setup-error", Static)
         try:
             cfg = self.read_config()
-            cfg.knobs()
-            live_model = self.query_one("#gguf", Input).value.strip() or None
-            if cfg.engine == "live" and not live_model:
-                raise ReplayerError("a live replay needs a GGUF model path")
-            from replayer.core.replay import cost_for
-
-            if cfg.engine == "simulated":
-                cost_for(cfg)
+            if cfg.engine == "live":
+                live_model = self.query_one("#gguf", Input).value.strip()
+                if not live_model:
+                    raise ReplayerError("a live replay needs a GGUF model path")
+                cfg.model = live_model
             prep = prepare(self.session.path, cfg, session=self.session)
         except ReplayerError as exc:
             err.update(f"[b red]{exc}[/]")
             self.notify(str(exc), severity="error")
             return
         err.update("")
-        self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed, live_model=live_model))
+        self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed))
 
     def action_back(self) -> None:
         self.app.pop_screen()
