@@ -126,9 +126,13 @@ class ReplayerApp(App):
             return
         for w in session.warnings:
             self.notify(w, severity="warning")
+        self.push_screen(self.setup_screen(session, self.config))
+
+    def setup_screen(self, session, config: ReplayConfig) -> Screen:
+        """The setup screen of a session (the replay screen goes back to it without importing it)."""
         from replayer.ui.screens.setup import SetupScreen
 
-        self.push_screen(SetupScreen(session, self.config))
+        return SetupScreen(session, config)
 
     def write_svg(self, dest: Path) -> None:
         """The screen as SVG. Textual writes spaces as &#160;; librsvg-based viewers still

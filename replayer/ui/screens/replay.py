@@ -241,9 +241,7 @@ class ReplayScreen(Screen):
             self.app.pop_screen()
             return
         # opened straight on this replay (replay --app): go to its setup instead of a blank screen
-        from replayer.ui.screens.setup import SetupScreen
-
-        self.app.switch_screen(SetupScreen(self.prep.session, self.prep.config))
+        self.app.switch_screen(self.app.setup_screen(self.prep.session, self.prep.config))
 
     def export_path(self, suffix: str) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")

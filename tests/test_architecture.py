@@ -1,0 +1,143 @@
+"""The layering rules of the package, read from its sources (imports are parsed, not executed).
+
+Rules: the prompt and session layers never import the engine; nothing under ``core/``
+parses arguments or prints (front ends do); no two files import each other, directly or
+through others, counting the imports inside functions too (only ``TYPE_CHECKING`` blocks
+are left out: they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "replayer"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _walk(tree: ast.AST):
+    """Every node except those under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    """The package's own modules ``module`` imports (``from pkg import mod`` counts as ``pkg.mod``)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    base = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in _walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(filter(None, (_resolve(a.name) for a in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            src = node.module or ""
+            if node.level:
+                up = base.split(".")[: len(base.split(".")) - node.level + 1]
+                src = ".".join(up + ([src] if src else []))
+            for a in node.names:
+                target = _resolve(f"{src}.{a.name}") if f"{src}.{a.name}" in MODULES else _resolve(src)
+                if target:
+                    out.add(target)
+    out.discard(module)
+    return {m for m in out if m.startswith("replayer")}
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def test_the_graph_is_read():
+    assert "replayer.core.engine.events" in GRAPH["replayer.core.compare"]
+    assert "replayer.core.runspec" in GRAPH["replayer.core.prompt.layout"]
+
+
+@pytest.mark.parametrize("layer", ["replayer.core.prompt", "replayer.core.session"])
+def test_prompt_and_session_never_import_the_engine(layer):
+    bad = {m: sorted(d for d in deps if d.startswith("replayer.core.engine"))
+           for m, deps in GRAPH.items() if m.startswith(layer)}
+    assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_core_never_parses_arguments_or_prints():
+    found = []
+    for m, path in MODULES.items():
+        if not m.startswith("replayer.core"):
+            continue
+        for node in _walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if "argparse" in names:
+                    found.append(f"{m}: imports argparse")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                found.append(f"{m}:{node.lineno}: print")
+    assert found == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one file (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles_between_files():
+    assert _cycles(GRAPH) == []
