@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from replayer.core.builds.catalog import Build, Generation
+from replayer.core.builds.catalog import GENERATIONS, Build, Generation
 from replayer.core.engine.schedule import Knobs, PromptSpans, schedule
 
 
@@ -23,7 +23,7 @@ def layouts(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(layouts(), st.sampled_from(list(Generation)))
+@given(layouts(), st.sampled_from(GENERATIONS))
 def test_batches_tile_the_prompt(case, gen):
     spans, knobs, n_past = case
     s = schedule(spans, Build(gen), knobs, n_past=n_past)

@@ -9,49 +9,80 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from typing import Literal
 
 from replayer.core.errors import ReplayerError, did_you_mean
 
 
-class Generation(str, Enum):
-    G0 = "G0"  # pre-regression: one break before the last user message
-    G1 = "G1"  # PR #24176: break at every user start, unconditionally
-    G2A = "G2a"  # PR #25420: break only where a checkpoint is due
-    G2B = "G2b"  # PR #25472: near-end bypasses min-step; evict "too close" of older tasks
-    G3 = "G3"  # eviction only when full; superseding duplicates
+UserBreaks = Literal["before_last_user", "every_user", "where_checkpoint_due"]
+Spacing = Literal["min_step", "min_step_or_last_user", "min_step_or_last_user_or_near_end"]
+
+
+@dataclass(frozen=True, eq=False)
+class Generation:
+    """One behaviour generation of the prefill scheduler, as data the scheduler reads.
+
+    ``user_breaks``: where a batch ends at a user/tool-result start — only before the last
+    user message (G0), at every one (G1), or only where a checkpoint is due (G2+).
+    ``spacing``: when a checkpoint closer than ``checkpoint_min_step`` to the previous one is
+    still taken (at the last user start; also near the prompt end from G2b).
+    ``evict_too_close``: creating a checkpoint first erases older tasks' ones that sit within
+    min-step of each other; ``evict_only_when_full`` does so only once the list is full.
+    ``supersede``: a new checkpoint replaces one at the same position.
+    Compared by identity (a record is the generation); hashed by name.
+    """
+
+    name: str
+    label: str
+    first_build: int  # first examined build of the generation
+    last_build: int | None  # last examined build; None = still current
+    representative_build: int  # the real build the spec's vectors ran on
+    pr: str | None
+    user_breaks: UserBreaks
+    spacing: Spacing
+    evict_too_close: bool = False
+    evict_only_when_full: bool = False
+    supersede: bool = False
+    default_checkpoint_min_step: int = 8192
+    aliases: tuple[str, ...] = ()
 
     @property
-    def label(self) -> str:
-        return GENERATION_LABELS[self]
+    def value(self) -> str:
+        return self.name
+
+    @property
+    def token_space_spans(self) -> bool:
+        """G1+ find user starts on token ids; G0 takes the byte offset of the last user."""
+        return self.user_breaks != "before_last_user"
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"Generation.{self.name.upper()}"
 
 
-GENERATION_LABELS = {
-    Generation.G0: "pre-regression: break before the last user message only",
-    Generation.G1: "regression: break at every user/tool-result start",
-    Generation.G2A: "fixed: break only where a checkpoint is due",
-    Generation.G2B: "fixed + near-end checkpoints, evict too-close",
-    Generation.G3: "latest: evict when full, supersede duplicates",
-}
-
-#: (generation, first examined build, last examined build); None = open-ended.
-GENERATION_RANGES: list[tuple[Generation, int, int | None]] = [
-    (Generation.G0, 0, 9763),
-    (Generation.G1, 9771, 9934),
-    (Generation.G2A, 9940, 9976),
-    (Generation.G2B, 9981, 10852),
-    (Generation.G3, 10865, None),
+#: The catalog, oldest first (``spec/llama-server-prefill.md`` §1): adding a generation is adding a record.
+GENERATIONS: list[Generation] = [
+    Generation("G0", "pre-regression: break before the last user message only", 0, 9763, 9763, None,
+               "before_last_user", "min_step", default_checkpoint_min_step=256, aliases=("pre",)),
+    Generation("G1", "regression: break at every user/tool-result start", 9771, 9934, 9859, "#24176",
+               "every_user", "min_step_or_last_user", aliases=("reg", "regression")),
+    Generation("G2a", "fixed: break only where a checkpoint is due", 9940, 9976, 9940, "#25420",
+               "where_checkpoint_due", "min_step_or_last_user", aliases=("fix1",)),
+    Generation("G2b", "fixed + near-end checkpoints, evict too-close", 9981, 10852, 10001, "#25472",
+               "where_checkpoint_due", "min_step_or_last_user_or_near_end", evict_too_close=True,
+               aliases=("fix2", "fixed")),
+    Generation("G3", "latest: evict when full, supersede duplicates", 10865, None, 11434, None,
+               "where_checkpoint_due", "min_step_or_last_user_or_near_end", evict_too_close=True,
+               evict_only_when_full=True, supersede=True, aliases=("latest",)),
 ]
-GENERATIONS = [g for g, _, _ in GENERATION_RANGES]
+for _g in GENERATIONS:  # Generation.G0 … Generation.G3 for code and tests that name one
+    setattr(Generation, _g.name.upper(), _g)
+del _g
 
-#: Representative real build per generation (the ones the spec's vectors ran on).
-REPRESENTATIVE_BUILD = {
-    Generation.G0: 9763,
-    Generation.G1: 9859,
-    Generation.G2A: 9940,
-    Generation.G2B: 10001,
-    Generation.G3: 11434,
-}
+#: Representative real build per generation (derived from the catalog).
+REPRESENTATIVE_BUILD = {g: g.representative_build for g in GENERATIONS}
 
 FIRST_INDEXED_BUILD = 9093
 LAST_EXAMINED_BUILD = 11434
@@ -73,7 +104,7 @@ class Build:
 
     @property
     def effective_number(self) -> int:
-        return self.number if self.number is not None else REPRESENTATIVE_BUILD[self.generation]
+        return self.number if self.number is not None else self.generation.representative_build
 
     @property
     def label(self) -> str:
@@ -81,7 +112,7 @@ class Build:
 
     @property
     def default_checkpoint_min_step(self) -> int:
-        return 256 if self.generation is Generation.G0 else 8192
+        return self.generation.default_checkpoint_min_step
 
     @property
     def tool_delimiters_for_qwen3_coder(self) -> bool:
@@ -95,7 +126,7 @@ class Build:
     @property
     def token_space_spans(self) -> bool:
         """G1+ detect user starts on token ids; G0 uses the byte offset of the last user."""
-        return self.generation is not Generation.G0
+        return self.generation.token_space_spans
 
     def describe(self) -> str:
         return f"{self.label} — {self.generation.label} ({self.generation.value})"
@@ -105,37 +136,19 @@ def generation_of(number: int) -> tuple[Generation, str | None]:
     """Map a build number to its generation, with a note when it is not examined."""
     if number < 0:
         raise ReplayerError(f"build number must be positive, got {number}")
-    previous: Generation | None = None
-    for gen, first, last in GENERATION_RANGES:
-        if number < first:
-            assert previous is not None
-            return previous, (
-                f"b{number} lies between examined builds; the change landed in this gap, "
-                f"assuming {previous.value}"
-            )
-        if last is None or number <= last:
-            note = None
-            if number < FIRST_INDEXED_BUILD:
-                note = f"b{number} is older than any examined build; assuming {gen.value}"
-            elif last is None and number > LAST_EXAMINED_BUILD:
-                note = (
-                    f"b{number} is newer than the last examined build b{LAST_EXAMINED_BUILD}; "
-                    f"assuming {gen.value}"
-                )
-            return gen, note
-        previous = gen
+    for gen, nxt in zip(GENERATIONS, [*GENERATIONS[1:], None]):
+        if nxt is not None and number >= nxt.first_build:
+            continue
+        note = None
+        if gen.last_build is not None and number > gen.last_build:
+            note = (f"b{number} lies between examined builds; the change landed in this gap, "
+                    f"assuming {gen.value}")
+        elif number < FIRST_INDEXED_BUILD:
+            note = f"b{number} is older than any examined build; assuming {gen.value}"
+        elif gen.last_build is None and number > LAST_EXAMINED_BUILD:
+            note = f"b{number} is newer than the last examined build b{LAST_EXAMINED_BUILD}; assuming {gen.value}"
+        return gen, note
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-_ALIASES = {
-    "pre": Generation.G0,
-    "reg": Generation.G1,
-    "regression": Generation.G1,
-    "fix1": Generation.G2A,
-    "fix2": Generation.G2B,
-    "fixed": Generation.G2B,
-    "latest": Generation.G3,
-}
 
 
 def parse_build(text: str | int) -> Build:
@@ -146,16 +159,14 @@ def parse_build(text: str | int) -> Build:
         number = int(m.group(1))
         gen, note = generation_of(number)
         return Build(gen, number, note)
-    for gen in Generation:
-        if raw.lower() == gen.value.lower():
+    for gen in GENERATIONS:
+        if raw.lower() == gen.name.lower() or raw.lower() in gen.aliases:
             return Build(gen)
-    if raw.lower() in _ALIASES:
-        return Build(_ALIASES[raw.lower()])
-    names = [g.value for g in Generation] + list(_ALIASES)
+    names = [g.name for g in GENERATIONS] + [a for g in GENERATIONS for a in g.aliases]
     hint = did_you_mean(raw, names)
     raise ReplayerError(
         f"unknown build {raw!r}: give a build number like 9859 or b10001, or a generation "
-        f"({', '.join(g.value for g in Generation)})",
+        f"({', '.join(g.name for g in GENERATIONS)})",
         hint=f"did you mean {hint}?" if hint else None,
     )
 

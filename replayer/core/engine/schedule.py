@@ -17,7 +17,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from replayer.core.builds.catalog import Build, Generation
+from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import (  # noqa: F401  (re-exported: callers import them from here)
     MEMORIES, Knobs, Memory, PromptSpans, parse_memory)
@@ -161,12 +161,12 @@ class Slot:
         gen = self.build.generation
         n_max = self.knobs.n_ctx_checkpoints
         step = self.knobs.min_step(self.build)
-        if gen in (Generation.G2B, Generation.G3):
+        if gen.evict_too_close:
             kept: list[Checkpoint] = []
             last = -1
             remaining = list(self.checkpoints)
             while remaining:
-                if gen is Generation.G3 and len(kept) + len(remaining) + 1 < n_max:
+                if gen.evict_only_when_full and len(kept) + len(remaining) + 1 < n_max:
                     kept.extend(remaining)
                     break
                 entry = remaining.pop(0)
@@ -178,7 +178,7 @@ class Slot:
             self.checkpoints = kept
         while len(self.checkpoints) >= n_max:
             erased.append(Erasure(self.checkpoints.pop(0), "old", batch_index))
-        if gen is Generation.G3:
+        if gen.supersede:
             for entry in [c for c in self.checkpoints if c.n_tokens == ckpt.n_tokens]:
                 self.checkpoints.remove(entry)
                 erased.append(Erasure(entry, "superseded", batch_index))
@@ -219,25 +219,57 @@ class Slot:
         return n_past, restored
 
     # -- the fill loop (§5) -------------------------------------------------------------
+    def _user_break(self, r: "_RunState", start: int, limit: int) -> int:
+        """Where the user-start rule ends a batch that could reach ``limit`` (``limit``: no break)."""
+        rule = r.gen.user_breaks
+        if rule == "before_last_user":
+            nbu = r.n_before_user
+            return nbu if nbu > 0 and start < nbu <= limit else limit
+        U, n_u = r.spans.user_starts, r.n_u
+        i = bisect_left(U, start + 1)
+        if rule == "every_user":
+            return U[i] if i < n_u and U[i] < limit else limit
+        if r.ckpt_enabled:  # where_checkpoint_due
+            last_ck = self.checkpoints[-1].n_tokens if self.checkpoints else None
+            while i < n_u and U[i] <= limit:
+                p = U[i]
+                if p == r.last_user or last_ck is None or p > last_ck + r.step:
+                    return min(limit, p)
+                i += 1
+        return limit
+
+    def _checkpoint_due(self, r: "_RunState", start: int, end: int) -> bool:
+        """The checkpoint decision (§5.3), taken before the batch ``[start, end)`` is decoded."""
+        if not r.ckpt_enabled or start <= 0:  # start 0: nothing decoded yet, the memory is empty
+            return False
+        near_prompt_end = r.N < end + r.nub
+        g0 = r.gen.user_breaks == "before_last_user"
+        if end != r.N:
+            if g0:
+                if r.n_before_user <= 0 and not near_prompt_end:
+                    return False
+            elif start not in r.user_set and not near_prompt_end:
+                return False
+        if g0 and r.n_before_user > 0 and not (
+                start == r.n_before_user or (start > r.n_before_user and near_prompt_end)):
+            return False
+        if not self.checkpoints:
+            return True
+        spaced = start > self.checkpoints[-1].n_tokens + r.step
+        rule = r.gen.spacing
+        if rule == "min_step":
+            return spaced
+        if rule == "min_step_or_last_user":
+            return spaced or start == r.last_user
+        return spaced or start == r.last_user or near_prompt_end
+
     def run(self, spans: PromptSpans, common_prefix: int | None = None) -> Schedule:
         """Schedule one request. ``common_prefix``: tokens shared with the slot's cache."""
-        k = self.knobs
-        build = self.build
-        gen = build.generation
-        N = spans.n_tokens
-        U = spans.user_starts
-        user_set = set(U)
-        last_user = spans.last_user
-        n_before_user = spans.g0_before_user
-        step = k.min_step(build)
-        nb, nub = k.n_batch_eff, k.n_ubatch_eff
-        ckpt_enabled = k.checkpoints_enabled
-        near1, near2 = near_end_points(N, k)
+        r = _RunState(self, spans)
+        N, nb, nub = r.N, self.knobs.n_batch_eff, r.nub
+        near1, near2 = near_end_points(N, self.knobs)
         near_lo = min(near1, near2)
-        reason_of = ReasonRule(N, U, k, ckpt_enabled)
-        n_u = len(U)
-        is_g0, is_g1 = gen is Generation.G0, gen is Generation.G1
-        spacing_g01 = gen in (Generation.G1, Generation.G2A)
+        reason_of = ReasonRule(N, spans.user_starts, self.knobs, r.ckpt_enabled)
 
         self.task += 1
         erased: list[Erasure] = []
@@ -246,77 +278,48 @@ class Slot:
         add_batch, new_tuple = batches.append, tuple.__new__  # Batch(...) without its __new__
         created: list[tuple[int, Checkpoint]] = []
         counts: list[int] = []
-
         pos = n_past
         while pos < N:
             start = pos
             # the loop appends tokens one by one; instead of stepping we jump to the first
             # position any rule can fire at, which is equivalent and O(#breaks)
-            limit = min(N, start + nb)
-            end = limit
-            # user-start rule
-            if is_g0:
-                if n_before_user > 0 and start < n_before_user <= limit:
-                    end = min(end, n_before_user)
-            else:
-                i = bisect_left(U, start + 1)
-                if is_g1:
-                    if i < n_u and U[i] < end:
-                        end = U[i]
-                elif ckpt_enabled:
-                    last_ck = self.checkpoints[-1].n_tokens if self.checkpoints else None
-                    while i < n_u and U[i] <= limit:
-                        p = U[i]
-                        if p == last_user or last_ck is None or p > last_ck + step:
-                            end = min(end, p)
-                            break
-                        i += 1
-            # near-end rule
-            if ckpt_enabled and end >= near_lo:
+            end = self._user_break(r, start, min(N, start + nb))
+            if r.ckpt_enabled and end >= near_lo:  # near-end rule
                 for p in (near1, near2):
                     if start < p <= end:
                         end = p
                         break
             n_cur = end - start
-            batch_index = len(batches)
             add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason_of(start, end))))
-
-            # checkpoint decision (§5.3): taken before this batch is decoded
-            near_prompt_end = N < end + nub
-            complete = end == N
-            do = ckpt_enabled
-            if not complete:
-                if is_g0:
-                    if n_before_user <= 0 and not near_prompt_end:
-                        do = False
-                elif start not in user_set and not near_prompt_end:
-                    do = False
-            if is_g0:
-                known = n_before_user > 0
-                allowed = (not known) or start == n_before_user or (
-                    start > n_before_user and near_prompt_end)
-                if not allowed:
-                    do = False
-            if start <= 0:  # nothing decoded yet: the memory is empty (pos_min < 0)
-                do = False
-            if do and self.checkpoints:
-                last = self.checkpoints[-1].n_tokens
-                spaced = start > last + step
-                if is_g0:
-                    do = spaced
-                elif spacing_g01:
-                    do = spaced or start == last_user
-                else:
-                    do = spaced or start == last_user or near_prompt_end
-            if do:
+            if self._checkpoint_due(r, start, end):
                 ck = Checkpoint(start, self._pos_min(start), start - 1, self.task)
-                self._create(ck, batch_index, erased)
-                created.append((batch_index, ck))
+                self._create(ck, len(batches) - 1, erased)
+                created.append((len(batches) - 1, ck))
                 counts.append(len(self.checkpoints))
             pos = end
 
         self.cached = N
         return Schedule(N, n_past, batches, created, erased, restored, list(self.checkpoints), counts)
+
+
+class _RunState:
+    """What one request's fill loop reads on every batch, computed once."""
+
+    __slots__ = ("gen", "spans", "N", "n_u", "user_set", "last_user", "n_before_user", "step", "nub",
+                 "ckpt_enabled")
+
+    def __init__(self, slot: Slot, spans: PromptSpans) -> None:
+        k = slot.knobs
+        self.gen = slot.build.generation
+        self.spans = spans
+        self.N = spans.n_tokens
+        self.n_u = len(spans.user_starts)
+        self.user_set = set(spans.user_starts)
+        self.last_user = spans.last_user
+        self.n_before_user = spans.g0_before_user
+        self.step = k.min_step(slot.build)
+        self.nub = k.n_ubatch_eff
+        self.ckpt_enabled = k.checkpoints_enabled
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,
