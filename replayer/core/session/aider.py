@@ -11,6 +11,7 @@ from pathlib import Path
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import ImportStats, Message, Session
+from replayer.core.session.registry import Head, Importer
 
 FORMAT = "aider"
 MAGIC = "# aider chat started at"
@@ -60,3 +61,10 @@ def load(path: Path) -> Session:
     return Session(format=FORMAT, path=str(path), messages=out, system_prompt=None, tools=None,
                    stats=ImportStats(lines=len(lines), branch_length=len(out), entries_total=len(out)),
                    warnings=["aider's request also holds a repo map and file contents, not stored here"])
+
+
+def detect_head(head: Head) -> float:
+    return 1.0 if not head.is_dir and detect_text(head.text) else 0.0
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path))

@@ -17,6 +17,7 @@ from replayer.core.session.model import (
     ImagePart, Message, Session, TextPart, ToolCall, Usage,
 )
 from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
+from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
 FORMAT = "claude-code"
 CONVERSATIONAL = {"user", "assistant", "system", "attachment"}
@@ -31,9 +32,9 @@ def detect(objs: list[dict[str, Any]]) -> bool:
     for o in objs:
         if o.get("_type") == "hive-mind-meta":
             hits += 1
-        elif "sessionId" in o and ("uuid" in o or "parentUuid" in o) and o.get("type") in KNOWN:
+        elif "sessionId" in o and ("uuid" in o or "parentUuid" in o) and is_one_of(o.get("type"), KNOWN):
             hits += 1
-        elif o.get("type") in ("summary", "file-history-snapshot", "queue-operation") and (
+        elif is_one_of(o.get("type"), ("summary", "file-history-snapshot", "queue-operation")) and (
                 "leafUuid" in o or "messageId" in o or "operation" in o):
             hits += 1
     return hits > 0 and any("sessionId" in o or "uuid" in o for o in objs)
@@ -204,3 +205,10 @@ def _user(r: dict, ts: float | None, images: str) -> list[Message]:
     if parts:
         out.append(Message(role="user", content=parts, timestamp=ts, origin=origin))
     return out
+
+
+def detect_head(head: Head) -> float:
+    return jsonl_confidence(head, detect, 0.9)
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images))

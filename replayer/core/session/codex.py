@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from replayer.core.session.model import IMAGE_OMITTED, ImagePart, Message, Session, TextPart, ToolCall, Usage
+from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part
 from replayer.core.session.reader import iso_to_s, json_args, read_records
+from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
 FORMAT = "codex"
 WRAPPED_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted",
@@ -30,155 +31,183 @@ def detect(objs: list[dict[str, Any]]) -> bool:
     if first.get("type") == "session_meta" and "payload" in first:
         return True
     if "type" not in first and "id" in first and "timestamp" in first:
-        return any(o.get("record_type") == "state" or o.get("type") in ITEM_TYPES for o in objs[1:])
+        return any(o.get("record_type") == "state" or is_one_of(o.get("type"), ITEM_TYPES) for o in objs[1:])
     return False
 
 
 def load(path: Path, *, images: str = "omit") -> Session:
+    """Records → the active items (after compactions and roll-backs) → messages → a ``Session``."""
     lines, stats, warnings = read_records(path, "Codex")
     wrapped = lines[0].get("type") == "session_meta"
-    meta: dict = {}
-    items: list[dict] = []
-    model = None
-    usage = Usage()
     if wrapped:
-        for ln in lines:
-            t = ln.get("type")
-            p = ln.get("payload") if isinstance(ln.get("payload"), dict) else {}
-            if t not in WRAPPED_TYPES:
-                stats.unknown_types[str(t)] = stats.unknown_types.get(str(t), 0) + 1
-            if t == "session_meta":
-                meta = p
-            elif t == "response_item":
-                items.append(p)
-            elif t == "turn_context":
-                model = p.get("model") or model
-            elif t == "compacted":
-                stats.compactions_total += 1
-                if isinstance(p.get("replacement_history"), list):
-                    items = list(p["replacement_history"])
-                    stats.compactions_applied = 1
-                elif p.get("message"):
-                    items = [{"type": "message", "role": "user",
-                              "content": [{"type": "input_text", "text": p["message"]}]}]
-                    stats.compactions_applied = 1
-            elif t == "event_msg":
-                et = p.get("type")
-                if et == "thread_rolled_back":
-                    items = _roll_back(items, int(p.get("num_turns") or 0))
-                elif et == "token_count" and isinstance(p.get("info"), dict):
-                    last = (p["info"].get("last_token_usage") or {})
-                    usage = Usage(input_tokens=last.get("input_tokens"), output_tokens=last.get("output_tokens"),
-                                  cache_read_tokens=last.get("cached_input_tokens"),
-                                  context_tokens=last.get("input_tokens"))
+        meta, items, model, usage = _read_wrapped(lines, stats)
     else:
-        meta = lines[0]
+        meta, model, usage = lines[0], None, Usage()
         items = [ln for ln in lines[1:] if ln.get("record_type") != "state" and "type" in ln]
     stats.branch_length = len(items)
-
     base = meta.get("base_instructions")
-    system_parts: list[str] = []
-    system_prompt: str | None = None
-    if isinstance(base, dict) and base.get("text"):
-        system_parts.append(base["text"])
-    elif isinstance(base, str):
-        system_parts.append(base)
-    messages: list[Message] = []
-    acc: Message | None = None
-    pending_reasoning: list[str] = []
-
-    def flush() -> None:
-        nonlocal acc
-        if acc is not None:
-            if acc.content is None and not acc.tool_calls:
-                acc = None
-                return
-            messages.append(acc)
-        acc = None
-
-    def assistant() -> Message:
-        nonlocal acc
-        if acc is None:
-            acc = Message(role="assistant")
-            if pending_reasoning:
-                acc.reasoning = "\n".join(pending_reasoning)
-                pending_reasoning.clear()
-        return acc
-
+    has_base = isinstance(base, (dict, str)) and bool(base)
+    turns = _Turns(images, [base["text"]] if isinstance(base, dict) and base.get("text") else
+                   [base] if isinstance(base, str) else [])
     for it in items:
-        t = it.get("type")
-        if t == "message":
-            role = it.get("role")
-            text_parts, image_parts = _content(it.get("content"), images)
-            if role in ("developer", "system"):
-                flush()
-                if not messages and acc is None:
-                    system_parts.append("\n".join(p.text for p in text_parts))
-                else:  # a later developer block: most templates allow one leading system only
-                    messages.append(Message(role="user", content="\n".join(p.text for p in text_parts),
-                                            origin="developer"))
-            elif role == "assistant":
-                a = assistant()
-                text = "".join(p.text for p in text_parts)
-                a.content = (a.content or "") + text if text else a.content
-            else:
-                flush()
-                parts = text_parts + image_parts
-                if len(parts) == 1 and isinstance(parts[0], TextPart):
-                    messages.append(Message(role="user", content=parts[0].text))
-                elif parts:
-                    messages.append(Message(role="user", content=parts))
-        elif t == "reasoning":
-            texts = [c.get("text", "") for c in it.get("content") or [] if isinstance(c, dict)
-                     and c.get("type") == "reasoning_text"]
-            if not texts:
-                texts = [s.get("text", "") for s in it.get("summary") or [] if isinstance(s, dict)]
-            texts = [t for t in texts if t]
-            if texts:
-                if acc is not None and not acc.tool_calls and acc.content is None:
-                    acc.reasoning = "\n".join(filter(None, [acc.reasoning, *texts]))
-                else:
-                    flush()
-                    pending_reasoning.extend(texts)
-        elif t in ("function_call", "custom_tool_call", "local_shell_call"):
-            a = assistant()
-            cid = str(it.get("call_id") or it.get("id") or f"call_{len(messages)}")
-            if t == "function_call":
-                name = it.get("name", "")
-                if it.get("namespace"):
-                    name = f"{it['namespace']}.{name}"
-                args = json_args(it.get("arguments", "{}"))
-            elif t == "custom_tool_call":
-                name, args = it.get("name", ""), json_args({"input": it.get("input", "")})
-            else:
-                name = "shell"
-                args = json_args({"command": (it.get("action") or {}).get("command", [])})
-            a.tool_calls.append(ToolCall(id=cid, name=name, arguments=args))
-        elif t in ("function_call_output", "custom_tool_call_output"):
-            flush()
-            out = it.get("output")
-            if isinstance(out, dict):
-                out = out.get("content") or out.get("output") or ""
-            if isinstance(out, list):
-                out = "\n".join(c.get("text", "") for c in out if isinstance(c, dict) and "text" in c)
-            messages.append(Message(role="tool", content=str(out if out is not None else ""),
-                                    tool_call_id=str(it.get("call_id", ""))))
-        elif t not in ITEM_TYPES:
-            stats.unknown_types[f"item:{t}"] = stats.unknown_types.get(f"item:{t}", 0) + 1
-    flush()
-    if system_parts:
-        system_prompt = "\n\n".join(p for p in system_parts if p)
-    if not (isinstance(base, (dict, str)) and base):
+        turns.add(it, stats)
+    turns.flush()
+    if not has_base:
         warnings.append("this rollout does not store Codex's base instructions")
     return Session(
         format=FORMAT, format_version="wrapped" if wrapped else "legacy",
         agent_version=meta.get("cli_version"), path=str(path),
         session_id=meta.get("id") or meta.get("session_id"), cwd=meta.get("cwd"),
         provider=meta.get("model_provider"), model=model, created=iso_to_s(meta.get("timestamp")),
-        updated=iso_to_s(lines[-1].get("timestamp")), messages=messages,
-        system_prompt=system_prompt if isinstance(base, (dict, str)) and base else None,
+        updated=iso_to_s(lines[-1].get("timestamp")), messages=turns.messages,
+        system_prompt=turns.system_prompt() if has_base else None,
         tools=None, usage=usage, stats=stats, warnings=warnings,
     )
+
+
+def _read_wrapped(lines: list[dict], stats: ImportStats) -> tuple[dict, list[dict], str | None, Usage]:
+    """A wrapped rollout's meta, active items, model and last usage, replaying compactions and roll-backs."""
+    meta: dict = {}
+    items: list[dict] = []
+    model = None
+    usage = Usage()
+    for ln in lines:
+        t = ln.get("type")
+        p = ln.get("payload") if isinstance(ln.get("payload"), dict) else {}
+        if not is_one_of(t, WRAPPED_TYPES):
+            stats.count_unknown(t)
+        if t == "session_meta":
+            meta = p
+        elif t == "response_item":
+            items.append(p)
+        elif t == "turn_context":
+            model = p.get("model") or model
+        elif t == "compacted":
+            items = _compacted(p, items, stats)
+        elif t == "event_msg":
+            et = p.get("type")
+            if et == "thread_rolled_back":
+                items = _roll_back(items, int(p.get("num_turns") or 0))
+            elif et == "token_count" and isinstance(p.get("info"), dict):
+                last = (p["info"].get("last_token_usage") or {})
+                usage = Usage(input_tokens=last.get("input_tokens"), output_tokens=last.get("output_tokens"),
+                              cache_read_tokens=last.get("cached_input_tokens"),
+                              context_tokens=last.get("input_tokens"))
+    return meta, items, model, usage
+
+
+def _compacted(p: dict, items: list[dict], stats: ImportStats) -> list[dict]:
+    """The items after a compaction: its replacement history, or its summary as one user message."""
+    stats.compactions_total += 1
+    if isinstance(p.get("replacement_history"), list):
+        stats.compactions_applied = 1
+        return list(p["replacement_history"])
+    if p.get("message"):
+        stats.compactions_applied = 1
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": p["message"]}]}]
+    return items
+
+
+class _Turns:
+    """Response items → messages: an assistant turn gathers its text, reasoning and tool calls."""
+
+    def __init__(self, images: str, system_parts: list[str]) -> None:
+        self.images = images
+        self.system_parts = system_parts
+        self.messages: list[Message] = []
+        self.acc: Message | None = None
+        self.pending_reasoning: list[str] = []
+
+    def system_prompt(self) -> str | None:
+        return "\n\n".join(p for p in self.system_parts if p) if self.system_parts else None
+
+    def flush(self) -> None:
+        if self.acc is not None and (self.acc.content is not None or self.acc.tool_calls):
+            self.messages.append(self.acc)
+        self.acc = None
+
+    def assistant(self) -> Message:
+        if self.acc is None:
+            self.acc = Message(role="assistant")
+            if self.pending_reasoning:
+                self.acc.reasoning = "\n".join(self.pending_reasoning)
+                self.pending_reasoning.clear()
+        return self.acc
+
+    def add(self, it: dict, stats: ImportStats) -> None:
+        t = it.get("type")
+        if t == "message":
+            self.message(it)
+        elif t == "reasoning":
+            self.reasoning(it)
+        elif t in ("function_call", "custom_tool_call", "local_shell_call"):
+            self.tool_call(it, t)
+        elif t in ("function_call_output", "custom_tool_call_output"):
+            self.tool_output(it)
+        elif not is_one_of(t, ITEM_TYPES):
+            stats.count_unknown(f"item:{t}")
+
+    def message(self, it: dict) -> None:
+        role = it.get("role")
+        text_parts, image_parts = _content(it.get("content"), self.images)
+        if role in ("developer", "system"):
+            self.flush()
+            text = "\n".join(p.text for p in text_parts)
+            if not self.messages and self.acc is None:
+                self.system_parts.append(text)
+            else:  # a later developer block: most templates allow one leading system only
+                self.messages.append(Message(role="user", content=text, origin="developer"))
+        elif role == "assistant":
+            a = self.assistant()
+            text = "".join(p.text for p in text_parts)
+            a.content = (a.content or "") + text if text else a.content
+        else:
+            self.flush()
+            parts = text_parts + image_parts
+            if len(parts) == 1 and isinstance(parts[0], TextPart):
+                self.messages.append(Message(role="user", content=parts[0].text))
+            elif parts:
+                self.messages.append(Message(role="user", content=parts))
+
+    def reasoning(self, it: dict) -> None:
+        texts = [c.get("text", "") for c in it.get("content") or [] if isinstance(c, dict)
+                 and c.get("type") == "reasoning_text"]
+        if not texts:
+            texts = [s.get("text", "") for s in it.get("summary") or [] if isinstance(s, dict)]
+        texts = [t for t in texts if t]
+        if not texts:
+            return
+        acc = self.acc
+        if acc is not None and not acc.tool_calls and acc.content is None:
+            acc.reasoning = "\n".join(filter(None, [acc.reasoning, *texts]))
+        else:
+            self.flush()
+            self.pending_reasoning.extend(texts)
+
+    def tool_call(self, it: dict, t: str) -> None:
+        a = self.assistant()
+        cid = str(it.get("call_id") or it.get("id") or f"call_{len(self.messages)}")
+        if t == "function_call":
+            name = it.get("name", "")
+            if it.get("namespace"):
+                name = f"{it['namespace']}.{name}"
+            args = json_args(it.get("arguments", "{}"))
+        elif t == "custom_tool_call":
+            name, args = it.get("name", ""), json_args({"input": it.get("input", "")})
+        else:
+            name = "shell"
+            args = json_args({"command": (it.get("action") or {}).get("command", [])})
+        a.tool_calls.append(ToolCall(id=cid, name=name, arguments=args))
+
+    def tool_output(self, it: dict) -> None:
+        self.flush()
+        out = it.get("output")
+        if isinstance(out, dict):
+            out = out.get("content") or out.get("output") or ""
+        if isinstance(out, list):
+            out = "\n".join(c.get("text", "") for c in out if isinstance(c, dict) and "text" in c)
+        self.messages.append(Message(role="tool", content=str(out if out is not None else ""),
+                                     tool_call_id=str(it.get("call_id", ""))))
 
 
 def _content(content: Any, images: str) -> tuple[list[TextPart], list]:
@@ -192,10 +221,7 @@ def _content(content: Any, images: str) -> tuple[list[TextPart], list]:
         if c.get("type") in ("input_text", "output_text", "text"):
             texts.append(TextPart(text=c.get("text", "")))
         elif c.get("type") == "input_image":
-            if images == "keep":
-                imgs.append(ImagePart())
-            else:
-                imgs.append(TextPart(text=IMAGE_OMITTED))
+            imgs.append(image_part(images))
     return texts, imgs
 
 
@@ -208,3 +234,10 @@ def _roll_back(items: list[dict], n: int) -> list[dict]:
             break
         items = items[:idx]
     return items
+
+
+def detect_head(head: Head) -> float:
+    return jsonl_confidence(head, detect, 0.91)
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images))

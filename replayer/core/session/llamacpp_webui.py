@@ -20,8 +20,9 @@ from typing import Any
 import orjson
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall
+from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall, image_part
 from replayer.core.session.reader import json_args, ms_to_s
+from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
 
 FORMAT = "llamacpp-webui"
 AUDIO_OMITTED = "(audio omitted)"
@@ -61,9 +62,7 @@ def _user_content(m: dict, images: str) -> str | list:
     kind = {id(x): str(x.get("type", "")).lower() for x in extras}
 
     def image(x: dict) -> TextPart | ImagePart:
-        if images == "keep":
-            return ImagePart(mime=str(x.get("mimeType") or "image/png"))
-        return TextPart(text=IMAGE_OMITTED)
+        return image_part(images, str(x.get("mimeType") or "image/png"))
 
     parts: list = []
     parts += [TextPart(text=_attachment_text("File", str(x.get("name", "")), str(x.get("content", ""))))
@@ -158,3 +157,11 @@ def load(path: Path, doc: Any, *, images: str = "omit") -> Session:
     return Session(format=FORMAT, path=str(path), session_id=conv.get("id"), title=conv.get("name"), model=model,
                    updated=ms_to_s(conv.get("lastModified")), messages=out, system_prompt=system_prompt,
                    stats=ImportStats(entries_total=len(msgs), branch_length=len(branch)), warnings=warnings)
+
+
+def detect_head(head: Head) -> float:
+    return doc_confidence(head, detect, 0.8)  # before the OpenAI body: its messages have roles too
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(
+    path, read_doc(path, detect, "a llama.cpp web-UI export"), images=o.images))

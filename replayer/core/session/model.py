@@ -37,6 +37,13 @@ class ImagePart(BaseModel):
 Part = TextPart | ImagePart
 
 
+def image_part(images: str, mime: str | None = None, byte_size: int = 0) -> TextPart | ImagePart:
+    """An image as the request will carry it: a kept placeholder (``--images keep``) or the omitted-image text."""
+    if images == "keep":
+        return ImagePart(mime=mime or "image/png", byte_size=byte_size)
+    return TextPart(text=IMAGE_OMITTED)
+
+
 class ToolCall(BaseModel):
     id: str
     name: str
@@ -83,6 +90,11 @@ class ImportStats(BaseModel):
     dropped_turns: int = 0  # aborted / errored assistant turns not replayed
     synthetic_results: int = 0  # tool calls that got a "no result" result
     sidechain_records: int = 0
+
+    def count_unknown(self, kind: object) -> None:
+        """One more record of a type the importer does not know (any JSON value: the file is untrusted)."""
+        key = str(kind)
+        self.unknown_types[key] = self.unknown_types.get(key, 0) + 1
 
 
 class Usage(BaseModel):

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall
+from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, image_part
 from replayer.core.session.reader import blob_size, json_args
+from replayer.core.session.registry import Head, Importer, doc_confidence, is_one_of, read_doc
 
 FORMAT = "openai"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -18,7 +19,7 @@ ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 def detect(doc: Any) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("messages"), list) and all(
-        isinstance(m, dict) and m.get("role") in ROLES for m in doc["messages"])
+        isinstance(m, dict) and is_one_of(m.get("role"), ROLES) for m in doc["messages"])
 
 
 def _parts(content: Any, images: str) -> str | list | None:
@@ -35,10 +36,7 @@ def _parts(content: Any, images: str) -> str | list | None:
             mime = "image/png"
             if isinstance(url, str) and url.startswith("data:"):
                 mime = url[5:].split(";", 1)[0] or mime
-            if images == "keep":
-                out.append(ImagePart(mime=mime, byte_size=blob_size(url)))
-            else:
-                out.append(TextPart(text=IMAGE_OMITTED))
+            out.append(image_part(images, mime, blob_size(url)))
     return out
 
 
@@ -72,3 +70,11 @@ def load(path: Path, doc: dict, *, images: str = "omit") -> Session:
     return Session(format=FORMAT, path=str(path), model=doc.get("model"), messages=out,
                    system_prompt=system_prompt, tools=doc.get("tools"), extra_body=extra,
                    stats=ImportStats(entries_total=len(msgs), branch_length=len(msgs)))
+
+
+def detect_head(head: Head) -> float:
+    return doc_confidence(head, detect, 0.7)
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(
+    path, read_doc(path, detect, "an OpenAI chat-completions body"), images=o.images))

@@ -19,6 +19,7 @@ import orjson
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
 from replayer.core.session.reader import json_args, ms_to_s
+from replayer.core.session.registry import Head, Importer, LoadOptions
 
 FORMAT = "opencode"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -257,3 +258,24 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
     return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
                    provider=provider, model=model, created=created, updated=updated, messages=out,
                    system_prompt=None, tools=None, usage=usage, stats=stats, warnings=warnings)
+
+
+def detect_head(head: Head) -> float:
+    """A storage folder, a database, or one session file inside a storage folder."""
+    if head.is_dir:
+        return 1.0 if storage_root(head.path) is not None else 0.0
+    if head.bytes[:16] == SQLITE_MAGIC:
+        return 1.0
+    doc = head.doc
+    if isinstance(doc, dict) and str(doc.get("id", "")).startswith("ses_") and storage_root(head.path.parent):
+        return 1.0
+    return 0.0
+
+
+def load_any(path: Path, options: LoadOptions) -> Session:
+    if path.is_dir() or not is_sqlite(path):
+        return load_storage(path, images=options.images)
+    return load_db(path, options.session_id, images=options.images)
+
+
+IMPORTER = Importer(FORMAT, detect_head, load_any)

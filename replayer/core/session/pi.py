@@ -14,8 +14,9 @@ from typing import Any
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import (
-    IMAGE_OMITTED, ImagePart, Message, Session, TextPart, ToolCall, Usage,
+    ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
+from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 from replayer.core.session.reader import JsonlStats, blob_size, iter_jsonl, json_args, ms_to_s, iso_to_s
 
 FORMAT = "pi"
@@ -70,6 +71,28 @@ def _content_parts(content: Any) -> list[Any]:
 
 
 def load(path: Path, *, images: str = "omit") -> Session:
+    """pi's own steps (``buildSessionContext``): the active branch, its latest compaction, context
+    edits, then entries → agent messages → the LLM messages of the next request."""
+    header, entries, stats, warnings = _read(path)
+    path_entries = _active_branch(entries, stats)
+    provider, model, thinking = _model_of(header, path_entries)
+    context, compaction_system = _after_compaction(path_entries, stats)
+    agent, system_msgs = _agent_messages(context, compaction_system)
+    messages, stats.dropped_turns, stats.synthetic_results = _transform(_llm_messages(agent), provider, model, images)
+    system_prompt, tools = _fold_system(system_msgs)
+    title = next((e.get("name") for e in reversed(entries) if e.get("type") == "session_info"), None)
+    times = [t for t in (ms_to_s(m.get("timestamp")) for m in agent if m.get("timestamp")) if t]
+    return Session(
+        format=FORMAT, format_version=str(header.get("version") or 1), agent_version=None, path=str(path),
+        session_id=header.get("id"), title=title, cwd=header.get("cwd"), provider=provider,
+        model=model, thinking_level=thinking, created=iso_to_s(header.get("timestamp")),
+        updated=max(times) if times else None, messages=messages, system_prompt=system_prompt,
+        tools=tools, usage=_last_usage(agent), stats=stats, warnings=warnings,
+    )
+
+
+def _read(path: Path) -> tuple[dict, list[dict], ImportStats, list[str]]:
+    """The header and the entries, migrated to the current version."""
     jstats = JsonlStats()
     objs = iter_jsonl(path, jstats)
     header = next(objs, None)
@@ -77,19 +100,19 @@ def load(path: Path, *, images: str = "omit") -> Session:
         raise ImportFailed(f"{path} is not a pi session (first line is not a session header)")
     entries: list[dict] = list(objs)
     stats, warnings = jstats.import_stats(len(entries))
-    version = header.get("version") or 1
     _migrate(header, entries)
+    return header, entries, stats, warnings
 
+
+def _active_branch(entries: list[dict], stats: ImportStats) -> list[dict]:
+    """Steps B/C: the leaf is the last entry in file order; walk its parents to the root."""
     by_id: dict[str, dict] = {}
     for e in entries:
-        t = e.get("type")
-        if t not in _KNOWN_ENTRY_TYPES:
-            stats.unknown_types[str(t)] = stats.unknown_types.get(str(t), 0) + 1
+        if not is_one_of(e.get("type"), _KNOWN_ENTRY_TYPES):
+            stats.count_unknown(e.get("type"))
         if isinstance(e.get("id"), str):
             by_id[e["id"]] = e
     stats.compactions_total = sum(1 for e in entries if e.get("type") == "compaction")
-
-    # Step B/C: leaf = last entry in file order; walk to the root
     path_entries: list[dict] = []
     seen: set[str] = set()
     node = entries[-1] if entries else None
@@ -100,10 +123,12 @@ def load(path: Path, *, images: str = "omit") -> Session:
         node = by_id.get(pid) if isinstance(pid, str) else None
     path_entries.reverse()
     stats.branch_length = len(path_entries)
+    return path_entries
 
-    provider = header.get("provider")
-    model = header.get("modelId")
-    thinking = header.get("thinkingLevel")
+
+def _model_of(header: dict, path_entries: list[dict]) -> tuple[Any, Any, Any]:
+    """(provider, model, thinking level) in force at the end of the branch."""
+    provider, model, thinking = header.get("provider"), header.get("modelId"), header.get("thinkingLevel")
     for e in path_entries:
         if e.get("type") == "model_change":
             provider, model = e.get("provider", provider), e.get("modelId", model)
@@ -113,32 +138,44 @@ def load(path: Path, *, images: str = "omit") -> Session:
             m = e.get("message") or {}
             if m.get("role") == "assistant" and m.get("model"):
                 provider, model = m.get("provider", provider), m["model"]
+    return provider, model, thinking
 
-    # Step D: only the latest compaction counts
-    context: list[dict] = path_entries
+
+def _after_compaction(path_entries: list[dict], stats: ImportStats) -> tuple[list[dict], Any]:
+    """Step D: only the latest compaction counts: it, the entries it kept, and everything after it."""
     comp_idx = max((i for i, e in enumerate(path_entries) if e.get("type") == "compaction"), default=-1)
-    compaction_system: dict | None = None
-    if comp_idx >= 0:
-        comp = path_entries[comp_idx]
-        stats.compactions_applied = 1
-        kept: list[dict] = []
-        first_kept = comp.get("firstKeptEntryId")
-        start = next((i for i, e in enumerate(path_entries[:comp_idx]) if e.get("id") == first_kept), None)
-        if start is not None:
-            kept = [e for e in path_entries[start:comp_idx] if e.get("type") != "compaction"]
-        if comp.get("systemMessage"):
-            compaction_system = comp["systemMessage"]
-            kept = [e for e in kept if not (e.get("type") == "message"
-                                            and (e.get("message") or {}).get("role") == "system")]
-        context = [comp] + kept + path_entries[comp_idx + 1:]
+    if comp_idx < 0:
+        return path_entries, None
+    comp = path_entries[comp_idx]
+    stats.compactions_applied = 1
+    kept: list[dict] = []
+    first_kept = comp.get("firstKeptEntryId")
+    start = next((i for i, e in enumerate(path_entries[:comp_idx]) if e.get("id") == first_kept), None)
+    if start is not None:
+        kept = [e for e in path_entries[start:comp_idx] if e.get("type") != "compaction"]
+    compaction_system = comp.get("systemMessage") or None
+    if compaction_system:
+        kept = [e for e in kept if not (e.get("type") == "message"
+                                        and (e.get("message") or {}).get("role") == "system")]
+    return [comp] + kept + path_entries[comp_idx + 1:], compaction_system
 
-    # context_edit (0.87+): latest edit per target wins
-    edits: dict[str, Any] = {}
-    for e in context:
-        if e.get("type") == "context_edit" and isinstance(e.get("targetId"), str):
-            edits[e["targetId"]] = e.get("replacement")
 
-    # Step E/F: entries → agent messages → LLM messages
+def _edited(m: dict, rep: Any) -> dict | None:
+    """A message after its latest context edit (0.87+); None when the edit removes it."""
+    if rep is None:
+        return None
+    if isinstance(rep, dict) and "content" in rep:
+        c = rep["content"]
+        if isinstance(c, str) and m.get("role") in ("assistant", "toolResult"):
+            c = [{"type": "text", "text": c}]
+        m["content"] = c
+    return m
+
+
+def _agent_messages(context: list[dict], compaction_system: Any) -> tuple[list[dict], list[dict]]:
+    """Step E: entries → agent messages, and the system messages set aside."""
+    edits = {e["targetId"]: e.get("replacement") for e in context
+             if e.get("type") == "context_edit" and isinstance(e.get("targetId"), str)}
     agent: list[dict] = []
     system_msgs: list[dict] = []
     if compaction_system:
@@ -149,71 +186,52 @@ def load(path: Path, *, images: str = "omit") -> Session:
         ts = iso_to_s(e.get("timestamp"))
         if t == "message":
             m = dict(e.get("message") or {})
-            if e.get("id") in edits:
-                rep = edits[e["id"]]
-                if rep is None:
-                    continue
-                if isinstance(rep, dict) and "content" in rep:
-                    c = rep["content"]
-                    if isinstance(c, str) and m.get("role") in ("assistant", "toolResult"):
-                        c = [{"type": "text", "text": c}]
-                    m["content"] = c
-            if m.get("role") == "system":
-                system_msgs.append(m)
+            if e.get("id") in edits and (m := _edited(m, edits[e["id"]])) is None:
                 continue
-            agent.append(m)
+            (system_msgs if m.get("role") == "system" else agent).append(m)
         elif t == "custom_message":
             agent.append({"role": "custom", "content": e.get("content"), "timestamp": ts})
         elif t == "branch_summary" and e.get("summary"):
             agent.append({"role": "branchSummary", "summary": e["summary"], "timestamp": ts})
         elif t == "compaction":
             agent.append({"role": "compactionSummary", "summary": e.get("summary", ""), "timestamp": ts})
+    return agent, system_msgs
 
+
+def _user_text(text: str, m: dict, origin: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": m.get("timestamp"),
+            "origin": origin}
+
+
+def _llm_messages(agent: list[dict]) -> list[dict]:
+    """Step F: agent messages → LLM messages (bash runs, custom messages and summaries become user turns)."""
     llm: list[dict] = []
     for m in agent:
         role = m.get("role")
         if role == "bashExecution":
-            if m.get("excludeFromContext"):
-                continue
-            llm.append({"role": "user", "content": [{"type": "text", "text": _bash_text(m)}],
-                        "timestamp": m.get("timestamp"), "origin": "bash"})
+            if not m.get("excludeFromContext"):
+                llm.append(_user_text(_bash_text(m), m, "bash"))
         elif role == "custom":
             c = m.get("content")
             parts = [{"type": "text", "text": c}] if isinstance(c, str) else _content_parts(c)
-            llm.append({"role": "user", "content": parts, "timestamp": m.get("timestamp"),
-                        "origin": "custom"})
+            llm.append({"role": "user", "content": parts, "timestamp": m.get("timestamp"), "origin": "custom"})
         elif role == "branchSummary":
-            llm.append({"role": "user", "content": [{"type": "text", "text": BRANCH_PREFIX + m["summary"] + BRANCH_SUFFIX}],
-                        "timestamp": m.get("timestamp"), "origin": "branch_summary"})
+            llm.append(_user_text(BRANCH_PREFIX + m["summary"] + BRANCH_SUFFIX, m, "branch_summary"))
         elif role == "compactionSummary":
-            llm.append({"role": "user", "content": [{"type": "text", "text": COMPACTION_PREFIX + m["summary"] + COMPACTION_SUFFIX}],
-                        "timestamp": m.get("timestamp"), "origin": "compaction_summary"})
+            llm.append(_user_text(COMPACTION_PREFIX + m["summary"] + COMPACTION_SUFFIX, m, "compaction_summary"))
         elif role in ("user", "assistant", "toolResult"):
             llm.append(m)
+    return llm
 
-    messages, dropped, synthetic = _transform(llm, provider, model, images)
-    stats.dropped_turns = dropped
-    stats.synthetic_results = synthetic
 
-    system_prompt, tools = _fold_system(system_msgs)
-    usage = Usage()
+def _last_usage(agent: list[dict]) -> Usage:
     for m in reversed(agent):
         if m.get("role") == "assistant" and isinstance(m.get("usage"), dict):
             u = m["usage"]
-            usage = Usage(input_tokens=u.get("input"), output_tokens=u.get("output"),
-                          cache_read_tokens=u.get("cacheRead"),
-                          context_tokens=(u.get("input") or 0) + (u.get("cacheRead") or 0) or None)
-            break
-    title = next((e.get("name") for e in reversed(entries) if e.get("type") == "session_info"), None)
-    times = [ms_to_s(m.get("timestamp")) for m in agent if m.get("timestamp")]
-    times = [t for t in times if t]
-    return Session(
-        format=FORMAT, format_version=str(version), agent_version=None, path=str(path),
-        session_id=header.get("id"), title=title, cwd=header.get("cwd"), provider=provider,
-        model=model, thinking_level=thinking, created=iso_to_s(header.get("timestamp")),
-        updated=max(times) if times else None, messages=messages, system_prompt=system_prompt,
-        tools=tools, usage=usage, stats=stats, warnings=warnings,
-    )
+            return Usage(input_tokens=u.get("input"), output_tokens=u.get("output"),
+                         cache_read_tokens=u.get("cacheRead"),
+                         context_tokens=(u.get("input") or 0) + (u.get("cacheRead") or 0) or None)
+    return Usage()
 
 
 def _bash_text(m: dict) -> str:
@@ -236,17 +254,16 @@ def _normalize_call_id(cid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", cid)[:40]
 
 
-def _image_parts(parts: list[dict], images: str, placeholder: str) -> list:
+def _image_parts(parts: list[dict], images: str) -> list:
     """Text and image parts; consecutive omitted images collapse into one placeholder."""
     out: list = []
     for p in parts:
         if p.get("type") == "text":
             out.append(TextPart(text=p.get("text", "")))
         elif p.get("type") == "image":
-            if images == "keep":
-                out.append(ImagePart(mime=p.get("mimeType", "image/png"), byte_size=blob_size(p.get("data"))))
-            elif not (out and isinstance(out[-1], TextPart) and out[-1].text == placeholder):
-                out.append(TextPart(text=placeholder))
+            part = image_part(images, p.get("mimeType"), blob_size(p.get("data")))
+            if isinstance(part, ImagePart) or not (out and out[-1] == part):
+                out.append(part)
     return out
 
 
@@ -328,14 +345,14 @@ def _transform(llm: list[dict], provider: str | None, model: str | None, images:
                 imgs = [p for p in parts if p.get("type") == "image"]
                 if images == "keep":
                     out.append(Message(role="user", content=[TextPart(text="Attached image(s) from tool result:")]
-                                       + _image_parts(imgs, "keep", ""), timestamp=ts, origin="tool_image"))
+                                       + _image_parts(imgs, "keep"), timestamp=ts, origin="tool_image"))
         elif role == "user":
             flush_orphans()
             c = m.get("content")
             if isinstance(c, str):
                 out.append(Message(role="user", content=c, timestamp=ts, origin=m.get("origin")))
             else:
-                parts = _image_parts(_content_parts(c), images, IMAGE_OMITTED)
+                parts = _image_parts(_content_parts(c), images)
                 if parts:
                     out.append(Message(role="user", content=parts, timestamp=ts, origin=m.get("origin")))
     flush_orphans()
@@ -371,3 +388,12 @@ def _fold_system(system_msgs: list[dict]) -> tuple[str | None, list[dict] | None
         for t in tools.values()
     ]
     return prompt, tool_list or None
+
+
+def detect_head(head: Head) -> float:
+    # a session header line; also the last resort for a one-line file that is whole JSON
+    c = jsonl_confidence(head, detect, 0.92)
+    return c or (0.3 if head.objs and detect(head.objs) else 0.0)
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images))

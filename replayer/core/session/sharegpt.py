@@ -14,6 +14,7 @@ import orjson
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import ImportStats, Message, Session, ToolCall
 from replayer.core.session.reader import json_args
+from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
 
 FORMAT = "sharegpt"
 _ROLE = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -77,3 +78,10 @@ def load(path: Path, doc: Any, *, index: int = 0) -> Session:
     return Session(format=FORMAT, path=str(path), messages=out, system_prompt=system, tools=tools,
                    stats=ImportStats(entries_total=len(entry["conversations"]),
                                      branch_length=len(entry["conversations"])), warnings=warnings)
+
+
+def detect_head(head: Head) -> float:
+    return doc_confidence(head, detect, 0.6)
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, read_doc(path, detect, "a ShareGPT file")))

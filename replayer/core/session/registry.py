@@ -1,0 +1,189 @@
+"""The importer registry: each format module declares one ``Importer``; detection and loading ask them all.
+
+A format is a module in this package with ``IMPORTER = Importer(name, detect, load)``:
+``detect(head) -> confidence`` (0 = not this format, 1 = certain) looks only at the
+``Head`` (first bytes, first JSON lines, the whole document when small), and
+``load(path, options)`` imports the file read-only. Modules are found by scanning the
+package, so a new format is one new module and no edit elsewhere. Detectors read
+untrusted data and must return 0 for anything they do not understand, never raise.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import import_module
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from replayer.core.errors import FormatUnknown, ImportFailed, did_you_mean
+from replayer.core.session.model import Session
+from replayer.core.session.reader import check_readable_file, head_objects
+
+HEAD_BYTES = 65536
+HEAD_OBJECTS = 20
+WHOLE_JSON_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    images: str = "omit"  # omit | placeholder | keep
+    session_id: str | None = None  # a database holding several sessions
+
+
+@dataclass(frozen=True)
+class Importer:
+    name: str
+    detect: Callable[["Head"], float]
+    load: Callable[[Path, LoadOptions], Session]
+
+
+def is_one_of(value: Any, names: set[str] | frozenset[str] | tuple[str, ...]) -> bool:
+    """``value in names`` for a field of an untrusted record (a list there must not raise)."""
+    return isinstance(value, str) and value in names
+
+
+class Head:
+    """What detection may look at, read once per file and only as far as asked."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.is_dir = path.is_dir()
+        self.bytes = b""
+        if not self.is_dir:
+            check_readable_file(path)
+            with open(path, "rb") as fh:
+                self.bytes = fh.read(HEAD_BYTES)
+
+    @cached_property
+    def text(self) -> str:
+        return self.bytes.decode("utf-8", errors="replace")
+
+    @property
+    def is_binary(self) -> bool:
+        if b"\x00" in self.bytes:
+            return True
+        try:
+            self.bytes.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return exc.start < len(self.bytes) - 4  # a cut multibyte char at the end is fine
+        return False
+
+    @property
+    def looks_json(self) -> bool:
+        return self.text.lstrip()[:1] in ("{", "[")
+
+    @cached_property
+    def objs(self) -> list[dict[str, Any]]:
+        """The first JSON object lines (JSONL formats)."""
+        return head_objects(self.path, HEAD_OBJECTS) if self.looks_json and not self.is_dir else []
+
+    @cached_property
+    def jsonl_like(self) -> bool:
+        """Several object lines: a JSONL log, which no whole-document format can be."""
+        return len(self.objs) >= 2 or (bool(self.objs) and "\n" in self.text.strip())
+
+    @property
+    def several_values(self) -> bool:
+        """The first line is a whole JSON value and more follows: JSON lines, never one document
+        (decided from the head, without reading a large log whole)."""
+        first, sep, rest = self.bytes.lstrip().partition(b"\n")
+        if not sep or not rest.strip():
+            return False
+        try:
+            orjson.loads(first)
+        except orjson.JSONDecodeError:
+            return False
+        return True
+
+    @cached_property
+    def doc(self) -> Any:
+        """The whole file as one JSON document; None for JSON lines, non-JSON or a file over 64 MiB."""
+        if self.is_dir or not self.looks_json or self.several_values or \
+                self.path.stat().st_size > WHOLE_JSON_LIMIT:
+            return None
+        try:
+            return orjson.loads(self.path.read_bytes())
+        except orjson.JSONDecodeError:
+            return None
+
+
+def jsonl_confidence(head: Head, detect: Callable[[list[dict[str, Any]]], bool], confidence: float) -> float:
+    """``confidence`` when the head's object lines are this JSONL format's (shared by pi, Codex, Claude Code)."""
+    if not head.objs or not (head.jsonl_like or head.doc is None):
+        return 0.0
+    return confidence if detect(head.objs) else 0.0
+
+
+def doc_confidence(head: Head, detect: Callable[[Any], bool], confidence: float) -> float:
+    """``confidence`` when the whole document is this format's (web-UI export, OpenAI body, ShareGPT)."""
+    return confidence if head.doc is not None and detect(head.doc) else 0.0
+
+
+def read_doc(path: Path, detect: Callable[[Any], bool], what: str) -> Any:
+    """The whole JSON document of a forced format, refused when it is not that format."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ImportFailed(f"{path} is not valid JSON: {exc}") from None
+    if not detect(doc):
+        raise ImportFailed(f"{path} is not {what}")
+    return doc
+
+
+_registry: dict[str, Importer] | None = None
+
+
+def importers() -> dict[str, Importer]:
+    """Every format module's importer by name, found by scanning this package once."""
+    global _registry
+    if _registry is None:
+        pkg = import_module(__name__.rpartition(".")[0])
+        found: dict[str, Importer] = {}
+        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+            imp = getattr(import_module(f"{pkg.__name__}.{info.name}"), "IMPORTER", None)
+            if isinstance(imp, Importer):
+                found[imp.name] = imp
+        _registry = found
+    return _registry
+
+
+def reset() -> None:
+    """Scan again on next use (a test that adds a format module)."""
+    global _registry
+    _registry = None
+
+
+def names() -> list[str]:
+    return list(importers())
+
+
+def importer(name: str) -> Importer:
+    table = importers()
+    if name not in table:
+        hint = did_you_mean(name, list(table))
+        raise ImportFailed(f"unknown format {name!r}; choose one of {', '.join(table)}",
+                           hint=f"did you mean {hint}?" if hint else None)
+    return table[name]
+
+
+def detect(path: Path) -> str:
+    """The format whose importer is most confident about ``path`` (ties: the name first in order)."""
+    head = Head(path)
+    best, score = None, 0.0
+    for name, imp in importers().items():
+        c = imp.detect(head)
+        if c > score:
+            best, score = name, c
+    if best is not None:
+        return best
+    if head.is_dir:
+        raise ImportFailed(f"{path} is a directory, not a session file",
+                           hint="give a session file, or an OpenCode storage folder")
+    if head.is_binary:
+        raise FormatUnknown(f"{path} is a binary file, not a session log")
+    raise FormatUnknown(f"cannot tell which agent wrote {path}",
+                        hint=f"supported: {', '.join(importers())}; force one with --format")
