@@ -15,6 +15,7 @@ import orjson
 
 from replayer import __version__
 from replayer.core.errors import ReplayerError
+from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app"}
 
@@ -291,12 +292,12 @@ def _common_session(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools", metavar="FILE", help="tools (OpenAI JSON) to use when the session does not store them")
 
 
-def _knobs(p: argparse.ArgumentParser, ubatch: int) -> None:
-    p.add_argument("-b", "--batch-size", type=int, default=2048)
-    p.add_argument("-ub", "--ubatch-size", type=int, default=ubatch)
+def _knobs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-b", "--batch-size", type=int, default=DEFAULT_KNOBS.n_batch)
+    p.add_argument("-ub", "--ubatch-size", type=int, default=DEFAULT_KNOBS.n_ubatch)
     p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int, default=None,
                    help="checkpoint min step (default: the build's, 256 before b9771, 8192 after)")
-    p.add_argument("--ctx-checkpoints", type=int, default=32)
+    p.add_argument("--ctx-checkpoints", type=int, default=DEFAULT_KNOBS.n_ctx_checkpoints)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -323,9 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, required=True)
     p.add_argument("--user-starts", default="")
     p.add_argument("--build", required=True)
-    _knobs(p, 512)
+    _knobs(p)
     p.add_argument("--memory", default="plain", help="plain | swa | recurrent (hybrid)")
-    p.add_argument("--swa-window", type=int, default=256)
+    p.add_argument("--swa-window", type=int, default=DEFAULT_KNOBS.n_swa)
     p.add_argument("--swa-cache", type=int, default=None, help="SWA cache cells (default: as the server sizes it)")
     p.add_argument("--n-past", type=int, default=0)
     p.add_argument("--json", action="store_true")
@@ -341,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset (simulated) or GGUF path (live)")
     p.add_argument("--tokenizer", default="estimate")
     p.add_argument("--template", default=None)
-    _knobs(p, 512)
+    _knobs(p)
     p.add_argument("--server", help="live: run A against this already running server (http://127.0.0.1:PORT)")
     p.add_argument("--server-b", help="live: run B against this already running server")
     p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from replayer.core.engine import events as ev
+from replayer.core.reasons import BREAK_REASONS, REASONS
+
+_LISTED = {r.name for r in REASONS if r.always_listed}
 
 
 @dataclass
@@ -81,10 +84,10 @@ class RunSummary:
         return sum(b.n_ubatches for b in self.batches)
 
     def breaks(self) -> dict[str, int]:
-        out = {r: 0 for r in ev.BREAK_REASONS}
+        out = {r: 0 for r in BREAK_REASONS}
         for b in self.batches:
             out[b.reason] = out.get(b.reason, 0) + 1
-        return {k: v for k, v in out.items() if v or k in ("n_batch", "user_start", "checkpoint_offset", "prompt_end")}
+        return {k: v for k, v in out.items() if v or k in _LISTED}
 
     @property
     def mean_batch(self) -> float:
@@ -170,7 +173,7 @@ class Comparison:
             ("mean batch (tokens)", f"{a.mean_batch:,.0f}", f"{b.mean_batch:,.0f}"),
             ("median batch (tokens)", f"{a.median_batch:,.0f}", f"{b.median_batch:,.0f}"),
         ]
-        for r in ("n_batch", "user_start", "checkpoint_offset", "prompt_end", "other"):
+        for r in BREAK_REASONS:
             if ba.get(r) or bb.get(r):
                 rows.append((f"breaks: {r}", f"{ba.get(r, 0)}", f"{bb.get(r, 0)}"))
         rows += [

@@ -14,10 +14,10 @@ from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
 from replayer.core import paths
+from replayer.core.reasons import REASONS
 
 BUNDLED_DIR = Path(__file__).resolve().parents[2] / "themes"
-REASON_VARS = {"reason-n-batch": "#98C379", "reason-user-start": "#E06C75",
-               "reason-checkpoint-offset": "#E5C07B", "reason-prompt-end": "#4FA3E0", "reason-other": "#888888"}
+REASON_VARS = {r.theme_var: r.colour for r in REASONS}
 
 
 class ThemeFile(BaseModel):

@@ -14,7 +14,6 @@ from typing import Any, ClassVar, Union
 
 import orjson
 
-BREAK_REASONS: tuple[str, ...] = ("n_batch", "user_start", "checkpoint_offset", "prompt_end", "other")
 
 
 

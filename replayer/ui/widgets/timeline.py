@@ -14,6 +14,9 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from replayer.core.reasons import REASONS
+
+
 class Timeline(Widget, can_focus=True):
     DEFAULT_CSS = """
     Timeline { height: 4; }
@@ -89,10 +92,8 @@ class Timeline(Widget, can_focus=True):
         tpc = self._tpc()
         cells = [(int(self.offset + i * tpc), int(self.offset + (i + 1) * tpc)) for i in range(width)]
         cells = [(a, max(a + 1, b)) for a, b in cells if a < self.n_tokens]
-        c_user = self._color("reason-user-start", "#E06C75")
-        colors = {r: self._color(f"reason-{r.replace('_', '-')}", d) for r, d in (
-            ("n_batch", "#98C379"), ("user_start", "#E06C75"), ("checkpoint_offset", "#E5C07B"),
-            ("prompt_end", "#4FA3E0"), ("other", "#888888"))}
+        colors = {r.name: self._color(r.theme_var, r.colour) for r in REASONS}
+        c_user = colors["user_start"]
         msgs, batches, ckpts = Text(), Text(), Text()
         processed = self.ends[-1] if self.ends else self.n_past
         ck = sorted(self.checkpoints)
