@@ -140,11 +140,11 @@ def host_bytes(gpu: GPUPreset, model: ModelPreset) -> float:
     return max(0.0, min(spill, c["W_e"]))
 
 
-def _seed_record() -> dict:
+def _line_record(record_id: str) -> dict:
     for p in presets.calibration()["partial_offload"]:
-        if p["id"] == "vulkan_rx9070xt_qwen36_35B_A3B_Q8_seed":
+        if p["id"] == record_id:
             return p
-    raise KeyError("seed calibration missing")  # pragma: no cover
+    raise KeyError(f"calibration record {record_id} missing")  # pragma: no cover
 
 
 #: Decode calls replayer's schedule makes for the bundled seed session (Qwen3.6 template,
@@ -156,9 +156,9 @@ SEED_GOOD_CALLS = 63
 SEED_BAD_CALLS = 312
 
 
-def seed_line() -> tuple[float, float]:
+def seed_line(record_id: str = "vulkan_rx9070xt_qwen36_35B_A3B_Q8_seed") -> tuple[float, float]:
     """(fixed s per ubatch, s per token) solved from 131.03 and 318 tok/s on 91,463 tokens."""
-    seed = _seed_record()["seed_numbers"]
+    seed = _line_record(record_id)["seed_numbers"]
     t_bad = seed["t_master_s"]
     t_good = seed["tokens"] / seed["tps_good"]
     t_f = (t_bad - t_good) / (SEED_BAD_CALLS - SEED_GOOD_CALLS)
@@ -184,8 +184,9 @@ def cost_model(gpu: GPUPreset, model: ModelPreset, backend: str | None = None) -
         p_a=pp["p_attn_flops"] * comp, h=h, model=model.c, w_host=w_host, h2d_bps=gpu.h2d_bps,
         host_bps=gpu.host_bps,
     )
-    if gpu.id == "rx9070xt" and model.id == "qwen3.6-35b-a3b-q8_0" and backend == "vulkan" and w_host:
-        t_f, c = seed_line()
+    line = dict(model.measured_lines).get((gpu.id, backend))
+    if line and w_host:
+        t_f, c = seed_line(line)
         return LineCost(name=f"{gpu.id}/{backend}/{model.id} (seed calibration)",
                         fixed_ms=t_f * 1000.0, per_token_ms=c * 1000.0,
                         small_batch=roof,

@@ -68,6 +68,9 @@ class ModelPreset:
     checkpoint_mib: float  # size of one context checkpoint (0 for plain)
     n_swa: int = 0
     notes: str = ""
+    #: measured lines that replace the roofline when the model spills to host RAM:
+    #: ((GPU id, backend), id of a ``partial_offload`` record of the calibration file) pairs
+    measured_lines: tuple[tuple[tuple[str, str], str], ...] = ()
 
     @property
     def c(self) -> dict[str, Any]:
@@ -103,7 +106,8 @@ GPUS: dict[str, GPUPreset] = {g.id: g for g in [
 MODELS: dict[str, ModelPreset] = {m.id: m for m in [
     ModelPreset("qwen3.6-35b-a3b-q8_0", "Qwen3.6-35B-A3B Q8_0 (hybrid gated-DeltaNet MoE)", "qwen35_35B_A3B_Q8_0",
                 "recurrent", 34.37, 62.813,
-                notes="checkpoint size 62.813 MiB from llama.cpp #24056; 34.37 GiB from #25062"),
+                notes="checkpoint size 62.813 MiB from llama.cpp #24056; 34.37 GiB from #25062",
+                measured_lines=((("rx9070xt", "vulkan"), "vulkan_rx9070xt_qwen36_35B_A3B_Q8_seed"),)),
     ModelPreset("llama-8b-q4_0", "Llama 8B Q4_0 (dense)", "llama8B_Q4_0", "plain", 4.33, 0.0),
     ModelPreset("gpt-oss-20b", "gpt-oss 20B MXFP4 (MoE, sliding window)", "gptoss20B_MXFP4", "swa", 12.1, 18.0,
                 n_swa=128, notes="SWA checkpoint ≈ 768 cells × 24 KiB of SWA-layer KV per cell (estimate)"),
