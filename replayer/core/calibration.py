@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from replayer.core import paths
 from replayer.core.engine import events as ev
 from replayer.core.errors import ReplayerError, did_you_mean
 from replayer.core.hardware import cost as costmod
+from replayer.core.settings import load_settings
 
 
 class Calibration(BaseModel):
@@ -41,8 +41,12 @@ class PresetsFile(BaseModel):
     calibrations: dict[str, Calibration] = Field(default_factory=dict)
 
 
+def _file() -> Path:
+    return load_settings()[0].calibrations_path()
+
+
 def read_presets() -> PresetsFile:
-    f = paths.presets_file()
+    f = _file()
     if not f.exists():
         return PresetsFile()
     try:
@@ -62,7 +66,7 @@ def calibrations() -> dict[str, Calibration]:
 def save_calibration(name: str, cal: Calibration) -> Path:
     doc = read_presets()
     doc.calibrations[name] = cal
-    f = paths.presets_file()
+    f = _file()
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_bytes(orjson.dumps(doc.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     return f

@@ -6,12 +6,11 @@ import gc
 from pathlib import Path
 from typing import Iterable
 
-import orjson
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from replayer.core import paths
+from replayer.core import settings as settings_mod
 from replayer.core.errors import ReplayerError
 from replayer.core.replay import Prepared, ReplayConfig, demo_session_path
 from replayer.core.session import load_session
@@ -41,8 +40,8 @@ class ReplayerApp(App):
         loaded, self.theme_errors = theme_files.load_all(self.theme_dirs)
         for t in loaded:
             self.register_theme(t)
-        self._settings_damaged = False
-        wanted = self.load_settings().get("theme", "replayer-dark")
+        self.settings, self._settings_damaged = settings_mod.load_settings()
+        wanted = self.settings.theme
         self.theme = wanted if wanted in self.available_themes else (
             "replayer-dark" if "replayer-dark" in self.available_themes else "textual-dark")
 
@@ -58,7 +57,7 @@ class ReplayerApp(App):
         for err in self.theme_errors:
             self.notify(f"theme skipped: {err}", severity="warning", timeout=8)
         if self._settings_damaged:
-            self.notify("settings file is damaged; using defaults", severity="warning")
+            self.notify(f"settings file is damaged; using defaults ({self._settings_damaged})", severity="warning")
         if self.replay is not None:
             from replayer.ui.screens.replay import ReplayScreen
 
@@ -89,24 +88,10 @@ class ReplayerApp(App):
         self.exit(return_code=2 if self.shot_error else code)
 
     # -- settings ---------------------------------------------------------------------------
-    def load_settings(self) -> dict:
-        f = paths.config_dir() / "settings.json"
-        try:
-            data = orjson.loads(f.read_bytes()) if f.exists() else {}
-        except (OSError, orjson.JSONDecodeError):
-            data = None
-        if not isinstance(data, dict):
-            self._settings_damaged = True  # said once the app runs (notify needs it)
-            return {}
-        return data
-
     def save_settings(self, **kw) -> None:
-        f = paths.config_dir() / "settings.json"
         try:
-            data = self.load_settings() | kw
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-        except OSError as exc:
+            settings_mod.save_settings(**kw)
+        except (OSError, ValueError) as exc:
             self.notify(f"cannot save settings: {exc}", severity="warning")
 
     def watch_theme(self, theme: str) -> None:

@@ -65,8 +65,8 @@ class PickerScreen(Screen):
         t.add_column("size", key="size")
         t.add_column("session", key="path")
         demo = demo_session_path()
-        t.add_row("demo", "—", "617", f"{demo.stat().st_size / 1e6:.1f} MB",
-                  "bundled seed scenario: 91k tokens, 297 tool results (#25213)", key=DEMO_KEY)
+        t.add_row("demo", "—", "…", f"{demo.stat().st_size / 1e6:.1f} MB",
+                  "bundled seed scenario (#25213)", key=DEMO_KEY)
         self.found = discover()
         for f in self.found:
             t.add_row(f.agent, datetime.fromtimestamp(f.mtime).strftime("%Y-%m-%d %H:%M"), "…",
@@ -76,6 +76,7 @@ class PickerScreen(Screen):
 
     @work(thread=True, exit_on_error=False, group="count")
     def count_messages(self) -> None:
+        self._demo_facts()
         for f in self.found[:50]:
             try:
                 n = str(len(load_session(f.path).messages))
@@ -83,11 +84,28 @@ class PickerScreen(Screen):
                 n = "?"
             self.app.call_from_thread(self._set_count, str(f.path), n)
 
-    def _set_count(self, key: str, n: str) -> None:
+    def _demo_facts(self) -> None:
+        """The demo row's numbers, read from the bundled session itself."""
+        from replayer.core.replay import ReplayConfig, prepare
+
         try:
-            self.query_one("#sessions", DataTable).update_cell(key, "messages", n)
+            prep = prepare(demo_session_path(), ReplayConfig.seed())
+        except ReplayerError:
+            return
+        s = prep.session
+        about = (f"bundled seed scenario: {prep.n_tokens / 1000:.0f}k tokens, "
+                 f"{s.n_tool_results} tool results (#25213)")
+        self.app.call_from_thread(self._set_count, DEMO_KEY, str(len(s.messages)))
+        self.app.call_from_thread(self._set_cell, DEMO_KEY, "path", about)
+
+    def _set_cell(self, key: str, column: str, text: str) -> None:
+        try:
+            self.query_one("#sessions", DataTable).update_cell(key, column, text)
         except Exception:
             pass
+
+    def _set_count(self, key: str, n: str) -> None:
+        self._set_cell(key, "messages", n)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from replayer.core import export, paths
+from replayer.core import export
 from replayer.core.compare import Comparison
 from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
@@ -245,7 +245,7 @@ class ReplayScreen(Screen):
 
     def export_path(self, suffix: str) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        return paths.export_dir() / f"replayer-{stamp}.{suffix}"
+        return self.app.settings.export_folder() / f"replayer-{stamp}.{suffix}"
 
     def action_export(self, fmt: str = "md") -> None:
         if self.comparison is None:
