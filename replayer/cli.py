@@ -164,9 +164,8 @@ def _config(args: argparse.Namespace):
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from replayer.core import export
     from replayer.core.engine import events as ev
-    from replayer.core.replay import prepare, replay, run_extras
+    from replayer.core.replay import prepare, replay, report
 
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
@@ -183,13 +182,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     code = 1 if out.failed else 0
     if args.jsonl:
         return code
-    cmp, meta = out.comparison, prep.meta()
-    if args.json:
-        _out(export.to_json(cmp, {"session": meta}, redacted=False, run_extras=run_extras(prep, cmp)))
-    elif args.markdown:
-        _out(export.to_markdown(cmp, meta))
-    else:
-        _out(export.to_text(cmp, prep.request.notes))
+    fmt = "json" if args.json else "md" if args.markdown else "text"
+    _out(report(prep, out.comparison, fmt, redacted=not args.json).decode())
     return code
 
 

@@ -11,7 +11,6 @@ import csv
 import io
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -103,16 +102,3 @@ def to_csv(cmp: Comparison) -> str:
             w.writerow([r.run, r.build, bt.index, bt.start, bt.n_tokens, bt.n_ubatches, bt.reason,
                         f"{bt.t_start_ms:.3f}", f"{bt.t_ms:.3f}"])
     return buf.getvalue()
-
-
-def write(cmp: Comparison, fmt: str, dest: Path, meta: dict[str, Any] | None = None) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "json":
-        dest.write_bytes(to_json(cmp, meta))
-    elif fmt in ("md", "markdown"):
-        dest.write_text(to_markdown(cmp, meta), encoding="utf-8")
-    elif fmt == "csv":
-        dest.write_text(to_csv(cmp), encoding="utf-8")
-    else:
-        raise ValueError(fmt)
-    return dest

@@ -105,6 +105,25 @@ def run_extras(prep: Prepared, cmp: Comparison) -> dict[str, dict[str, Any]]:
                     else len(prep.layouts[s.run].user_starts)} for s in (cmp.a, cmp.b)}
 
 
+REPORT_FORMATS = ("json", "md", "csv", "text")
+
+
+def report(prep: Prepared, cmp: Comparison, fmt: str, redacted: bool = True) -> bytes:
+    """A finished replay as the CLI prints it and the app exports it (one document per format)."""
+    from replayer.core import export
+
+    meta = prep.meta()
+    if fmt == "json":
+        return export.to_json(cmp, {"session": meta}, redacted=redacted, run_extras=run_extras(prep, cmp))
+    if fmt in ("md", "markdown"):
+        return export.to_markdown(cmp, meta, redacted=redacted).encode()
+    if fmt == "csv":
+        return export.to_csv(cmp).encode()
+    if fmt == "text":
+        return export.to_text(cmp, prep.request.notes).encode()
+    raise ValueError(f"unknown report format {fmt!r}; known: {', '.join(REPORT_FORMATS)}")
+
+
 def calibrate(prep: Prepared, cmp: Comparison) -> str:
     """Fit a cost line from both live runs' batches and save it; returns the line said about it."""
     from replayer.core import calibration

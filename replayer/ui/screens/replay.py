@@ -24,11 +24,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from replayer.core import export
 from replayer.core.compare import Comparison
 from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
-from replayer.core.replay import RUNS, Prepared, is_realtime, run_events
+from replayer.core.replay import RUNS, Prepared, is_realtime, report, run_events
 from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.run_pane import RunPane
 
@@ -252,7 +251,9 @@ class ReplayScreen(Screen):
             self.notify("the runs have not finished yet", severity="warning")
             return
         try:
-            dest = export.write(self.comparison, fmt, self.export_path(fmt), self.prep.meta())
+            dest = self.export_path(fmt)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(report(self.prep, self.comparison, fmt))
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return
