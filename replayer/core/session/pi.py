@@ -269,94 +269,101 @@ def _image_parts(parts: list[dict], images: str) -> list:
 
 def _transform(llm: list[dict], provider: str | None, model: str | None, images: str
                ) -> tuple[list[Message], int, int]:
-    """pi-ai transformMessages + the openai-completions adapter."""
-    dropped = 0
-    synthetic = 0
-    out: list[Message] = []
-    pending: dict[str, str] = {}  # tool call id → name, awaiting a result
-    id_map: dict[str, str] = {}
-
-    def flush_orphans() -> None:
-        nonlocal synthetic
-        for cid in list(pending):
-            out.append(Message(role="tool", content=NO_RESULT_TEXT, tool_call_id=cid,
-                               name=pending[cid], origin="no_result"))
-            synthetic += 1
-        pending.clear()
-
+    """pi-ai transformMessages + the openai-completions adapter: (messages, dropped turns, synthetic results)."""
+    t = _Transform(provider, model, images)
     for m in llm:
         role = m.get("role")
-        ts = ms_to_s(m.get("timestamp"))
         if role == "assistant":
-            if m.get("stopReason") in ("error", "aborted"):
-                dropped += 1
-                continue
-            flush_orphans()
-            same = (m.get("provider") == provider and m.get("model") == model
-                    and m.get("api") == TARGET_API)
-            texts: list[str] = []
-            thinking: list[str] = []
-            signature: str | None = None
-            calls: list[ToolCall] = []
-            for b in _content_parts(m.get("content")):
-                bt = b.get("type")
-                if bt == "text":
-                    texts.append(b.get("text", ""))
-                elif bt == "thinking":
-                    if b.get("redacted"):
-                        continue
-                    th = b.get("thinking", "")
-                    if same:
-                        if th.strip():
-                            thinking.append(th)
-                            signature = signature or b.get("thinkingSignature")
-                    elif th.strip():
-                        texts.append(th)  # cross-model: thinking becomes plain text
-                elif bt == "toolCall":
-                    cid = str(b.get("id", ""))
-                    if not same:
-                        new = _normalize_call_id(cid)
-                        id_map[cid] = new
-                        cid = new
-                    calls.append(ToolCall(id=cid, name=b.get("name", ""), arguments=json_args(b.get("arguments", {}))))
-            content = "".join(t for t in texts if t.strip()) or None
-            if content is None and not calls:
-                continue
-            msg = Message(role="assistant", content=content, tool_calls=calls, timestamp=ts)
-            if thinking and signature:
-                msg.reasoning = "\n".join(thinking)
-                msg.reasoning_field = signature if signature in ("reasoning_content", "reasoning", "reasoning_text") \
-                    else "reasoning_content"
-            out.append(msg)
-            for c in calls:
-                pending[c.id] = c.name
+            t.assistant(m)
         elif role == "toolResult":
-            cid = str(m.get("toolCallId", ""))
-            cid = id_map.get(cid, cid)
-            parts = _content_parts(m.get("content"))
-            text = "\n".join(p.get("text", "") for p in parts if p.get("type") == "text")
-            has_image = any(p.get("type") == "image" for p in parts)
-            if not text:
-                text = "(see attached image)" if has_image else "(no tool output)"
-            out.append(Message(role="tool", content=text, tool_call_id=cid, name=m.get("toolName"),
-                               timestamp=ts))
-            pending.pop(cid, None)
-            if has_image:
-                imgs = [p for p in parts if p.get("type") == "image"]
-                if images == "keep":
-                    out.append(Message(role="user", content=[TextPart(text="Attached image(s) from tool result:")]
-                                       + _image_parts(imgs, "keep"), timestamp=ts, origin="tool_image"))
+            t.tool_result(m)
         elif role == "user":
-            flush_orphans()
-            c = m.get("content")
-            if isinstance(c, str):
-                out.append(Message(role="user", content=c, timestamp=ts, origin=m.get("origin")))
-            else:
-                parts = _image_parts(_content_parts(c), images)
-                if parts:
-                    out.append(Message(role="user", content=parts, timestamp=ts, origin=m.get("origin")))
-    flush_orphans()
-    return out, dropped, synthetic
+            t.user(m)
+    t.flush_orphans()
+    return t.out, t.dropped, t.synthetic
+
+
+class _Transform:
+    def __init__(self, provider: str | None, model: str | None, images: str) -> None:
+        self.provider, self.model, self.images = provider, model, images
+        self.dropped = 0
+        self.synthetic = 0
+        self.out: list[Message] = []
+        self.pending: dict[str, str] = {}  # tool call id → name, awaiting a result
+        self.id_map: dict[str, str] = {}
+
+    def flush_orphans(self) -> None:
+        """A tool call left without a result gets pi's "No result provided" result."""
+        for cid, name in self.pending.items():
+            self.out.append(Message(role="tool", content=NO_RESULT_TEXT, tool_call_id=cid, name=name,
+                                    origin="no_result"))
+            self.synthetic += 1
+        self.pending.clear()
+
+    def assistant(self, m: dict) -> None:
+        if m.get("stopReason") in ("error", "aborted"):
+            self.dropped += 1
+            return
+        self.flush_orphans()
+        same = m.get("provider") == self.provider and m.get("model") == self.model and m.get("api") == TARGET_API
+        texts: list[str] = []
+        thinking: list[str] = []
+        signature: str | None = None
+        calls: list[ToolCall] = []
+        for b in _content_parts(m.get("content")):
+            bt = b.get("type")
+            if bt == "text":
+                texts.append(b.get("text", ""))
+            elif bt == "thinking" and not b.get("redacted"):
+                th = b.get("thinking", "")
+                if th.strip() and same:
+                    thinking.append(th)
+                    signature = signature or b.get("thinkingSignature")
+                elif th.strip():
+                    texts.append(th)  # cross-model: thinking becomes plain text
+            elif bt == "toolCall":
+                calls.append(self._call(b, same))
+        content = "".join(t for t in texts if t.strip()) or None
+        if content is None and not calls:
+            return
+        msg = Message(role="assistant", content=content, tool_calls=calls, timestamp=ms_to_s(m.get("timestamp")))
+        if thinking and signature:
+            msg.reasoning = "\n".join(thinking)
+            msg.reasoning_field = signature if signature in ("reasoning_content", "reasoning", "reasoning_text") \
+                else "reasoning_content"
+        self.out.append(msg)
+        for c in calls:
+            self.pending[c.id] = c.name
+
+    def _call(self, b: dict, same: bool) -> ToolCall:
+        cid = str(b.get("id", ""))
+        if not same:  # another provider's ids are normalised, and its results follow them
+            self.id_map[cid] = cid = _normalize_call_id(cid)
+        return ToolCall(id=cid, name=b.get("name", ""), arguments=json_args(b.get("arguments", {})))
+
+    def tool_result(self, m: dict) -> None:
+        ts = ms_to_s(m.get("timestamp"))
+        cid = str(m.get("toolCallId", ""))
+        cid = self.id_map.get(cid, cid)
+        parts = _content_parts(m.get("content"))
+        text = "\n".join(p.get("text", "") for p in parts if p.get("type") == "text")
+        imgs = [p for p in parts if p.get("type") == "image"]
+        if not text:
+            text = "(see attached image)" if imgs else "(no tool output)"
+        self.out.append(Message(role="tool", content=text, tool_call_id=cid, name=m.get("toolName"), timestamp=ts))
+        self.pending.pop(cid, None)
+        if imgs and self.images == "keep":
+            self.out.append(Message(role="user", content=[TextPart(text="Attached image(s) from tool result:")]
+                                    + _image_parts(imgs, "keep"), timestamp=ts, origin="tool_image"))
+
+    def user(self, m: dict) -> None:
+        self.flush_orphans()
+        ts = ms_to_s(m.get("timestamp"))
+        c = m.get("content")
+        if isinstance(c, str):
+            self.out.append(Message(role="user", content=c, timestamp=ts, origin=m.get("origin")))
+        elif parts := _image_parts(_content_parts(c), self.images):
+            self.out.append(Message(role="user", content=parts, timestamp=ts, origin=m.get("origin")))
 
 
 def _fold_system(system_msgs: list[dict]) -> tuple[str | None, list[dict] | None]:
