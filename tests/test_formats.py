@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import replayer.core.session as session_pkg
+from replayer.core.errors import ImportFailed
 from replayer.core.session import detect_format, load_session, registry
 
 from fuzzing import FIXTURES, check_detection, corpus, mutated_sessions
@@ -97,6 +98,11 @@ def test_a_new_format_is_one_module(fake_format_module, tmp_path):
 def test_forced_format_that_does_not_fit_says_so(tmp_path):
     f = tmp_path / "x.json"
     f.write_bytes(orjson.dumps({"messages": [{"role": "user", "content": "hi"}]}))
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(ImportFailed, match="--format sharegpt does not fit .*: it is a openai file"):
         load_session(f, "sharegpt")
-    assert "is not a ShareGPT file" in str(exc.value)
+    with pytest.raises(ImportFailed, match="--format aider does not fit"):
+        load_session(FIXTURES / "pi/small-v3.jsonl", "aider")
+    g = tmp_path / "odd.json"  # nobody recognises it: the forced importer decides
+    g.write_bytes(b'{"something": "else"}')
+    with pytest.raises(ImportFailed, match="is not a ShareGPT file"):
+        load_session(g, "sharegpt")

@@ -29,6 +29,8 @@ def load_session(path: str | Path, format: str | None = None, *, images: str = "
         raise ImportFailed(f"no such file: {p}")
     if not p.is_dir():
         check_readable_file(p)
+    if format is not None:
+        registry.check_forced(p, format)
     try:
         s = imp.load(p, registry.LoadOptions(images=images, session_id=session_id))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:

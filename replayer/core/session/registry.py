@@ -170,14 +170,32 @@ def importer(name: str) -> Importer:
     return table[name]
 
 
-def detect(path: Path) -> str:
-    """The format whose importer is most confident about ``path`` (ties: the name first in order)."""
-    head = Head(path)
+def _best(head: Head) -> str | None:
     best, score = None, 0.0
     for name, imp in importers().items():
         c = imp.detect(head)
         if c > score:
             best, score = name, c
+    return best
+
+
+def check_forced(path: Path, name: str) -> None:
+    """Refuse a forced format that the content contradicts: one that does not recognise the file
+    while another one does (a pi log read as Aider markdown would import as assistant text).
+    A file no importer recognises is left to the forced one: forcing exists for those."""
+    head = Head(path)
+    if importer(name).detect(head) > 0:
+        return
+    found = _best(head)
+    if found is not None and found != name:
+        raise ImportFailed(f"--format {name} does not fit {path}: it is a {found} file",
+                           hint="leave out --format to import it as detected")
+
+
+def detect(path: Path) -> str:
+    """The format whose importer is most confident about ``path`` (ties: the name first in order)."""
+    head = Head(path)
+    best = _best(head)
     if best is not None:
         return best
     if head.is_dir:
