@@ -118,3 +118,30 @@ def test_live_screenshot_through_the_cli(tiny_llama, tmp_path):
                        timeout=600)
     assert r.returncode == 0, r.stderr
     assert "unknown model" not in r.stderr and shot.read_text().startswith("<svg")
+
+
+@pytest.mark.live
+def test_a_live_run_says_everything_as_events(tiny_llama):
+    """The server's layout and timings arrive as events (no side channel crosses the engine interface)."""
+    from replayer.core.engine import events as ev
+    from replayer.core.engine.schedule import Slot
+    from replayer.core.replay import ReplayConfig, run_events
+
+    prep = prepare(SESSION, ReplayConfig(engine="live", model=str(tiny_llama), a="9859", b="10001",
+                                         n_batch=64, n_ubatch=32))
+    evs = list(run_events(prep, "A"))
+    kinds = [type(e).__name__ for e in evs]
+    assert kinds[:2] == ["RunStarted", "LayoutReady"] and kinds[-2:] == ["ServerFacts", "RunFinished"]
+    layout, facts = evs[1], evs[-2]
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    assert facts.log_batch_starts == [b.start for b in batches] and facts.timings.get("prompt_n")
+    assert layout.n_tokens == evs[0].n_tokens and layout.user_starts
+    # the simulator, on the server's own layout, predicts the live batches exactly
+    from replayer.core.runspec import PromptSpans
+
+    spans = PromptSpans.of(layout.n_tokens, [u for u in layout.user_starts if 0 < u < layout.n_tokens])
+    import dataclasses
+
+    knobs = dataclasses.replace(prep.config.knobs(), memory=evs[0].settings["memory"])  # what the server reported
+    sim = Slot(prep.config.builds()[0], knobs).run(spans)
+    assert [(b.start, b.n_tokens) for b in sim.batches] == [(b.start, b.n_tokens) for b in batches]

@@ -31,37 +31,36 @@ def _with_facts(run: str, stream: Iterator[ev.Event], result: LiveResult) -> Ite
         stream.close()  # stops the server when the consumer stops early
 
 
-def _target(spec: RunSpec) -> LiveTarget:
-    if spec.live is None:
-        raise ValueError(f"run {spec.run} has no live target")  # a bug: run_spec always sets it
-    return spec.live
+class _ServerEngine:
+    """A run on a real server: its stream, with the side channel's facts as events."""
+
+    realtime = True
+
+    def events(self, spec: RunSpec, prepared) -> Iterator[ev.Event]:
+        if spec.live is None:
+            raise ValueError(f"run {spec.run} has no live target")  # a bug: run_spec always sets it
+        result = LiveResult()
+        return _with_facts(spec.run, self.stream(spec, spec.live, prepared.request.body, result), result)
+
+    def stream(self, spec: RunSpec, t: LiveTarget, body: dict, result: LiveResult) -> Iterator[ev.Event]:
+        raise NotImplementedError
 
 
-class LiveEngine:
+class LiveEngine(_ServerEngine):
     """Starts the run's build on the model, on 127.0.0.1, and stops it afterwards."""
 
     name = "live"
-    realtime = True
 
-    def events(self, spec: RunSpec, prepared) -> Iterator[ev.Event]:
-        t = _target(spec)
-        result = LiveResult()
-        stream = installed_run_events(spec.run, t.build_spec, t.backend, spec.knobs, t.model,
-                                      prepared.request.body, ctx_size=t.ctx_size, request_timeout=t.timeout,
-                                      result=result, settings=spec.settings)
-        return _with_facts(spec.run, stream, result)
+    def stream(self, spec: RunSpec, t: LiveTarget, body: dict, result: LiveResult) -> Iterator[ev.Event]:
+        return installed_run_events(spec.run, t.build_spec, t.backend, spec.knobs, t.model, body, ctx_size=t.ctx_size,
+                                    request_timeout=t.timeout, result=result, settings=spec.settings)
 
 
-class AttachEngine:
+class AttachEngine(_ServerEngine):
     """Replays against a server someone else started (its ``-b``/``-ub`` must be the spec's knobs)."""
 
     name = "attach"
-    realtime = True
 
-    def events(self, spec: RunSpec, prepared) -> Iterator[ev.Event]:
-        t = _target(spec)
-        result = LiveResult()
-        stream = attach_events(spec.run, spec.build, spec.knobs, t.server or "", prepared.request.body,
-                               log_file=t.server_log, label=spec.label, result=result, settings=spec.settings,
-                               timeout=t.timeout)
-        return _with_facts(spec.run, stream, result)
+    def stream(self, spec: RunSpec, t: LiveTarget, body: dict, result: LiveResult) -> Iterator[ev.Event]:
+        return attach_events(spec.run, spec.build, spec.knobs, t.server or "", body, log_file=t.server_log,
+                             label=spec.label, result=result, settings=spec.settings, timeout=t.timeout)
