@@ -120,27 +120,112 @@ def _vocab(vocab_gguf: str | None) -> tuple[list[str], list[int], list[str], str
     return tokens, types, merges, "qwen2", tokens.index("<|endoftext|>"), tokens.index("<|im_end|>")
 
 
-def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, chat_template: str | None = None) -> Path:
+class _Weights:
+    """Random weights in a fixed order (the same seed gives the same file)."""
+
+    def __init__(self, seed: int, n_vocab: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.n_vocab = n_vocab
+        self.vocab_dtype = np.float16 if n_vocab > 4096 else np.float32
+
+    def w(self, *shape: int) -> np.ndarray:
+        dtype = self.vocab_dtype if len(shape) == 2 and shape[0] == self.n_vocab else np.float32
+        return (self.rng.standard_normal(shape) * 0.02).astype(dtype)
+
+    @staticmethod
+    def norm(n: int = N_EMBD) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    def attention(self, p: str) -> dict[str, np.ndarray]:
+        w = self.w
+        return {p + "attn_q.weight": w(N_EMBD, N_EMBD), p + "attn_k.weight": w(N_EMBD, N_EMBD),
+                p + "attn_v.weight": w(N_EMBD, N_EMBD), p + "attn_output.weight": w(N_EMBD, N_EMBD)}
+
+    def ffn(self, p: str) -> dict[str, np.ndarray]:
+        w = self.w
+        return {p + "ffn_gate.weight": w(N_FF, N_EMBD), p + "ffn_up.weight": w(N_FF, N_EMBD),
+                p + "ffn_down.weight": w(N_EMBD, N_FF)}
+
+
+def _llama(writer, w: _Weights) -> dict[str, np.ndarray]:
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_vocab_size(w.n_vocab)
+    tensors = {"output_norm.weight": w.norm(), "output.weight": w.w(w.n_vocab, N_EMBD)}
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        tensors |= {p + "attn_norm.weight": w.norm(), **w.attention(p), p + "ffn_norm.weight": w.norm(), **w.ffn(p)}
+    return tensors
+
+
+def _gemma2(writer, w: _Weights) -> dict[str, np.ndarray]:
+    head_dim = N_EMBD // N_HEAD
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_sliding_window(256)
+    writer.add_attn_logit_softcapping(50.0)
+    writer.add_final_logit_softcapping(30.0)
+    tensors = {"output_norm.weight": w.norm()}  # output is tied to token_embd
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        tensors |= {p + "attn_norm.weight": w.norm(), **w.attention(p), p + "post_attention_norm.weight": w.norm(),
+                    p + "ffn_norm.weight": w.norm(),  # gguf-py's FFN_PRE_NORM
+                    **w.ffn(p), p + "post_ffw_norm.weight": w.norm()}
+    return tensors
+
+
+def _mamba(writer, w: _Weights) -> dict[str, np.ndarray]:
+    """Every layer a selective-state-space block: all state is recurrent."""
+    d_inner, d_conv, d_state, dt_rank = 2 * N_EMBD, 4, 16, max(1, N_EMBD // 16)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)  # llama.cpp supports an expansion factor of 2 only
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_vocab_size(w.n_vocab)
+    tensors = {"output_norm.weight": w.norm()}  # output is tied to token_embd
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        # shapes in numpy order (ggml's reversed); A negative, as -exp(A_log) is in real models
+        tensors |= {p + "attn_norm.weight": w.norm(),
+                    p + "ssm_in.weight": w.w(2 * d_inner, N_EMBD),
+                    p + "ssm_conv1d.weight": w.w(d_inner, d_conv),
+                    p + "ssm_conv1d.bias": np.zeros(d_inner, dtype=np.float32),
+                    p + "ssm_x.weight": w.w(dt_rank + 2 * d_state, d_inner),
+                    p + "ssm_dt.weight": w.w(d_inner, dt_rank),
+                    p + "ssm_dt.bias": np.zeros(d_inner, dtype=np.float32),
+                    p + "ssm_a": -np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1)),
+                    p + "ssm_d": np.ones(d_inner, dtype=np.float32),
+                    p + "ssm_out.weight": w.w(N_EMBD, d_inner)}
+    return tensors
+
+
+def _lfm2(writer, w: _Weights) -> dict[str, np.ndarray]:
+    """Layer 0 short-conv (recurrent state), layer 1 attention."""
+    writer.add_head_count_kv([0, N_HEAD])
+    writer.add_shortconv_l_cache(3)
+    writer.add_vocab_size(w.n_vocab)
+    tensors = {"token_embd_norm.weight": w.norm()}  # LFM2's final norm lives here
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        tensors |= {p + "attn_norm.weight": w.norm(), p + "ffn_norm.weight": w.norm(), **w.ffn(p)}
+        if i == 0:
+            tensors |= {p + "shortconv.conv.weight": w.w(N_EMBD, 3),
+                        p + "shortconv.in_proj.weight": w.w(3 * N_EMBD, N_EMBD),
+                        p + "shortconv.out_proj.weight": w.w(N_EMBD, N_EMBD)}
+        else:
+            tensors |= {**w.attention(p), p + "attn_q_norm.weight": w.norm(N_EMBD // N_HEAD),
+                        p + "attn_k_norm.weight": w.norm(N_EMBD // N_HEAD)}
+    return tensors
+
+
+_ARCH_TENSORS = {"llama": _llama, "gemma2": _gemma2, "mamba": _mamba, "lfm2": _lfm2}
+
+
+def _header(writer, arch: str, vocab: tuple, chat_template: str | None) -> None:
     import gguf
 
-    if arch not in ARCHS:
-        raise ReplayerError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
-    out = Path(out).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tokens, types, merges, pre, bos, eos = _vocab(vocab)
-    rng = np.random.default_rng(seed)
-    n_vocab = len(tokens)
-    head_dim = N_EMBD // N_HEAD
-    dtype = np.float16 if n_vocab > 4096 else np.float32
-
-    def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(dtype if len(shape) == 2 and shape[0] == n_vocab else np.float32)
-
-    def norm() -> np.ndarray:
-        return np.ones(N_EMBD, dtype=np.float32)
-
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    writer = gguf.GGUFWriter(str(tmp), arch)
+    tokens, types, merges, pre, bos, eos = vocab
     writer.add_name(f"replayer-tiny-{arch}")
     writer.add_context_length(N_CTX)
     writer.add_embedding_length(N_EMBD)
@@ -161,76 +246,20 @@ def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, cha
     writer.add_add_bos_token(False)
     writer.add_chat_template(chat_template or templates.bundled("chatml").source)
 
-    tensors: dict[str, np.ndarray] = {"token_embd.weight": w(n_vocab, N_EMBD)}
-    if arch == "llama":
-        writer.add_head_count_kv(N_HEAD)
-        writer.add_rope_dimension_count(head_dim)
-        writer.add_vocab_size(n_vocab)
-        tensors["output_norm.weight"] = norm()
-        tensors["output.weight"] = w(n_vocab, N_EMBD)
-        for i in range(N_LAYER):
-            p = f"blk.{i}."
-            tensors |= {p + "attn_norm.weight": norm(), p + "attn_q.weight": w(N_EMBD, N_EMBD),
-                        p + "attn_k.weight": w(N_EMBD, N_EMBD), p + "attn_v.weight": w(N_EMBD, N_EMBD),
-                        p + "attn_output.weight": w(N_EMBD, N_EMBD), p + "ffn_norm.weight": norm(),
-                        p + "ffn_gate.weight": w(N_FF, N_EMBD), p + "ffn_up.weight": w(N_FF, N_EMBD),
-                        p + "ffn_down.weight": w(N_EMBD, N_FF)}
-    elif arch == "gemma2":
-        writer.add_head_count_kv(N_HEAD)
-        writer.add_key_length(head_dim)
-        writer.add_value_length(head_dim)
-        writer.add_sliding_window(256)
-        writer.add_attn_logit_softcapping(50.0)
-        writer.add_final_logit_softcapping(30.0)
-        tensors["output_norm.weight"] = norm()  # output is tied to token_embd
-        for i in range(N_LAYER):
-            p = f"blk.{i}."
-            tensors |= {p + "attn_norm.weight": norm(), p + "attn_q.weight": w(N_EMBD, N_EMBD),
-                        p + "attn_k.weight": w(N_EMBD, N_EMBD), p + "attn_v.weight": w(N_EMBD, N_EMBD),
-                        p + "attn_output.weight": w(N_EMBD, N_EMBD), p + "post_attention_norm.weight": norm(),
-                        p + "ffn_norm.weight": norm(),  # gguf-py's FFN_PRE_NORM
-                        p + "ffn_gate.weight": w(N_FF, N_EMBD), p + "ffn_up.weight": w(N_FF, N_EMBD),
-                        p + "ffn_down.weight": w(N_EMBD, N_FF), p + "post_ffw_norm.weight": norm()}
-    elif arch == "mamba":  # every layer a selective-state-space block: all state is recurrent
-        d_inner, d_conv, d_state, dt_rank = 2 * N_EMBD, 4, 16, max(1, N_EMBD // 16)
-        writer.add_ssm_conv_kernel(d_conv)
-        writer.add_ssm_inner_size(d_inner)  # llama.cpp supports an expansion factor of 2 only
-        writer.add_ssm_state_size(d_state)
-        writer.add_ssm_time_step_rank(dt_rank)
-        writer.add_vocab_size(n_vocab)
-        tensors["output_norm.weight"] = norm()  # output is tied to token_embd
-        for i in range(N_LAYER):
-            p = f"blk.{i}."
-            # shapes in numpy order (ggml's reversed); A negative, as -exp(A_log) is in real models
-            tensors |= {p + "attn_norm.weight": norm(),
-                        p + "ssm_in.weight": w(2 * d_inner, N_EMBD),
-                        p + "ssm_conv1d.weight": w(d_inner, d_conv),
-                        p + "ssm_conv1d.bias": np.zeros(d_inner, dtype=np.float32),
-                        p + "ssm_x.weight": w(dt_rank + 2 * d_state, d_inner),
-                        p + "ssm_dt.weight": w(d_inner, dt_rank),
-                        p + "ssm_dt.bias": np.zeros(d_inner, dtype=np.float32),
-                        p + "ssm_a": -np.tile(np.arange(1, d_state + 1, dtype=np.float32), (d_inner, 1)),
-                        p + "ssm_d": np.ones(d_inner, dtype=np.float32),
-                        p + "ssm_out.weight": w(N_EMBD, d_inner)}
-    else:  # lfm2: layer 0 short-conv (recurrent state), layer 1 attention
-        writer.add_head_count_kv([0, N_HEAD])
-        writer.add_shortconv_l_cache(3)
-        writer.add_vocab_size(n_vocab)
-        tensors["token_embd_norm.weight"] = norm()  # LFM2's final norm lives here
-        for i in range(N_LAYER):
-            p = f"blk.{i}."
-            tensors |= {p + "attn_norm.weight": norm(), p + "ffn_norm.weight": norm(),
-                        p + "ffn_gate.weight": w(N_FF, N_EMBD), p + "ffn_up.weight": w(N_FF, N_EMBD),
-                        p + "ffn_down.weight": w(N_EMBD, N_FF)}
-            if i == 0:
-                tensors |= {p + "shortconv.conv.weight": w(N_EMBD, 3),
-                            p + "shortconv.in_proj.weight": w(3 * N_EMBD, N_EMBD),
-                            p + "shortconv.out_proj.weight": w(N_EMBD, N_EMBD)}
-            else:
-                tensors |= {p + "attn_q.weight": w(N_EMBD, N_EMBD), p + "attn_k.weight": w(N_EMBD, N_EMBD),
-                            p + "attn_v.weight": w(N_EMBD, N_EMBD), p + "attn_output.weight": w(N_EMBD, N_EMBD),
-                            p + "attn_q_norm.weight": np.ones(head_dim, dtype=np.float32),
-                            p + "attn_k_norm.weight": np.ones(head_dim, dtype=np.float32)}
+
+def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, chat_template: str | None = None) -> Path:
+    import gguf
+
+    if arch not in ARCHS:
+        raise ReplayerError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
+    out = Path(out).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    voc = _vocab(vocab)
+    w = _Weights(seed, len(voc[0]))
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    _header(writer, arch, voc, chat_template)
+    tensors = {"token_embd.weight": w.w(w.n_vocab, N_EMBD), **_ARCH_TENSORS[arch](writer, w)}
     for name, arr in tensors.items():
         writer.add_tensor(name, arr)
     try:
