@@ -109,6 +109,7 @@ def scan(text: str, cuts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndar
 
     Cuts are where the caller counts separately (message delimiters): each part is
     tokenized as if it were a text of its own, as counting the parts one by one would.
+    The pre-tokenizer's alternatives are applied in stages, each marking piece starts.
     """
     n = len(text)
     if n == 0:
@@ -118,79 +119,15 @@ def scan(text: str, cuts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndar
     edges = [np.zeros(1, dtype=np.int64), sp_start, sp_end]
     if cuts is not None and len(cuts):
         edges.append(np.asarray(cuts, dtype=np.int64))
-    edge = np.concatenate(edges)  # offsets where a part starts (n may be among them)
-    # class of the previous and next character in the same part, END across a part's edge
-    pc = np.empty(n, dtype=np.int8)
-    pc[1:] = cls[:-1]
-    pc[edge[edge < n]] = END
-    nc = np.empty(n, dtype=np.int8)
-    nc[:-1] = cls[1:]
-    nc[-1] = END
-    nc[edge[edge > 0] - 1] = END
+    pc, nc = _neighbours(cls, np.concatenate(edges), n)
     run_start = cls != pc
-
     start = cls == D  # \d: one digit per piece
-    # punctuation runs are one piece, and take a literal space just before them
-    p_run = cls == P
-    p_run &= run_start
-    start |= p_run
-    p_spaced = pc == S
-    p_spaced[1:] &= cps[:-1] == 32
-    p_spaced &= p_run
-    # letter runs are one piece, and take one space or one unclaimed punctuation just before them
-    l_mask = cls == L
-    l_mask &= run_start
-    l_run = np.flatnonzero(l_mask)
-    before = pc[l_run]
-    lone_p = before == P
-    lone_p[lone_p] = run_start[l_run[lone_p] - 1] & ~p_spaced[l_run[lone_p] - 1]
-    prefixed = (before == S) | lone_p
-    start[l_run] = True
-    # whitespace runs: up to the last newline is one piece (\s*[\r\n]+), after that the last
-    # space goes to what follows and the rest is one piece (\s+(?!\S)), or all of it at a
-    # part's end; newlines right after punctuation belong to it ([\r\n]* of that alternative)
-    ws = cls >= S  # S or N (END is negative)
-    w0 = np.flatnonzero(ws > (pc >= S))
-    w1 = np.flatnonzero(ws > (nc >= S)) + 1
-    if len(w0):
-        is_n = cls == N
-        n_at = np.flatnonzero(is_n)
-        n_run_end = np.flatnonzero(is_n > (nc == N)) + 1
-        after_p = (pc[w0] == P) & is_n[w0]
-        a0 = w0.copy()
-        a0[after_p] = n_run_end[np.searchsorted(n_run_end, w0[after_p], side="right")]
-        a0 = np.minimum(a0, w1)
-        last_n = np.full(len(w1), -1)
-        if len(n_at):
-            k_last = np.searchsorted(n_at, w1 - 1, side="right") - 1
-            last_n = np.where(k_last >= 0, n_at[np.maximum(k_last, 0)], -1)
-        nl = last_n >= a0
-        start[a0[nl]] = True
-        t0 = np.where(nl, last_n + 1, a0)
-        k = w1 - t0
-        y = nc[w1 - 1]
-        whole = (k > 0) & (y == END)
-        split = (k > 0) & (y != END)
-        start[t0[whole | (split & (k >= 2))]] = True
-        start[w1[split] - 1] = True
+    p_spaced, l_run, lone_p, prefixed = _words(start, cps, cls, pc, run_start)
+    _whitespace(start, cls, pc, nc)
     start[l_run[prefixed]] = False
     start[np.flatnonzero(p_spaced)] = False
-    # contractions: an unclaimed lone ' before letters makes "'s", "'t", "'re"… (tried first)
-    apos = l_run[lone_p]
-    apos = apos[cps[apos - 1] == 39]
-    if len(apos):
-        c1 = cps[apos] | 0x20
-        nxt = np.minimum(apos + 1, n - 1)
-        in_run = (apos + 1 < n) & (cls[nxt] == L) & (pc[nxt] != END)
-        c2 = cps[nxt] | 0x20
-        one = np.isin(c1, [ord(c) for c in "stmd"])
-        two = ~one & in_run & (((c1 == ord("r")) | (c1 == ord("v"))) & (c2 == ord("e")) | (c1 == ord("l")) & (c2 == ord("l")))
-        j = apos + np.where(one, 1, 2)
-        jj = np.minimum(j, n - 1)
-        rest = (one | two) & (j < n) & (cls[jj] == L) & (pc[jj] != END)
-        start[j[rest]] = True
-    # a special marker is one piece of one token: drop what its characters started inside it
-    if len(sp_start):
+    _contractions(start, cps, cls, pc, l_run[lone_p], n)
+    if len(sp_start):  # a special marker is one piece of one token: drop what its characters started inside it
         mark = np.zeros(n + 1, dtype=np.int8)
         mark[sp_start + 1] = 1  # markers never overlap and are longer than one character
         mark[sp_end] -= 1
@@ -200,6 +137,88 @@ def scan(text: str, cuts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndar
     if len(sp_start):
         price[np.searchsorted(starts, sp_start)] = 1.0
     return starts, price
+
+
+def _neighbours(cls: np.ndarray, edge: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Class of the previous and next character in the same part, END across a part's edge."""
+    pc = np.empty(n, dtype=np.int8)
+    pc[1:] = cls[:-1]
+    pc[edge[edge < n]] = END
+    nc = np.empty(n, dtype=np.int8)
+    nc[:-1] = cls[1:]
+    nc[-1] = END
+    nc[edge[edge > 0] - 1] = END
+    return pc, nc
+
+
+def _words(start: np.ndarray, cps: np.ndarray, cls: np.ndarray, pc: np.ndarray, run_start: np.ndarray):
+    """Punctuation runs are one piece and take a literal space just before them; letter runs are one
+    piece and take one space or one unclaimed punctuation just before them. Marks their starts;
+    returns what the later stages need (spaced punctuation, letter runs, their prefixes)."""
+    p_run = cls == P
+    p_run &= run_start
+    start |= p_run
+    p_spaced = pc == S
+    p_spaced[1:] &= cps[:-1] == 32
+    p_spaced &= p_run
+    l_mask = cls == L
+    l_mask &= run_start
+    l_run = np.flatnonzero(l_mask)
+    before = pc[l_run]
+    lone_p = before == P
+    lone_p[lone_p] = run_start[l_run[lone_p] - 1] & ~p_spaced[l_run[lone_p] - 1]
+    prefixed = (before == S) | lone_p
+    start[l_run] = True
+    return p_spaced, l_run, lone_p, prefixed
+
+
+def _whitespace(start: np.ndarray, cls: np.ndarray, pc: np.ndarray, nc: np.ndarray) -> None:
+    """Whitespace runs: up to the last newline is one piece (\\s*[\\r\\n]+), after that the last
+    space goes to what follows and the rest is one piece (\\s+(?!\\S)), or all of it at a part's
+    end; newlines right after punctuation belong to it ([\\r\\n]* of that alternative)."""
+    ws = cls >= S  # S or N (END is negative)
+    w0 = np.flatnonzero(ws > (pc >= S))
+    w1 = np.flatnonzero(ws > (nc >= S)) + 1
+    if not len(w0):
+        return
+    is_n = cls == N
+    n_at = np.flatnonzero(is_n)
+    n_run_end = np.flatnonzero(is_n > (nc == N)) + 1
+    after_p = (pc[w0] == P) & is_n[w0]
+    a0 = w0.copy()
+    a0[after_p] = n_run_end[np.searchsorted(n_run_end, w0[after_p], side="right")]
+    a0 = np.minimum(a0, w1)
+    last_n = np.full(len(w1), -1)
+    if len(n_at):
+        k_last = np.searchsorted(n_at, w1 - 1, side="right") - 1
+        last_n = np.where(k_last >= 0, n_at[np.maximum(k_last, 0)], -1)
+    nl = last_n >= a0
+    start[a0[nl]] = True
+    t0 = np.where(nl, last_n + 1, a0)
+    k = w1 - t0
+    y = nc[w1 - 1]
+    whole = (k > 0) & (y == END)
+    split = (k > 0) & (y != END)
+    start[t0[whole | (split & (k >= 2))]] = True
+    start[w1[split] - 1] = True
+
+
+def _contractions(start: np.ndarray, cps: np.ndarray, cls: np.ndarray, pc: np.ndarray, lone: np.ndarray,
+                  n: int) -> None:
+    """An unclaimed lone ' before letters makes "'s", "'t", "'re"… (the alternative tried first)."""
+    apos = lone[cps[lone - 1] == 39]
+    if not len(apos):
+        return
+    c1 = cps[apos] | 0x20
+    nxt = np.minimum(apos + 1, n - 1)
+    in_run = (apos + 1 < n) & (cls[nxt] == L) & (pc[nxt] != END)
+    c2 = cps[nxt] | 0x20
+    one = np.isin(c1, [ord(c) for c in "stmd"])
+    two = ~one & in_run & (((c1 == ord("r")) | (c1 == ord("v"))) & (c2 == ord("e")) | (c1 == ord("l")) & (c2 == ord("l")))
+    j = apos + np.where(one, 1, 2)
+    jj = np.minimum(j, n - 1)
+    rest = (one | two) & (j < n) & (cls[jj] == L) & (pc[jj] != END)
+    start[j[rest]] = True
 
 
 _SPECIAL_SPLIT = re.compile(f"({SPECIAL.pattern})")
