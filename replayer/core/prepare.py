@@ -88,7 +88,6 @@ class ReplayConfig:
     def build_spec(self, run: str) -> str:
         return self.a if run == "A" else self.b
 
-    @property
     def model_preset(self) -> presets.ModelPreset | None:
         """The model preset, or None for a live run's GGUF file."""
         if self.engine == "live" and self.model.lower() not in presets.MODELS:
@@ -96,7 +95,7 @@ class ReplayConfig:
         return presets.model(self.model)
 
     def knobs(self) -> Knobs:
-        mp = self.model_preset
+        mp = self.model_preset()
         # a live GGUF: the server reports the real memory kind; until then assume it checkpoints
         memory = self.memory or (mp.memory if mp else "recurrent")
         return Knobs(n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_ctx_checkpoints=self.ctx_checkpoints,

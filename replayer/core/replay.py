@@ -23,8 +23,9 @@ EventSink = Callable[[ev.Event], None]
 
 
 def is_realtime(config: ReplayConfig) -> bool:
-    """True when the runs' events come in wall-clock time (a real server), not as fast as computed."""
-    return config.engine == "live"
+    """True when the runs' events come in wall-clock time (a real server), not as fast as computed:
+    the app runs those in threads, and only they can run at once (``parallel_runs``)."""
+    return config.engine != "simulated"
 
 
 def run_events(prep: Prepared, run: str) -> Iterator[ev.Event]:

@@ -22,8 +22,6 @@ if TYPE_CHECKING:  # the prepared replay is built above the engines; they only r
 
 class Engine(Protocol):
     name: str
-    #: True when events arrive in wall-clock time (a real server): run it off the UI thread
-    realtime: bool
 
     def events(self, spec: RunSpec, prepared: "Prepared") -> Iterator[Event]: ...
 

@@ -34,8 +34,6 @@ def _with_facts(run: str, stream: Iterator[ev.Event], result: LiveResult) -> Ite
 class _ServerEngine:
     """A run on a real server: its stream, with the side channel's facts as events."""
 
-    realtime = True
-
     def events(self, spec: RunSpec, prepared) -> Iterator[ev.Event]:
         if spec.live is None:
             raise ValueError(f"run {spec.run} has no live target")  # a bug: run_spec always sets it

@@ -22,7 +22,6 @@ class SimulatedEngine:
     """The exact schedule of the run's build, timed by the prepared replay's cost model."""
 
     name = "simulated"
-    realtime = False
 
     def events(self, spec: RunSpec, prepared) -> Iterator[ev.Event]:
         return simulate(spec, prepared.layouts[spec.run].prompt_spans(), prepared.cost)
