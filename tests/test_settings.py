@@ -16,6 +16,12 @@ from replayer.core.hardware import cost, presets
 from conftest import REPO
 
 
+@pytest.fixture(autouse=True)
+def _own_config_dir(tmp_path, monkeypatch):
+    """These tests damage settings files on purpose: never the one other tests share."""
+    monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(tmp_path / "config"))
+
+
 def test_settings_file_then_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("REPLAYER_EXPORT_DIR", raising=False)
     settings.save_settings(theme="high-contrast", export_dir=tmp_path / "reports")
@@ -33,6 +39,24 @@ def test_a_damaged_settings_file_gives_defaults_and_says_why(content):
     f.write_bytes(content)
     s, problem = settings.load_settings()
     assert s.theme == settings.DEFAULT_THEME and problem and str(f) in problem
+    settings.save_settings(theme="high-contrast")  # the next save replaces the damaged file
+    assert settings.load_settings() == (settings.load_settings()[0], None)
+    assert settings.load_settings()[0].theme == "high-contrast"
+
+
+async def test_the_app_says_a_damaged_settings_file_and_goes_on():
+    from replayer.ui.app import ReplayerApp
+
+    f = settings.settings_file()
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_bytes(b'{"export_dir": {"a": [1]}, "theme": "replayer-light"}')
+    app = ReplayerApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        app.theme = "high-contrast"  # saving over the damaged file must not fail
+        await pilot.pause()
+        assert any("damaged" in n.message for n in app._notifications)
+    assert settings.load_settings()[0].theme == "high-contrast"
 
 
 def test_calibrations_round_trip_and_are_validated():

@@ -74,6 +74,10 @@ def load_settings() -> tuple[Settings, str | None]:
 def save_settings(**changes: Any) -> Path:
     """Write ``changes`` into the file, keeping its other keys; a damaged file is replaced."""
     data, _ = _file_values()
+    try:
+        SettingsFile.model_validate(data)
+    except ValidationError:
+        data = {}  # a damaged file: start again rather than fail every save
     data.update({k: str(v) if isinstance(v, Path) else v for k, v in changes.items()})
     SettingsFile.model_validate(data)  # never write a file that would not read back
     f = settings_file()

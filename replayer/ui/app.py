@@ -57,7 +57,8 @@ class ReplayerApp(App):
         for err in self.theme_errors:
             self.notify(f"theme skipped: {err}", severity="warning", timeout=8)
         if self._settings_damaged:
-            self.notify(f"settings file is damaged; using defaults ({self._settings_damaged})", severity="warning")
+            self.notify(f"settings file is damaged; using defaults ({self._settings_damaged})", severity="warning",
+                        markup=False)
         if self.replay is not None:
             from replayer.ui.screens.replay import ReplayScreen
 
@@ -92,7 +93,7 @@ class ReplayerApp(App):
         try:
             settings_mod.save_settings(**kw)
         except (OSError, ValueError) as exc:
-            self.notify(f"cannot save settings: {exc}", severity="warning")
+            self.notify(f"cannot save settings: {exc}", severity="warning", markup=False)
 
     def watch_theme(self, theme: str) -> None:
         if self.is_mounted:
