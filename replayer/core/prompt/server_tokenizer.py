@@ -64,10 +64,13 @@ class ServerTokenizer:
 
 
 def server_layout(url: str, messages: list[dict], tools: list[dict] | None, build: Build,
-                  template: Template | None = None):
+                  template: Template | None = None, keep_text: bool = False):
     from replayer.core.prompt.layout import layout_of_text
 
     st = ServerTokenizer(url)
     text = st.apply_template(messages, tools)
     tpl = template or st.template()
-    return layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)
+    lay = layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)
+    if keep_text:
+        lay.text = text
+    return lay
