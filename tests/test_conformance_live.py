@@ -142,7 +142,7 @@ def test_layout_text_and_ids_equal_the_servers(servers, models, build, mid):
     for name, body in _bodies():
         theirs = _apply(url, body)
         try:
-            lay = compute_layout(body["messages"], body["tools"], tokenizer=f"gguf:{models[mid]}", build=str(build),
+            lay = compute_layout(body["messages"], body.get("tools"), tokenizer=f"gguf:{models[mid]}", build=str(build),
                                  keep_text=True)
         except ReplayerError as exc:
             assert theirs is None, f"{name}: replayer refused ({exc}) what the server renders"
@@ -154,8 +154,10 @@ def test_layout_text_and_ids_equal_the_servers(servers, models, build, mid):
         assert ours_ids == their_ids, f"{name} on {mid}/b{build} ids: " + first_difference(ours_ids, their_ids)
         assert lay.n_tokens == len(their_ids)
         checked += 1
-    assert checked >= len(SESSIONS)  # every fixture session renders on every template here
-    assert refused >= 2  # invalid arguments and an image without a projector
+    if mid == "gemma-2-real":  # Gemma 2's own template refuses any tool turn; the server agrees
+        assert checked >= 1 and refused >= len(SESSIONS)
+    else:  # every fixture session renders on every bundled and Qwen2.5 template
+        assert checked >= len(SESSIONS) and refused == 2  # invalid arguments, an image without a projector
 
 
 @pytest.mark.parametrize("mid", list(MODELS))

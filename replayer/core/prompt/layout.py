@@ -162,8 +162,9 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
     elif tokenizer != "estimate":
         raise ReplayerError(f"unknown tokenizer {tokenizer!r}: use estimate, gguf:PATH or server:URL")
     tpl = template or templates.bundled(templates.DEFAULT_TEMPLATE)
+    # a GGUF alone is a text-only server (a projector is a separate --mmproj file): images refused
     text = templates.render(tpl, messages, tools, add_generation_prompt=True, build_number=b.effective_number,
-                            **(template_kwargs or {}))
+                            allow_media=tok_exact is None, **(template_kwargs or {}))
     delims = templates.delimiters_for(tpl, b)
     lay = layout_of_text(text, delims, tok_exact, tpl.name, b)
     if keep_text:

@@ -391,18 +391,20 @@ def _reasoning_markers(source: str, trusted: bool) -> tuple[str, str]:
 
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
            add_generation_prompt: bool = True, *, build_number: int | None = None,
-           now: datetime | None = None, **kwargs: Any) -> str:
+           now: datetime | None = None, allow_media: bool = True, **kwargs: Any) -> str:
     """The prompt llama-server renders for this request body (``/apply-template``).
 
     Messages go through the server's own preparation first (``prepare``): arguments parsed
     into objects when the template reads them as objects, typed content joined, a trailing
-    assistant message continued. Every failure is a ``TemplateError`` with the reason.
+    assistant message continued. ``allow_media``: the server has a multimodal projector (a
+    text-only server refuses image parts). Every failure is a ``TemplateError`` with the reason.
     """
     from replayer.core.prompt.prepare import extra_context, prepare, render_content
 
     tpl = _compile(template.source, template.trusted)
     prep = prepare(template.source, template_caps(template), messages, tools,
-                   add_generation_prompt=add_generation_prompt, build_number=build_number, allow_media=True)
+                   add_generation_prompt=add_generation_prompt, build_number=build_number,
+                   allow_media=allow_media)
     ctx: dict[str, Any] = dict(messages=prep.messages, bos_token=template.bos_token, eos_token=template.eos_token,
                                enable_thinking=True)
     if prep.tools:
