@@ -27,6 +27,7 @@ from replayer.core.errors import TemplateError
 #: the media marker text a multimodal server puts where an image part was (``get_media_marker``
 #: is random per server process unless LLAMA_MEDIA_MARKER pins it; replayer pins its own)
 MEDIA_MARKER = "<__media__>"
+_KEPT = ("reasoning_content", "name", "tool_call_id")
 _STEPFUN = "You have access to the following functions in JSONSchema format"
 
 
@@ -94,68 +95,82 @@ def _joined(parts: list[dict[str, str]]) -> str:
     return text
 
 
-def _parse(messages: list[dict], allow_media: bool) -> list[dict[str, Any]]:
-    """``common_chat_msgs_parse_oaicompat``: the fields the server keeps, with its checks."""
-    out = []
-    for m in messages:
-        if not isinstance(m, dict) or "role" not in m:
-            raise _refuse("a message has no role")
-        role = m["role"]
-        if role != "assistant" and "content" not in m:
-            raise _refuse("all non-assistant messages must contain 'content'")
-        if role == "assistant" and "content" not in m and "tool_calls" not in m:
-            raise _refuse("an assistant message must contain either 'content' or 'tool_calls'")
-        msg: dict[str, Any] = {"role": role, "content": "", "parts": [], "reasoning_content": "",
-                               "name": "", "tool_call_id": "", "tool_calls": []}
-        c = m.get("content")
-        if isinstance(c, str):
-            msg["content"] = c
-        elif isinstance(c, list):
-            msg["parts"] = _text_parts(c, allow_media)
-        elif c is not None:
-            raise _refuse("'content' must be a string or an array")
-        for tc in m.get("tool_calls") or []:
-            fn = tc.get("function") if isinstance(tc, dict) else None
-            if not isinstance(fn, dict) or tc.get("type") != "function" or "name" not in fn:
-                raise _refuse(f"unsupported tool call {orjson.dumps(tc).decode()[:80]}")
-            args = fn.get("arguments")
-            msg["tool_calls"].append({"name": fn["name"], "id": tc.get("id") or "",
-                                      "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()})
-        for key in ("reasoning_content", "name", "tool_call_id"):
-            if isinstance(m.get(key), str):
-                msg[key] = m[key]
-        out.append(msg)
-    return out
+def _check(m: Any) -> str:
+    """``common_chat_msgs_parse_oaicompat``'s refusals of a message's shape; its role."""
+    if not isinstance(m, dict) or "role" not in m:
+        raise _refuse("a message has no role")
+    role = m["role"]
+    if role != "assistant" and "content" not in m:
+        raise _refuse("all non-assistant messages must contain 'content'")
+    if role == "assistant" and "content" not in m and "tool_calls" not in m:
+        raise _refuse("an assistant message must contain either 'content' or 'tool_calls'")
+    c = m.get("content")
+    if c is not None and not isinstance(c, (str, list)):
+        raise _refuse("'content' must be a string or an array")
+    return role
 
 
-def _to_json(msg: dict[str, Any], concat: bool) -> dict[str, Any]:
-    """``common_chat_msg::to_json_oaicompat``: empty fields left out, content never null."""
-    j: dict[str, Any] = {"role": msg["role"]}
-    parts = msg["parts"]
-    if msg["content"]:
-        j["content"] = msg["content"]
-    elif parts:
-        if concat or any(p["type"] == "media_marker" for p in parts):
-            j["content"] = _joined(parts)
-        else:
-            j["content"] = [{"type": p["type"], "text": p["text"]} for p in parts]
+def _calls(m: dict, objects: bool) -> list[dict[str, Any]]:
+    """The tool calls as the server rebuilds them: ``id`` only when non-empty, arguments a JSON
+    string (``args.dump()``), parsed into an object when the template reads objects
+    (``func_args_not_string``; invalid JSON refuses the request)."""
+    calls = []
+    for tc in m.get("tool_calls") or []:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(fn, dict) or tc.get("type") != "function" or "name" not in fn:
+            raise _refuse(f"unsupported tool call {orjson.dumps(tc).decode()[:80]}")
+        args = fn.get("arguments")
+        if not isinstance(args, str):
+            args = orjson.dumps(args).decode()
+        if objects:
+            try:
+                args = orjson.loads(args)
+            except orjson.JSONDecodeError as exc:
+                raise _refuse(f"failed to parse tool call arguments as JSON ({fn['name']}: {exc})") from None
+        call: dict[str, Any] = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
+        if tc.get("id"):
+            call["id"] = tc["id"]
+        calls.append(call)
+    return calls
+
+
+def _rebuilt(m: dict, allow_media: bool, concat: bool, objects: bool) -> dict[str, Any]:
+    """``common_chat_msgs_parse_oaicompat`` then ``common_chat_msg::to_json_oaicompat`` in one
+    pass: the fields the server keeps, empty ones left out, content never null."""
+    c = m.get("content") if type(m) is dict else None
+    if type(c) is str and "role" in m:  # the common shape: checks need nothing more
+        j: dict[str, Any] = {"role": m["role"], "content": c}
     else:
-        j["content"] = ""
-    if msg["reasoning_content"]:
-        j["reasoning_content"] = msg["reasoning_content"]
-    if msg["name"]:
-        j["name"] = msg["name"]
-    if msg["tool_call_id"]:
-        j["tool_call_id"] = msg["tool_call_id"]
-    if msg["tool_calls"]:
-        calls = []
-        for tc in msg["tool_calls"]:
-            call: dict[str, Any] = {"type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
-            if tc["id"]:
-                call["id"] = tc["id"]
-            calls.append(call)
-        j["tool_calls"] = calls
+        j = {"role": _check(m)}
+        if c is None:
+            j["content"] = ""
+        else:
+            parts = _text_parts(c, allow_media)
+            if not parts:
+                j["content"] = ""
+            elif concat or any(p["type"] == "media_marker" for p in parts):
+                j["content"] = _joined(parts)
+            else:
+                j["content"] = parts
+    if len(m) > 2:
+        for key in _KEPT:
+            v = m.get(key)
+            if v and isinstance(v, str):
+                j[key] = v
+        if m.get("tool_calls"):
+            calls = _calls(m, objects)
+            if calls:
+                j["tool_calls"] = calls
     return j
+
+
+def _parsed(m: dict, allow_media: bool) -> dict[str, Any]:
+    """The fields of a continued message the prompt uses (``common_chat_msg``)."""
+    _check(m)
+    c = m.get("content")
+    r = m.get("reasoning_content")
+    return {"content": c if isinstance(c, str) else "", "reasoning_content": r if isinstance(r, str) else "",
+            "parts": _text_parts(c, allow_media) if isinstance(c, list) else []}
 
 
 def render_content(msg: dict[str, Any], delimiter: str = "\n\n") -> str:
@@ -180,62 +195,57 @@ def _tools(tools: list[dict] | None) -> list[dict[str, Any]] | None:
     return out
 
 
-def _trim_all_content(msgs: list[dict[str, Any]]) -> None:
-    """b10001 ``workaround::trim_all_content`` (StepFun templates only)."""
-    for m in msgs:
-        m["content"] = m["content"].strip(" \t\n\r")
-        m["reasoning_content"] = m["reasoning_content"].strip(" \t\n\r")
-        for p in m["parts"]:
-            if p["type"] == "text":
-                p["text"] = p["text"].strip(" \t\n\r")
+def _trimmed(m: dict) -> dict:
+    """b10001 ``workaround::trim_all_content`` (StepFun templates only): content, reasoning and
+    text parts without surrounding whitespace."""
+    ws = " \t\n\r"
+    out = dict(m)
+    for key in ("content", "reasoning_content"):
+        if isinstance(out.get(key), str):
+            out[key] = out[key].strip(ws)
+    for key in ("content", "parts"):
+        if isinstance(out.get(key), list):
+            out[key] = [dict(p, text=p["text"].strip(ws)) if isinstance(p, dict) and p.get("type") == "text"
+                        and isinstance(p.get("text"), str) else p for p in out[key]]
+    return out
 
 
 def prepare(source: str, caps: Caps, messages: list[dict], tools: list[dict] | None, *,
             add_generation_prompt: bool = True, build_number: int | None = None,
             allow_media: bool = False) -> Prepared:
     """The messages and tools llama-server renders for this request body."""
-    parsed = _parse(messages, allow_media)
     tl = _tools(tools)
     continuation = None
-    if add_generation_prompt and parsed and parsed[-1]["role"] == "assistant":
+    body = messages
+    if add_generation_prompt and messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
         # prefill_assistant (on by default): a trailing assistant message is continued
-        if len(parsed) >= 2 and parsed[-2]["role"] == "assistant":
+        if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
             raise _refuse("cannot have 2 or more assistant messages at the end of the list")
-        continuation = parsed.pop()
+        continuation = _parsed(messages[-1], allow_media)
+        body = messages[:-1]
     if build_number is not None and build_number >= 10001 and _STEPFUN in source:
-        _trim_all_content(parsed)
+        body = [_trimmed(m) for m in body]
+        if continuation is not None:
+            continuation = _trimmed(continuation)
     concat = caps.string_content and not caps.typed_content
     typed_only = caps.typed_content and not caps.string_content
-    msgs = []
-    for m in parsed:
-        j = _to_json(m, concat)
+    gpt_oss = "<|channel|>" in source
+    msgs = [_rebuilt(m, allow_media, concat, caps.object_arguments) for m in body]
+    for j in msgs:
         if typed_only and isinstance(j["content"], str):
             j["content"] = [{"type": "text", "text": j["content"]}]
-        msgs.append(j)
-    if "<|channel|>" not in source:  # map_developer_role_to_system (not for GPT-OSS)
-        for m in msgs:
-            if m["role"] == "developer":
-                m["role"] = "system"
+        if j["role"] == "developer" and not gpt_oss:  # map_developer_role_to_system (not for GPT-OSS)
+            j["role"] = "system"
+        if gpt_oss and "reasoning_content" in j:  # common_chat_params_init_gpt_oss: reasoning → thinking
+            j["thinking"] = j["reasoning_content"]
+            if j.get("tool_calls"):
+                del j["content"]
     if not caps.system_role and msgs and msgs[0]["role"] == "system":  # system_message_not_supported
         first = msgs.pop(0)
         if msgs:
-            if not (isinstance(first["content"], str) and isinstance(msgs[0]["content"], str)):
+            if not (isinstance(first.get("content"), str) and isinstance(msgs[0].get("content"), str)):
                 raise _refuse("the template has no system role and the system prompt cannot be merged")
             msgs[0]["content"] = first["content"] + "\n" + msgs[0]["content"]
-    if caps.object_arguments:  # func_args_not_string
-        for m in msgs:
-            for tc in m.get("tool_calls", []):
-                fn = tc["function"]
-                try:
-                    fn["arguments"] = orjson.loads(fn["arguments"])
-                except orjson.JSONDecodeError as exc:
-                    raise _refuse(f"failed to parse tool call arguments as JSON ({fn['name']}: {exc})") from None
-    if "<|channel|>" in source:  # common_chat_params_init_gpt_oss: reasoning → thinking
-        for m in msgs:
-            if isinstance(m.get("reasoning_content"), str):
-                m["thinking"] = m["reasoning_content"]
-                if m.get("tool_calls"):
-                    m.pop("content", None)
     reasoning_only = bool(continuation and continuation["reasoning_content"] and not continuation["content"]
                           and not continuation["parts"])
     return Prepared(msgs, tl, continuation, reasoning_only)
