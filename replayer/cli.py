@@ -50,7 +50,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
         "session_id": s.session_id, "title": s.title, "model": s.model, "provider": s.provider,
         "messages": len(s.messages), "roles": s.role_counts(), "tool_calls": s.n_tool_calls,
-        "tool_results": s.n_tool_results, "compactions_applied": s.stats.compactions_applied,
+        "tool_results": s.n_tool_results, "tool_calls_recovered": s.stats.recovered_tool_calls,
+        "tool_results_recovered": s.stats.recovered_tool_results, "compactions_applied": s.stats.compactions_applied,
         "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
         "entries": s.stats.entries_total, "dropped_turns": s.stats.dropped_turns,
         "synthetic_results": s.stats.synthetic_results, "bad_lines": s.stats.bad_lines,
@@ -68,7 +69,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"{'  (agent ' + s.agent_version + ')' if s.agent_version else ''}",
         f"  model          {s.provider or '?'} / {s.model or '?'}",
         f"  messages       {len(s.messages)}  ({roles})",
-        f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}",
+        f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}" + (
+            f"  ({s.stats.recovered_tool_calls} calls and {s.stats.recovered_tool_results} results recovered "
+            "from parallel branches)" if s.stats.recovered_tool_calls or s.stats.recovered_tool_results else ""),
         f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
         f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
         f"  characters     {s.n_chars:,}",
@@ -93,7 +96,12 @@ def cmd_layout(args: argparse.Namespace) -> int:
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
     tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
-    lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build)
+    lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build,
+                         keep_text=args.text)
+    if args.text:  # the prompt exactly as rendered, to diff against a server's /apply-template
+        sys.stdout.write(lay.text or "")
+        sys.stdout.flush()
+        return 0
     if args.json:
         _out(lay.to_json())
         return 0
@@ -311,7 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="estimate", help="estimate | gguf:PATH | server:URL")
     p.add_argument("--template", help="bundled template name or a .jinja file")
     p.add_argument("--build", default="10001", help="build number or generation (span rules differ)")
-    p.add_argument("--json", action="store_true")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--text", action="store_true", help="print the rendered prompt itself (as /apply-template does)")
     p.set_defaults(func=cmd_layout)
 
     p = sub.add_parser("schedule", help="batches and checkpoints of one prompt on one build")

@@ -35,3 +35,11 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(base / "exports"))
+
+
+# The suite stands on its own: the licensed samples and the schedule vectors it reads from
+# ../shared are copied under tests/data (provenance and licences in tests/data/samples/README.md),
+# so a fresh clone without ../shared runs every core test.
+DATA = REPO / "tests" / "data"
+SAMPLES = DATA / "samples"
+SPEC = DATA / "spec"

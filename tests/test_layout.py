@@ -45,6 +45,12 @@ def test_real_templates_render_agent_conversation_in_sandbox(models_dir, name):
     tpl = templates.Template(name=name, source=src, bos_token="<s>", eos_token="</s>")
     msgs, tools = agent_conversation(rounds=30)
     assert len(msgs) > 100
+    if name == "google-gemma-2-2b-it":
+        # Gemma 2's template refuses a tool turn and llama-server adapts nothing for it: the real
+        # server refuses too (tests/test_conformance_live.py, model gemma-2-real)
+        with pytest.raises(TemplateError, match="alternate"):
+            templates.render(tpl, msgs, tools)
+        return
     text = templates.render(tpl, msgs, tools)
     assert "Question 29" in text and "Final question" in text
     delims = templates.delimiters_for(tpl, manager_build("10001"))

@@ -46,6 +46,7 @@ class PromptLayout:
     n_before_user: int | None = None  # G0 only
     text_chars: int = 0
     notes: list[str] = field(default_factory=list)
+    text: str | None = None  # the rendered prompt, when asked for (``keep_text``)
     _prompt_spans: PromptSpans | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -142,12 +143,12 @@ def _spans(matches: list[tuple[str, int]], n_tokens: int) -> list[Span]:
 
 def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: Template | None = None,
                    tokenizer: str = "estimate", build: Build | str = "G2b",
-                   template_kwargs: dict | None = None) -> PromptLayout:
+                   template_kwargs: dict | None = None, keep_text: bool = False) -> PromptLayout:
     b = parse_build(build) if isinstance(build, str) else build
     if tokenizer.startswith("server:"):
         from replayer.core.prompt.server_tokenizer import ServerTokenizer  # httpx: only when asked
 
-        return server_layout(ServerTokenizer(tokenizer[len("server:"):]), messages, tools, b, template=template)
+        return server_layout(ServerTokenizer(tokenizer[len("server:"):]), messages, tools, b, template=template, keep_text=keep_text)
     tok_exact: ExactTokenizer | None = None
     if tokenizer.startswith("gguf:"):
         from replayer.core.prompt import gguf_tokenizer
@@ -156,13 +157,19 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
         if template is None and tok_exact.chat_template:
             template = Template(name=f"gguf:{tok_exact.path.name}", source=tok_exact.chat_template,
                                 bos_token=tok_exact.tokens[tok_exact.bos_id] if tok_exact.bos_id is not None else "",
-                                eos_token=tok_exact.tokens[tok_exact.eos_id] if tok_exact.eos_id is not None else "")
+                                eos_token=tok_exact.tokens[tok_exact.eos_id] if tok_exact.eos_id is not None else "",
+                                add_bos=tok_exact.add_bos)
     elif tokenizer != "estimate":
         raise ReplayerError(f"unknown tokenizer {tokenizer!r}: use estimate, gguf:PATH or server:URL")
     tpl = template or templates.bundled(templates.DEFAULT_TEMPLATE)
-    text = templates.render(tpl, messages, tools, add_generation_prompt=True, **(template_kwargs or {}))
+    # a GGUF alone is a text-only server (a projector is a separate --mmproj file): images refused
+    text = templates.render(tpl, messages, tools, add_generation_prompt=True, build_number=b.effective_number,
+                            allow_media=tok_exact is None, **(template_kwargs or {}))
     delims = templates.delimiters_for(tpl, b)
-    return layout_of_text(text, delims, tok_exact, tpl.name, b)
+    lay = layout_of_text(text, delims, tok_exact, tpl.name, b)
+    if keep_text:
+        lay.text = text
+    return lay
 
 
 def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | None, template_name: str,
@@ -213,8 +220,11 @@ class TemplatingTokenizer(ExactTokenizer, Protocol):
 
 
 def server_layout(st: TemplatingTokenizer, messages: list[dict], tools: list[dict] | None, build: Build,
-                  template: Template | None = None) -> PromptLayout:
+                  template: Template | None = None, keep_text: bool = False) -> PromptLayout:
     """The layout a running server makes of a request: its own template and tokenizer."""
     tpl = template or st.template()
     text = st.apply_template(messages, tools)
-    return layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)
+    lay = layout_of_text(text, templates.delimiters_for(tpl, build), st, tpl.name, build)
+    if keep_text:
+        lay.text = text
+    return lay

@@ -22,10 +22,12 @@ from typing import Any
 
 import jinja2
 import orjson
+from json.encoder import encode_basestring as _encode_str
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
+from replayer.core.prompt.prepare import Caps
 
 BUNDLED = {
     "chatml": "chatml-tools.jinja",  # ChatML / Qwen2.5 layout with tools
@@ -53,6 +55,8 @@ class Template:
     bos_token: str = ""
     eos_token: str = ""
     trusted: bool = False  # only replayer's own bundled templates skip the sandbox
+    add_bos: bool = False  # the vocabulary adds BOS itself: the server strips a rendered one
+    add_eos: bool = False
 
     @property
     def family(self) -> str:
@@ -71,9 +75,59 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, **_: Any) -> str:
-    """Like Python's ``json.dumps`` with the separators HF templates expect."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent)
+def _json(value: Any, lvl: int, indent: int, item_sep: str, key_sep: str, out: list[str]) -> None:
+    """``jinja::value_to_json``: Python's JSON but for numbers, printed as C++ streams do
+    (a float with 6 significant digits, ``%g``)."""
+    if value is None or isinstance(value, jinja2.Undefined):
+        out.append("null")
+    elif value is True or value is False:
+        out.append("true" if value else "false")
+    elif isinstance(value, int):
+        out.append(str(int(value)))
+    elif isinstance(value, float):
+        out.append("%g" % value)
+    elif isinstance(value, str):
+        out.append(_encode_str(value))
+    elif isinstance(value, (list, tuple, dict)):
+        is_dict = isinstance(value, dict)
+        items = list(value.items()) if is_dict else list(value)
+        out.append("{" if is_dict else "[")
+        if items:
+            nl = "\n" if indent >= 0 else ""
+            pad = " " * (indent * (lvl + 1)) if indent > 0 else ""
+            out.append(nl)
+            for i, item in enumerate(items):
+                out.append(pad)
+                if is_dict:
+                    out.append(_encode_str(str(item[0])))
+                    out.append(key_sep)
+                    _json(item[1], lvl + 1, indent, item_sep, key_sep, out)
+                else:
+                    _json(item, lvl + 1, indent, item_sep, key_sep, out)
+                if i < len(items) - 1:
+                    out.append(item_sep)
+                out.append(nl)
+            out.append(" " * (indent * lvl) if indent > 0 else "")
+        out.append("}" if is_dict else "]")
+    else:
+        out.append("null")
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+            sort_keys: bool = False, **_: Any) -> str:
+    """The server's ``tojson`` filter (``common/jinja/value.cpp``: ``tojson``)."""
+    ind = indent if isinstance(indent, int) and not isinstance(indent, bool) else -1
+    seps = list(separators) if isinstance(separators, (list, tuple)) else []
+    item_sep = seps[0] if seps else (", " if ind < 0 else ",")
+    key_sep = seps[1] if len(seps) > 1 else ": "
+    if sort_keys:
+        raise _RaiseException("tojson sort_keys=true not implemented")
+    out: list[str] = []
+    _json(value, 0, ind, item_sep, key_sep, out)
+    text = "".join(out)
+    if ensure_ascii:  # json_ensure_ascii_preserving_format: non-ASCII inside strings as \\uXXXX
+        text = "".join(ch if ord(ch) < 128 else json.dumps(ch)[1:-1] for ch in text)
+    return text
 
 
 def _fromjson(value: str) -> Any:
@@ -119,101 +173,174 @@ def _compile(source: str, trusted: bool = False) -> jinja2.Template:
         raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from None
 
 
-def flatten_content(messages: list[dict]) -> list[dict]:
-    """Typed content parts → one string, text parts joined by newlines, as llama-server does
-    for templates that take plain string content."""
-    out = []
-    for m in messages:
-        c = m.get("content")
-        if isinstance(c, list):
-            m = dict(m)
-            m["content"] = "\n".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
-        elif c is None and m.get("role") != "assistant":
-            m = dict(m, content="")
-        out.append(m)
+# -- template capabilities, probed as the server probes them ---------------------------------
+
+class _Seen:
+    """What a probe value records: read at all (``used``) and how (``ops``), as the server's
+    Jinja runtime does in ``jinja::caps_get``."""
+
+    def _see(self, op: str | None = None) -> None:
+        self.used = True
+        if op:
+            self.ops.add(op)
+
+
+class _PStr(str, _Seen):
+    def __iter__(self):  # the server's runtime cannot loop over a string: it notes the try, then fails
+        self._see("array_access")
+        raise TypeError("a string is not iterable")
+
+
+class _PDict(dict, _Seen):
+    def __iter__(self):
+        self._see("object_access")
+        return super().__iter__()
+
+    def items(self):  # type: ignore[override]
+        # a loop over items() binds each value to a name; the server marks a value read when
+        # its name is looked up, which Python's Jinja does not report: count the loop as the read
+        self._see("object_access")
+        for v in dict.values(self):
+            if isinstance(v, _Seen):
+                v.used = True
+        return super().items()
+
+
+class _PList(list, _Seen):
+    def __iter__(self):
+        self._see("array_access")
+        return super().__iter__()
+
+
+def _tracked(value: Any) -> Any:
+    if isinstance(value, dict):
+        out: Any = _PDict({k: _tracked(v) for k, v in value.items()})
+    elif isinstance(value, list):
+        out = _PList(_tracked(v) for v in value)
+    elif isinstance(value, str):
+        out = _PStr(value)
+    else:
+        return value
+    out.used, out.ops = False, set()
     return out
 
 
-def _variants(flat: list[dict]):
-    yield flat
-    has_null = any(m.get("content") is None for m in flat)
-    non_null = [dict(m, content="") if m.get("content") is None else m for m in flat] if has_null else flat
-    if has_null:
-        yield non_null
-    if any(m.get("tool_calls") for m in flat):
-        def objects(msgs):
-            out = []
-            for m in msgs:
-                if m.get("tool_calls"):
-                    calls = []
-                    for tc in m["tool_calls"]:
-                        fn = dict(tc.get("function") or {})
-                        if isinstance(fn.get("arguments"), str):
-                            fn["arguments"] = _fromjson(fn["arguments"])
-                        calls.append(dict(tc, function=fn))
-                    m = dict(m, tool_calls=calls)
-                out.append(m)
-            return out
-        yield objects(flat)
-        if has_null:
-            yield objects(non_null)
+def _see_deep(value: Any) -> None:
+    if isinstance(value, _Seen):
+        value.used = True
+    if isinstance(value, dict):
+        for v in dict.values(value):
+            _see_deep(v)
+    elif isinstance(value, list):
+        for v in list.__iter__(value):
+            _see_deep(v)
 
 
-def _polyfilled(flat: list[dict]) -> list[dict]:
-    """For templates that refuse system/tool roles: what llama.cpp's polyfills send instead —
-    system text folded into the first user turn, tool calls and results as plain turns,
-    consecutive same-role turns merged so roles alternate."""
-    out: list[dict] = []
-    system = ""
-    for m in flat:
-        role, content = m.get("role"), m.get("content") or ""
-        if role in ("system", "developer"):
-            system += content + "\n\n"
-            continue
-        if role == "tool":
-            role, content = "user", json.dumps({"tool_response": {"tool": m.get("name") or "tool", "content": content}})
-        elif role == "assistant" and m.get("tool_calls"):
-            calls = [{"name": (tc.get("function") or {}).get("name"),
-                      "arguments": (tc.get("function") or {}).get("arguments")} for tc in m["tool_calls"]]
-            content = (content + "\n" if content else "") + json.dumps({"tool_calls": calls})
-        if role == "user" and system:
-            content, system = system + content, ""
-        if out and out[-1]["role"] == role:
-            out[-1] = {"role": role, "content": out[-1]["content"] + "\n\n" + content}
-        else:
-            out.append({"role": role, "content": content})
-    return out
+class _ProbeEnvironment(ImmutableSandboxedEnvironment):
+    """Member and index access mark the value read and the container accessed."""
+
+    def _seen(self, obj: Any, key: Any, value: Any) -> Any:
+        if isinstance(value, _Seen):
+            value.used = True
+        if isinstance(obj, _Seen) and not isinstance(value, jinja2.Undefined):
+            obj._see("array_access" if isinstance(key, int) else "object_access")
+        return value
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        return self._seen(obj, attribute, super().getattr(obj, attribute))
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        return self._seen(obj, argument, super().getitem(obj, argument))
 
 
-def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
-           add_generation_prompt: bool = True, **kwargs: Any) -> str:
-    """Render in the sandbox; every failure is a ``TemplateError`` with the reason."""
-    tpl = _compile(template.source, template.trusted)
-    flat = flatten_content(messages)
-    ctx = dict(messages=flat, tools=tools or None, add_generation_prompt=add_generation_prompt,
-               bos_token=template.bos_token, eos_token=template.eos_token)
-    ctx.update(kwargs)
-    try:
-        last: Exception | None = None
-        # llama.cpp probes template capabilities (requires_non_null_content,
-        # requires_object_arguments) and adapts the messages; try the same variants in turn
-        for variant in _variants(flat):
-            ctx["messages"] = variant
-            try:
-                return tpl.render(**ctx)
-            except (TypeError, jinja2.UndefinedError) as exc:
-                last = exc
-            except _RaiseException as exc:
-                last = exc
+def _probe_filter(name: str, fn: Any) -> Any:
+    """A filter that marks its input as the server's builtins do (``tojson``/``string`` deeply)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        for a in args[:2]:
+            if isinstance(a, _Seen):
+                a._see(name)
+                if name in ("tojson", "string"):
+                    _see_deep(a)
                 break
-        if last is not None:
-            ctx["messages"] = _polyfilled(flat)
-            try:
-                return tpl.render(**ctx)
-            except (_RaiseException, TypeError, jinja2.UndefinedError):
-                pass
-        assert last is not None
-        raise last
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+@lru_cache(maxsize=1)
+def _probe_environment() -> ImmutableSandboxedEnvironment:
+    env = _with_helpers(_ProbeEnvironment(**_ENV_ARGS))
+    env.filters = {k: _probe_filter(k, f) for k, f in env.filters.items()}
+    return env
+
+
+_PROBE_TOOLS = [{"name": "tool", "type": "function", "function": {
+    "name": "tool1", "description": "Tool description", "parameters": {
+        "type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
+        "required": ["arg"]}}}]
+
+
+def _probe_calls(arguments: Any) -> list[dict]:
+    return [{"role": "user", "content": "User message"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": arguments}}]},
+            {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+            {"role": "assistant", "content": "The tool response was 'tool response'"},
+            {"role": "user", "content": "User message"}]
+
+
+def _probe(source: str, messages: list[dict], tools: list[dict] | None = None) -> tuple[bool, Any, Any]:
+    msgs, tl = _tracked(messages), _tracked(tools or [])
+    try:
+        _probe_environment().from_string(source).render(messages=msgs, tools=tl, bos_token="", eos_token="",
+                                                         add_generation_prompt=True)
+        ok = True
+    except Exception:  # any failure only says "cannot tell", as in caps_try_execute
+        ok = False
+    return ok, msgs, tl
+
+
+@lru_cache(maxsize=64)
+def caps_of(source: str) -> Caps:
+    """``jinja::caps_get``: run the template on the server's probe conversations and see
+    which values it reads (typed content, system role, tool calls, object arguments)."""
+    string_content, typed, system_role, tool_calls, object_args = True, False, True, True, False
+    ok, msgs, _ = _probe(source, [{"role": "user", "content": "content"}])
+    content = msgs[0]["content"]
+    if content.ops & {"selectattr", "array_access"}:
+        typed = True
+    if not ok:
+        string_content = False
+    _, msgs, _ = _probe(source, [{"role": "system", "content": "System message"},
+                                 {"role": "user", "content": "User message"}])
+    if not msgs[0]["content"].used:
+        system_role = False
+    ok, msgs, tl = _probe(source, _probe_calls({"arg": "value"}), _PROBE_TOOLS)
+    if ok:
+        if not msgs[1]["tool_calls"].used:
+            tool_calls = False
+        elif msgs[1]["tool_calls"][0]["function"]["arguments"]["arg"].used:
+            object_args = True
+    if not object_args:
+        ok, msgs, tl = _probe(source, _probe_calls('{"arg": "value"}'), _PROBE_TOOLS)
+        if not ok or not msgs[1]["tool_calls"].used:
+            tool_calls = False
+    return Caps(string_content=string_content, typed_content=typed, system_role=system_role,
+                tool_calls=tool_calls, object_arguments=object_args)
+
+
+def template_caps(template: Template) -> Caps:
+    return caps_of(template.source)
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+def _run(tpl: jinja2.Template, ctx: dict[str, Any]) -> str:
+    try:
+        return tpl.render(**ctx)
     except _RaiseException as exc:
         raise TemplateError(f"chat template refused the conversation: {exc}") from None
     except SecurityError as exc:
@@ -222,6 +349,98 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
         raise TemplateError(f"chat template failed: {exc}") from None
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as exc:
         raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
+
+
+def _common_suffix_after_prefix(a: str, b: str) -> str:
+    """``b`` after the longest common prefix of ``a`` and ``b`` (the server's generation prompt)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return b[n:]
+
+
+def reasoning_markers(template: Template) -> tuple[str, str]:
+    """The reasoning start/end the server's autoparser derives (``analyze_reasoning``, the
+    tag-wrapped case): what the template writes around an assistant's reasoning."""
+    return _reasoning_markers(template.source, template.trusted)
+
+
+@lru_cache(maxsize=64)
+def _reasoning_markers(source: str, trusted: bool) -> tuple[str, str]:
+    tpl = _compile(source, trusted)
+    r, c = "\x02THINKING\x02", "\x02CONTENT\x02"
+    base = [{"role": "user", "content": "Hello"}]
+    try:
+        plain = tpl.render(messages=base + [{"role": "assistant", "content": c}], bos_token="", eos_token="")
+        think = tpl.render(messages=base + [{"role": "assistant", "content": c, "reasoning_content": r}],
+                           bos_token="", eos_token="")
+    except Exception:
+        return "", ""
+    p = len(think) - len(_common_suffix_after_prefix(plain, think))
+    q = p + len(_common_suffix_after_prefix(plain[p:][::-1], think[p:][::-1]))
+    inserted = think[p:q]
+    if r not in inserted:
+        return "", ""
+    start, end = inserted.split(r, 1)
+    if c in end:
+        end = end[:end.index(c)]
+    return (start, end) if start.strip() and end.strip() else ("", end if end.strip() else "")
+
+
+def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
+           add_generation_prompt: bool = True, *, build_number: int | None = None,
+           now: datetime | None = None, allow_media: bool = True, **kwargs: Any) -> str:
+    """The prompt llama-server renders for this request body (``/apply-template``).
+
+    Messages go through the server's own preparation first (``prepare``): arguments parsed
+    into objects when the template reads them as objects, typed content joined, a trailing
+    assistant message continued. ``allow_media``: the server has a multimodal projector (a
+    text-only server refuses image parts). Every failure is a ``TemplateError`` with the reason.
+    """
+    from replayer.core.prompt.prepare import extra_context, prepare, render_content
+
+    tpl = _compile(template.source, template.trusted)
+    prep = prepare(template.source, template_caps(template), messages, tools,
+                   add_generation_prompt=add_generation_prompt, build_number=build_number,
+                   allow_media=allow_media)
+    ctx: dict[str, Any] = dict(messages=prep.messages, bos_token=template.bos_token, eos_token=template.eos_token,
+                               enable_thinking=True)
+    if prep.tools:
+        ctx["tools"] = prep.tools
+    ctx.update(extra_context(now))
+    ctx.update(kwargs)
+    gen = add_generation_prompt and prep.continuation is None
+    if gen:
+        ctx["add_generation_prompt"] = True
+    prompt = _run(tpl, ctx)
+    gpt_oss = "<|channel|>" in template.source
+    if prep.continuation is not None:
+        if gpt_oss and prompt.rfind("<|return|>") >= 0:  # is_inference without a generation prompt
+            i = prompt.rfind("<|return|>")
+            prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
+        cont = prep.continuation
+        if gpt_oss:
+            tail = "<|start|>assistant<|channel|>analysis<|message|>" + cont["reasoning_content"]
+            if not prep.continue_reasoning_only:
+                tail += "<|end|><|start|>assistant<|channel|>final<|message|>" + render_content(cont)
+        else:
+            tail = _common_suffix_after_prefix(prompt, _run(tpl, dict(ctx, add_generation_prompt=True)))
+            start, end = reasoning_markers(template)
+            if start:
+                i = tail.find(start)
+                tail = (tail if i < 0 else tail[:i]) + start + cont["reasoning_content"]
+                if not prep.continue_reasoning_only:
+                    tail += end
+            if not prep.continue_reasoning_only:
+                tail += render_content(cont)
+        prompt += tail
+    if template.add_bos and template.bos_token and prompt.startswith(template.bos_token):
+        prompt = prompt[len(template.bos_token):]
+    if template.add_eos and template.eos_token and prompt.endswith(template.eos_token):
+        prompt = prompt[:-len(template.eos_token)]
+    return prompt
 
 
 def bundled(name: str) -> Template:

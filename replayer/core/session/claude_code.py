@@ -3,8 +3,11 @@
 The active thread is the ``parentUuid`` chain from the newest main-chain record; a
 ``compact_boundary`` has no parent, so the walk stops there and the ``isCompactSummary``
 user message that follows carries the history. Assistant responses are written one
-content block per line and are merged back by ``message.id``. Sidechains (Task
-subagents) are excluded. Claude Code stores neither system prompt nor tool schemas.
+content block per line and are merged back by ``message.id`` — all records of that id,
+also those off the walked chain (2.x writes parallel ``tool_use`` blocks and their
+``tool_result`` records on sibling branches); every result of a turn's calls follows it,
+in file order, as Claude Code sends them on resume. Sidechains (Task subagents) are
+excluded. Claude Code stores neither system prompt nor tool schemas.
 """
 
 from __future__ import annotations
@@ -84,10 +87,37 @@ def load(path: Path, *, images: str = "omit") -> Session:
     if chain and chain[0].get("type") == "system" and chain[0].get("subtype") == "compact_boundary":
         stats.compactions_applied = 1
 
+    # Claude Code 2.x writes each content block of a response as its own record and hangs each
+    # tool_result off the record of its own tool_use: parallel calls and their results sit on
+    # sibling branches the parentUuid walk does not visit. Claude Code sends them all on resume
+    # (the API refuses a tool_use without its result), so the whole message.id and every result
+    # of its calls are gathered from the thread's records.
+    on_chain = {r["uuid"] for r in chain}
+    order = {r["uuid"]: k for k, r in enumerate(main)}
+    group_of: dict[str, list[dict]] = {}  # record uuid → all records of its API response
+    last_group: dict[str, list[dict]] = {}
+    results_of: dict[str, list[dict]] = {}
+    for r in main:
+        msg = r.get("message") or {}
+        if r.get("type") == "assistant" and isinstance(msg.get("id"), str):
+            g = last_group.get(msg["id"])
+            if g is None or _new_response(g, r):
+                g = last_group[msg["id"]] = []
+            g.append(r)
+            group_of[r["uuid"]] = g
+        elif r.get("type") == "user" and isinstance(msg.get("content"), list):
+            for b in msg["content"]:
+                if isinstance(b, dict) and b.get("type") == "tool_result":
+                    lst = results_of.setdefault(str(b.get("tool_use_id", "")), [])
+                    if not lst or lst[-1] is not r:
+                        lst.append(r)
+
     messages: list[Message] = []
     model = None
     version = None
     usage = Usage()
+    done_groups: set[int] = set()
+    consumed: set[str] = set()  # result records already placed after their calls
     i = 0
     while i < len(chain):
         r = chain[i]
@@ -95,13 +125,19 @@ def load(path: Path, *, images: str = "omit") -> Session:
         version = r.get("version") or version
         ts = iso_to_s(r.get("timestamp"))
         if t == "assistant":
-            group = [r]
-            mid = (r.get("message") or {}).get("id")
-            while i + 1 < len(chain) and chain[i + 1].get("type") == "assistant" and (
-                    (chain[i + 1].get("message") or {}).get("id") == mid):
-                i += 1
-                group.append(chain[i])
             i += 1
+            if r["uuid"] in group_of:
+                group = group_of[r["uuid"]]
+                if id(group) in done_groups:
+                    continue  # a block of a response already merged
+                done_groups.add(id(group))
+            else:  # re-exports without message.id: consecutive assistant records are one turn
+                group = [r]
+                while i < len(chain) and chain[i].get("type") == "assistant" and not (chain[i].get("message") or {}).get("id"):
+                    group.append(chain[i])
+                    i += 1
+            stats.recovered_tool_calls += sum(1 for g in group if g["uuid"] not in on_chain
+                                              for b in _blocks(g) if b.get("type") == "tool_use")
             if r.get("isApiErrorMessage"):
                 stats.dropped_turns += 1
                 continue
@@ -115,12 +151,25 @@ def load(path: Path, *, images: str = "omit") -> Session:
                                                          "cache_creation_input_tokens"))
                 usage = Usage(input_tokens=u.get("input_tokens"), output_tokens=u.get("output_tokens"),
                               cache_read_tokens=u.get("cache_read_input_tokens"), context_tokens=ctx or None)
-            if msg is not None:
-                messages.append(msg)
+            if msg is None:
+                continue
+            messages.append(msg)
+            # every result of this turn's calls, in the order the file holds them
+            holders: list[dict] = []
+            for tc in msg.tool_calls:
+                for h in results_of.get(tc.id, []):
+                    if h["uuid"] not in consumed and all(h is not x for x in holders):
+                        holders.append(h)
+            holders.sort(key=lambda h: order[h["uuid"]])
+            for h in holders:
+                consumed.add(h["uuid"])
+                if h["uuid"] not in on_chain:
+                    stats.recovered_tool_results += sum(1 for b in _blocks(h) if b.get("type") == "tool_result")
+                messages.extend(_user(h, iso_to_s(h.get("timestamp")), images))
             continue
         i += 1
         if t == "user":
-            if r.get("isVisibleInTranscriptOnly"):
+            if r.get("isVisibleInTranscriptOnly") or r["uuid"] in consumed:
                 continue
             messages.extend(_user(r, ts, images))
         elif t == "attachment":
@@ -141,6 +190,23 @@ def load(path: Path, *, images: str = "omit") -> Session:
         updated=max(times) if times else None, messages=messages, system_prompt=None, tools=None,
         usage=usage, stats=stats, warnings=warnings,
     )
+
+
+def _new_response(group: list[dict], r: dict) -> bool:
+    """Whether ``r`` starts another API response than ``group`` although it carries the same
+    ``message.id`` (proxies and fake providers reuse ids): another ``requestId``, or a block
+    index (2.1.x ``apiBlockIndex``) the response already had."""
+    req = r.get("requestId")
+    if req and any(g.get("requestId") and g.get("requestId") != req for g in group):
+        return True
+    k = r.get("apiBlockIndex")
+    return isinstance(k, int) and any(isinstance(g.get("apiBlockIndex"), int) and g["apiBlockIndex"] >= k
+                                      for g in group)
+
+
+def _blocks(r: dict) -> list[dict]:
+    content = (r.get("message") or {}).get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
 def _assistant(group: list[dict], ts: float | None) -> Message | None:

@@ -90,6 +90,8 @@ class ImportStats(BaseModel):
     dropped_turns: int = 0  # aborted / errored assistant turns not replayed
     synthetic_results: int = 0  # tool calls that got a "no result" result
     sidechain_records: int = 0
+    recovered_tool_calls: int = 0  # tool calls found off the walked chain (Claude Code 2.x parallel calls)
+    recovered_tool_results: int = 0  # their results, found on sibling branches
 
     def count_unknown(self, kind: object) -> None:
         """One more record of a type the importer does not know (any JSON value: the file is untrusted)."""
