@@ -14,17 +14,23 @@ from typing import Any, Sequence
 import orjson
 
 from replayer import __version__
+from replayer.cli_args import MAX_TOKENS, OneLineParser, float_in, int_in, stdout_failed
 from replayer.core.errors import ReplayerError
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app"}
 
 
 def _out(data: bytes | str) -> None:
-    if isinstance(data, bytes):
-        sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
-    else:
-        sys.stdout.write(data if data.endswith("\n") else data + "\n")
-    sys.stdout.flush()
+    try:
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
+        else:
+            sys.stdout.write(data if data.endswith("\n") else data + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # a full disk, /dev/full
+        raise ReplayerError(stdout_failed(exc)) from None
 
 
 def _json(obj: Any) -> None:
@@ -305,15 +311,15 @@ def _common_session(p: argparse.ArgumentParser) -> None:
 
 
 def _knobs(p: argparse.ArgumentParser, ubatch: int) -> None:
-    p.add_argument("-b", "--batch-size", type=int, default=2048)
-    p.add_argument("-ub", "--ubatch-size", type=int, default=ubatch)
-    p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int, default=None,
+    p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=2048)
+    p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=ubatch)
+    p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int_in(0, MAX_TOKENS), default=None,
                    help="checkpoint min step (default: the build's, 256 before b9771, 8192 after)")
-    p.add_argument("--ctx-checkpoints", type=int, default=32)
+    p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=32)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="replayer", description="Replay the resume prefill of a coding-agent session "
+    ap = OneLineParser(prog="replayer", description="Replay the resume prefill of a coding-agent session "
                                  "against two llama-server builds. Without a command: open the app.")
     ap.add_argument("--version", action="version", version=f"replayer {__version__}")
     sub = ap.add_subparsers(dest="cmd")
@@ -333,14 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_layout)
 
     p = sub.add_parser("schedule", help="batches and checkpoints of one prompt on one build")
-    p.add_argument("--tokens", type=int, required=True)
+    p.add_argument("--tokens", type=int_in(1, MAX_TOKENS), required=True)
     p.add_argument("--user-starts", default="")
     p.add_argument("--build", required=True)
     _knobs(p, 512)
     p.add_argument("--memory", default="plain", help="plain | swa | recurrent (hybrid)")
-    p.add_argument("--swa-window", type=int, default=256)
-    p.add_argument("--swa-cache", type=int, default=None, help="SWA cache cells (default: as the server sizes it)")
-    p.add_argument("--n-past", type=int, default=0)
+    p.add_argument("--swa-window", type=int_in(1, MAX_TOKENS), default=256)
+    p.add_argument("--swa-cache", type=int_in(1, MAX_TOKENS), default=None, help="SWA cache cells (default: as the server sizes it)")
+    p.add_argument("--n-past", type=int_in(0, MAX_TOKENS), default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_schedule)
 
@@ -359,11 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-b", help="live: run B against this already running server")
     p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")
     p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
-    p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
+    p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
+    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0, help="live: seconds per run")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
-    p.add_argument("--speed", type=float, default=None,
+    p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "
                         "(default: instant for --jsonl, 10 in the app)")
     p.add_argument("--screenshot", metavar="SVG",
@@ -425,7 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("replayer: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError as exc:  # `replayer … | head`: the reader has all it wanted
+        stdout_failed(exc)
         return 0
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from replayer.core.errors import ImportFailed, did_you_mean
-from replayer.core.session.detect import FORMATS, detect_format
+from replayer.core.session.detect import FORMATS, check_forced, detect_format
 from replayer.core.session.model import Message, Session
 from replayer.core.session.request import ChatRequest, build_request
 
@@ -28,6 +28,8 @@ def load_session(path: str | Path, format: str | None = None, *, images: str = "
     fmt = format or detect_format(p)
     if not p.exists():
         raise ImportFailed(f"no such file: {p}")
+    if format is not None:
+        check_forced(p, format)
     try:
         if fmt == "opencode":
             if p.is_dir() or not opencode.is_sqlite(p):

@@ -80,3 +80,31 @@ def _whole_json(path: Path):
         return orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError:
         return None
+
+
+#: formats whose importer would read any text file without complaint: a forced one is checked
+_LENIENT = {"pi": pi, "codex": codex, "claude-code": claude_code, "aider": aider}
+
+
+def check_forced(path: Path, fmt: str) -> None:
+    """Refuse a forced ``--format`` that the file's content contradicts: a pi file read as
+    Aider markdown turns every JSON line into assistant text and looks like success. Files no
+    importer recognises are left to the forced one (forcing exists for them); the JSON-document
+    formats check their shape when they load."""
+    mod = _LENIENT.get(fmt)
+    if mod is None or path.is_dir():
+        return
+    try:
+        found = detect_format(path)
+    except ImportFailed:
+        return
+    if found == fmt:
+        return
+    if mod is aider:
+        with open(path, "rb") as fh:
+            fits = aider.detect_text(fh.read(65536).decode("utf-8", errors="replace"))
+    else:
+        fits = mod.detect(head_objects(path, 20))
+    if not fits:
+        raise ImportFailed(f"--format {fmt} does not fit {path}: it is a {found} file",
+                           hint="leave out --format to import it as detected")
