@@ -308,6 +308,10 @@ def _common_session(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="force the format instead of detecting it")
     p.add_argument("--system-prompt", metavar="FILE", help="system prompt to use when the session does not store it")
     p.add_argument("--tools", metavar="FILE", help="tools (OpenAI JSON) to use when the session does not store them")
+    p.add_argument("--template-timeout", metavar="S", type=float_in(0, 3600, open_low=True), default=None,
+                   help="render budget of a template that is not bundled: seconds (default 10)")
+    p.add_argument("--template-max-mb", metavar="MB", type=float_in(0, 4096, open_low=True), default=None,
+                   help="render budget: prompt size in MB (default 64)")
 
 
 def _knobs(p: argparse.ArgumentParser, ubatch: int) -> None:
@@ -424,6 +428,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         runner = ns.func
     try:
+        if hasattr(ns, "template_timeout"):
+            from replayer.core.prompt import sandbox
+
+            sandbox.set_budget(ns.template_timeout, ns.template_max_mb)
         return runner(ns) or 0
     except ReplayerError as exc:
         print(f"replayer: error: {exc}", file=sys.stderr)

@@ -22,10 +22,12 @@ from typing import Any
 
 import jinja2
 import orjson
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
+from replayer.core.prompt import sandbox
+from replayer.core.textfile import read_text
 
 BUNDLED = {
     "chatml": "chatml-tools.jinja",  # ChatML / Qwen2.5 layout with tools
@@ -100,8 +102,8 @@ _ENV_ARGS = dict(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Chainabl
 
 
 @lru_cache(maxsize=1)
-def _environment() -> ImmutableSandboxedEnvironment:
-    return _with_helpers(ImmutableSandboxedEnvironment(**_ENV_ARGS))
+def _environment() -> sandbox.BoundedSandbox:
+    return _with_helpers(sandbox.BoundedSandbox(**_ENV_ARGS))
 
 
 @lru_cache(maxsize=1)
@@ -112,11 +114,14 @@ def _trusted_environment() -> jinja2.Environment:
 
 
 @lru_cache(maxsize=64)
-def _compile(source: str, trusted: bool = False) -> jinja2.Template:
+def _compile(source: str, trusted: bool = False) -> jinja2.Template | sandbox.BoundedTemplate:
+    """A trusted template renders here; an untrusted one is checked here and renders in the
+    sandbox's worker, on the render budget."""
     try:
-        return (_trusted_environment() if trusted else _environment()).from_string(source)
+        tpl = (_trusted_environment() if trusted else _environment()).from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from None
+    return tpl if trusted else sandbox.BoundedTemplate(source)
 
 
 def flatten_content(messages: list[dict]) -> list[dict]:
@@ -220,7 +225,7 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
         raise TemplateError(f"chat template tried to leave the sandbox: {exc}") from None
     except jinja2.TemplateError as exc:
         raise TemplateError(f"chat template failed: {exc}") from None
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError, ArithmeticError) as exc:
         raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
 
 
@@ -235,11 +240,7 @@ def bundled(name: str) -> Template:
 
 def from_file(path: str | Path, bos_token: str = "", eos_token: str = "") -> Template:
     p = Path(path).expanduser()
-    try:
-        src = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReplayerError(f"cannot read template {p}: {exc.strerror or exc}") from None
-    return Template(name=str(p), source=src, bos_token=bos_token, eos_token=eos_token)
+    return Template(name=str(p), source=read_text(p, "template"), bos_token=bos_token, eos_token=eos_token)
 
 
 def resolve(spec: str | None) -> Template:
@@ -303,6 +304,8 @@ def generic_markers(template: Template) -> list[Delimiter]:
         two = render(template, base + [{"role": "assistant", "content": a1}, {"role": "user", "content": u2}],
                      add_generation_prompt=False)
         one = render(template, base + [{"role": "assistant", "content": a1}], add_generation_prompt=False)
+    except sandbox.TemplateBudgetError:
+        raise
     except TemplateError:
         return []
     out: list[Delimiter] = []
