@@ -21,6 +21,10 @@ SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "
 
 
 def _out(data: bytes | str) -> None:
+    """Everything the CLI prints goes through here, so through the redaction policy."""
+    from replayer.core.redact import redact, redact_bytes
+
+    data = redact_bytes(data) if isinstance(data, bytes) else redact(data)
     try:
         if isinstance(data, bytes):
             sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
@@ -48,12 +52,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
     if args.request:
-        _out(req.to_json())
+        _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
     lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
-        "session_id": s.session_id, "title": s.title, "model": s.model, "provider": s.provider,
+        "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
+        "provider": s.provider,
         "messages": len(s.messages), "roles": s.role_counts(), "tool_calls": s.n_tool_calls,
         "tool_results": s.n_tool_results, "compactions_applied": s.stats.compactions_applied,
         "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
@@ -85,6 +90,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         lines.append(f"  note: {w}")
     _out("\n".join(lines))
     return 0
+
+
+def _text_masked(obj: Any) -> Any:
+    """Message text replaced by its length when ``--redact-text`` asks for it."""
+    from replayer.core import redact
+
+    return redact.mask_message_text(obj) if redact.policy().text else obj
 
 
 # -- layout -------------------------------------------------------------------------------
@@ -203,7 +215,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     meta = prep.meta()
     if args.json:
         extras = {run: {"user_starts": len(prep.layouts[run].user_starts)} for run in ("A", "B")}
-        _out(export.to_json(cmp, {"session": meta}, redacted=False, run_extras=extras))
+        _out(export.to_json(cmp, {"session": meta}, run_extras=extras))
     elif args.markdown:
         _out(export.to_markdown(cmp, meta))
     else:
@@ -308,6 +320,10 @@ def _common_session(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="force the format instead of detecting it")
     p.add_argument("--system-prompt", metavar="FILE", help="system prompt to use when the session does not store it")
     p.add_argument("--tools", metavar="FILE", help="tools (OpenAI JSON) to use when the session does not store them")
+    p.add_argument("--no-redact", action="store_true",
+                   help="print paths and keys as they are (default: home folder and keys masked)")
+    p.add_argument("--redact-text", action="store_true",
+                   help="also mask message text (a report to share in public)")
     p.add_argument("--template-timeout", metavar="S", type=float_in(0, 3600, open_low=True), default=None,
                    help="render budget of a template that is not bundled: seconds (default 10)")
     p.add_argument("--template-max-mb", metavar="MB", type=float_in(0, 4096, open_low=True), default=None,
@@ -349,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     _knobs(p, 512)
     p.add_argument("--memory", default="plain", help="plain | swa | recurrent (hybrid)")
     p.add_argument("--swa-window", type=int_in(1, MAX_TOKENS), default=256)
-    p.add_argument("--swa-cache", type=int_in(1, MAX_TOKENS), default=None, help="SWA cache cells (default: as the server sizes it)")
+    p.add_argument("--swa-cache", type=int_in(1, MAX_TOKENS), default=None,
+                   help="SWA cache cells (default: as the server sizes it)")
     p.add_argument("--n-past", type=int_in(0, MAX_TOKENS), default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_schedule)
@@ -370,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")
     p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
     p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0, help="live: seconds per run")
+    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0,
+                   help="live: seconds per run")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
@@ -428,13 +446,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         runner = ns.func
     try:
+        if hasattr(ns, "no_redact"):
+            from replayer.core import redact
+
+            redact.set_policy(redact=not ns.no_redact, text=ns.redact_text)
         if hasattr(ns, "template_timeout"):
             from replayer.core.prompt import sandbox
 
             sandbox.set_budget(ns.template_timeout, ns.template_max_mb)
         return runner(ns) or 0
     except ReplayerError as exc:
-        print(f"replayer: error: {exc}", file=sys.stderr)
+        from replayer.core.redact import redact
+
+        print(f"replayer: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("replayer: interrupted", file=sys.stderr)

@@ -52,7 +52,8 @@ def float_in(lo: float, hi: float | None = None, *, open_low: bool = False) -> C
             raise argparse.ArgumentTypeError(f"{text} is not a finite number")
         if value < lo or (open_low and value == lo) or (hi is not None and value > hi):
             low = f"> {lo:g}" if open_low else f"≥ {lo:g}"
-            raise argparse.ArgumentTypeError(f"{text} is out of range ({low}{f', ≤ {hi:g}' if hi is not None else ''})")
+            high = f", ≤ {hi:g}" if hi is not None else ""
+            raise argparse.ArgumentTypeError(f"{text} is out of range ({low}{high})")
         return value
 
     parse.__name__ = "number"
