@@ -100,18 +100,42 @@ def read_records(path: Path, agent: str):
     return records, stats, warnings
 
 
+#: bytes read at a time by ``_lines``
+_CHUNK = 1 << 20
+
+
+def _lines(fh) -> Iterator[bytes | bytearray]:
+    """The file's lines with their ``\\n``. A line longer than a chunk grows in one
+    ``bytearray`` (realloc moves pages, it does not copy them), where ``for line in file``
+    would hold its pieces and their join: twice a 50 MB message."""
+    buf = bytearray()
+    while data := fh.read(_CHUNK):
+        start = 0
+        while (nl := data.find(b"\n", start)) >= 0:
+            if buf:
+                buf += memoryview(data)[start:nl + 1]
+                yield buf
+                buf = bytearray()
+            else:
+                yield data[start:nl + 1]
+            start = nl + 1
+        buf += memoryview(data)[start:]
+        del data
+    if buf:
+        yield buf
+
+
 def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str, Any]]:
     """Yield each JSON object line; count and skip the rest (opened read-only)."""
     stats = stats if stats is not None else JsonlStats()
     last_bad_no_newline = False
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            line = raw.strip()
-            if not line:
+        for lineno, raw in enumerate(_lines(fh), 1):
+            if raw.isspace():
                 continue
             stats.lines += 1
             try:
-                obj = orjson.loads(line)
+                obj = orjson.loads(raw)  # JSON allows the surrounding whitespace: no stripped copy
             except orjson.JSONDecodeError:
                 stats.bad_lines += 1
                 if len(stats.bad_line_numbers) < 20:
@@ -126,11 +150,25 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
     stats.partial_tail = last_bad_no_newline
 
 
+#: detection reads whole lines up to this size; a longer one (a huge message) is skipped, not
+#: loaded: the records around it tell the format as well
+HEAD_LINE_MAX = 1 << 20
+
+
+def _head_lines(fh) -> Iterator[bytes]:
+    while raw := fh.readline(HEAD_LINE_MAX):
+        if len(raw) == HEAD_LINE_MAX and not raw.endswith(b"\n"):
+            while (rest := fh.readline(HEAD_LINE_MAX)) and not rest.endswith(b"\n"):
+                pass
+            continue
+        yield raw
+
+
 def head_objects(path: Path, limit: int = 20) -> list[dict[str, Any]]:
     """The first few parsable JSON object lines, for format detection."""
     out: list[dict[str, Any]] = []
     with open(path, "rb") as fh:
-        for raw in fh:
+        for raw in _head_lines(fh):
             line = raw.strip()
             if not line:
                 continue

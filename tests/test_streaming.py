@@ -1,0 +1,47 @@
+"""The memory-saving paths give the same answers as the simple ones they replace.
+
+(How much memory they save is measured by benchmarks/memory.py, not asserted here.)
+"""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+
+from replayer.core.prompt import estimate
+from replayer.core.session import reader
+
+WORDS = "alpha beta it's don't 123 x+y foo_bar \n\n  <|im_start|>user\n Über naïve 日本語 .,;: \t end".split(" ")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_long_parts_cut_at_safe_places_count_the_same(monkeypatch, seed):
+    """Blocks that end inside one long message (at a letter-space-letter) give every part the
+    count that scanning each long part whole gives."""
+    rng = random.Random(seed)
+    text = " ".join(rng.choice(WORDS) for _ in range(rng.choice([3000, 20000])))
+    cuts = sorted(rng.sample(range(len(text)), rng.choice([0, 3, 20])))
+    monkeypatch.setattr(estimate, "BLOCK", 2000)
+    monkeypatch.setattr(estimate, "_SAFE_CUT_WINDOW", 300)
+    cut = estimate.counts_between(text, cuts)
+    monkeypatch.setattr(estimate, "_safe_cut", lambda *a: None)  # whole long parts, as before
+    whole = estimate.counts_between(text, cuts)
+    assert cut == whole and sum(cut) > 0
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_line_reader_matches_file_iteration(monkeypatch, chunk):
+    rng = random.Random(chunk)
+    lines = [("x" * rng.choice([0, 1, 5, 100, 3000])).encode() + b"\n" for _ in range(200)] + [b"tail, no newline"]
+    data = b"".join(lines)
+    monkeypatch.setattr(reader, "_CHUNK", chunk)
+    assert [bytes(x) for x in reader._lines(io.BytesIO(data))] == list(io.BytesIO(data))
+
+
+def test_detection_skips_over_long_lines_without_loading_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "HEAD_LINE_MAX", 64)
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"type": "session", "id": "a"}\n{"big": "' + "y" * 1000 + '"}\n{"k": 2}\n')
+    assert reader.head_objects(p) == [{"type": "session", "id": "a"}, {"k": 2}]
