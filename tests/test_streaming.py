@@ -45,3 +45,20 @@ def test_detection_skips_over_long_lines_without_loading_them(tmp_path, monkeypa
     p = tmp_path / "s.jsonl"
     p.write_text('{"type": "session", "id": "a"}\n{"big": "' + "y" * 1000 + '"}\n{"k": 2}\n')
     assert reader.head_objects(p) == [{"type": "session", "id": "a"}, {"k": 2}]
+
+
+def test_huge_lines_parse_as_small_ones(tmp_path, monkeypatch):
+    """Lines parsed from decoded text (the path of huge messages) give the same records and the
+    same bad-line counts as orjson on bytes."""
+    p = tmp_path / "s.jsonl"
+    p.write_bytes(b'{"a": "x\\ny \\u00fc \\"q\\""}\n\n{"b": [1, 2.5, null, true]}\nnot json\n[1]\n'
+                  b'{"c": "\xff bad utf-8"}\n{"d": "half')
+    def read():
+        stats = reader.JsonlStats()
+        return list(reader.iter_jsonl(p, stats)), (stats.lines, stats.bad_lines, stats.partial_tail)
+    want = read()
+    monkeypatch.setattr(reader, "_CHUNK", 5)
+    monkeypatch.setattr(reader, "_BIG_LINE", 8)
+    got = read()
+    assert got == want
+    assert want[1] == (6, 4, True) and len(want[0]) == 2
