@@ -62,3 +62,32 @@ def test_huge_lines_parse_as_small_ones(tmp_path, monkeypatch):
     got = read()
     assert got == want
     assert want[1] == (6, 4, True) and len(want[0]) == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_sums_are_one_cumulative_sum(monkeypatch, seed):
+    """Per-part counts from the carried running sum equal the way they were computed before
+    (all piece prices kept, one cumulative sum over the prompt, differences at the cuts), so
+    parts at exactly .5 round as they always did."""
+    import bisect
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    text = " ".join(rng.choice(WORDS) for _ in range(6000))
+    n = len(text)
+    cuts = sorted(rng.sample(range(n), 40) + [0, n, 17, 17])
+    monkeypatch.setattr(estimate, "BLOCK", 1500)
+    inner = [c for c in cuts if 0 < c < n]
+    starts_l, prices_l, a, k = [], [], 0, 0
+    while a < n:  # the previous algorithm, blocks ending at cuts
+        j = bisect.bisect_left(inner, a + estimate.BLOCK, lo=k)
+        b = inner[j] if j < len(inner) else n
+        st, pr = estimate.scan(text[a:b], np.asarray(inner[k:j], dtype=np.int64) - a)
+        starts_l.append(st + a)
+        prices_l.append(pr)
+        a, k = b, j + 1 if j < len(inner) else j
+    csum = np.concatenate(([0.0], np.cumsum(np.concatenate(prices_l))))
+    edges = np.searchsorted(np.concatenate(starts_l), np.asarray([0, *cuts, n]))
+    want = np.round(csum[edges[1:]] - csum[edges[:-1]]).astype(int).tolist()
+    assert estimate.counts_between(text, cuts) == want

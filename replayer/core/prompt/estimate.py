@@ -261,13 +261,15 @@ def counts_between(text: str, cuts: list[int]) -> list[int]:
     on its own as counting the parts one by one would.
 
     A piece belongs to the part its first character is in. Blocks end at a cut when one is
-    near, else (inside one long message) at a safe cut (``_SAFE_CUT``), and each block's
-    prices are added to its parts' sums at once, so nothing proportional to the prompt is
-    kept beyond the text itself."""
+    near, else (inside one long message) at a safe cut (``_SAFE_CUT``). The running sum of
+    prices is carried from block to block, and only its value where each part starts is kept,
+    so nothing proportional to the prompt is kept beyond the text itself — and the sums are
+    the very floats a cumulative sum over the whole prompt gives (ties at .5 round alike)."""
     n = len(text)
     bounds = np.asarray([0, *cuts, n], dtype=np.int64)
-    sums = np.zeros(len(bounds) - 1)
+    at_bound = np.zeros(len(bounds))  # running price sum before each bound's first piece
     inner = [c for c in cuts if 0 < c < n]
+    carry = 0.0
     a, k = 0, 0
     tail = False  # the rest of a long part: its block ends where the part ends
     while a < n:
@@ -282,12 +284,13 @@ def counts_between(text: str, cuts: list[int]) -> list[int]:
                 b, nxt, tail = c, j, True
         local = np.asarray(inner[k:j], dtype=np.int64) - a  # all before a + BLOCK ≤ b
         st, pr = scan(text[a:b], local)
-        if len(st):
-            part = np.searchsorted(bounds, st + a, side="right") - 1
-            lo = int(part[0])
-            sums[lo:lo + int(part[-1]) - lo + 1] += np.bincount(part - lo, weights=pr)
+        csum = np.cumsum(np.concatenate(([carry], pr)))
+        lo, hi = np.searchsorted(bounds, [a, b])  # the bounds this block places
+        at_bound[lo:hi] = csum[np.searchsorted(st, bounds[lo:hi] - a)]
+        carry = float(csum[-1])
         a, k = b, nxt
-    return np.round(sums).astype(np.int64).tolist()
+    at_bound[np.searchsorted(bounds, n):] = carry
+    return np.round(np.diff(at_bound)).astype(np.int64).tolist()
 
 
 class EstimateTokenizer:
