@@ -42,6 +42,9 @@ MAX_INT_BITS = 1 << 16
 #: and Jinja's intermediate strings
 _HEADROOM_PER_OUTPUT = 8
 _HEADROOM_MIN = 512 << 20
+#: the worker says this byte once it has imported what it renders with
+_READY = b"R"
+_START_SECONDS = 120.0
 
 
 @dataclass
@@ -117,9 +120,22 @@ class _Worker:
         self.lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen:
+        """A running worker, ready: its start (imports, ~0.2 s, longer on a busy machine) is
+        not charged to a render's time budget."""
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, "-m", "replayer.core.prompt.sandbox"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen([sys.executable, "-m", "replayer.core.prompt.sandbox"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            timer = threading.Timer(_START_SECONDS, proc.kill)
+            timer.start()
+            try:
+                ready = proc.stdout.read(1) == _READY
+            finally:
+                timer.cancel()
+            if not ready:
+                proc.kill()
+                proc.wait()
+                raise TemplateError("the chat template's render process did not start")
+            self.proc = proc
         return self.proc
 
     def stop(self) -> None:
@@ -284,7 +300,11 @@ def _die_with_parent() -> None:
 
 def _serve() -> None:
     _die_with_parent()
+    from replayer.core.prompt import templates  # noqa: F401 - imported before saying ready
+
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(_READY)
+    stdout.flush()
     while (data := _receive(stdin)) is not None:
         request = orjson.loads(data)
         del data
