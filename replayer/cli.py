@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import orjson
 
 from replayer import __version__
+from replayer.cli_args import MAX_TOKENS, OneLineParser, float_in, int_in, stdout_failed
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
@@ -21,11 +22,20 @@ SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "
 
 
 def _out(data: bytes | str) -> None:
-    if isinstance(data, bytes):
-        sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
-    else:
-        sys.stdout.write(data if data.endswith("\n") else data + "\n")
-    sys.stdout.flush()
+    """Everything the CLI prints goes through here, so through the redaction policy."""
+    from replayer.core.redact import redact, redact_bytes
+
+    data = redact_bytes(data) if isinstance(data, bytes) else redact(data)
+    try:
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
+        else:
+            sys.stdout.write(data if data.endswith("\n") else data + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # a full disk, /dev/full
+        raise ReplayerError(stdout_failed(exc)) from None
 
 
 def _json(obj: Any) -> None:
@@ -43,12 +53,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
     if args.request:
-        _out(req.to_json())
+        _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
     lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
-        "session_id": s.session_id, "title": s.title, "model": s.model, "provider": s.provider,
+        "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
+        "provider": s.provider,
         "messages": len(s.messages), "roles": s.role_counts(), "tool_calls": s.n_tool_calls,
         "tool_results": s.n_tool_results, "tool_calls_recovered": s.stats.recovered_tool_calls,
         "tool_results_recovered": s.stats.recovered_tool_results, "compactions_applied": s.stats.compactions_applied,
@@ -83,6 +94,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         lines.append(f"  note: {w}")
     _out("\n".join(lines))
     return 0
+
+
+def _text_masked(obj: Any) -> Any:
+    """Message text replaced by its length when ``--redact-text`` asks for it."""
+    from replayer.core import redact
+
+    return redact.mask_message_text(obj) if redact.policy().text else obj
 
 
 # -- layout -------------------------------------------------------------------------------
@@ -191,7 +209,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.jsonl:
         return code
     fmt = "json" if args.json else "md" if args.markdown else "text"
-    _out(report(prep, out.comparison, fmt, redacted=not args.json).decode())
+    _out(report(prep, out.comparison, fmt).decode())
     return code
 
 
@@ -292,18 +310,26 @@ def _common_session(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="force the format instead of detecting it")
     p.add_argument("--system-prompt", metavar="FILE", help="system prompt to use when the session does not store it")
     p.add_argument("--tools", metavar="FILE", help="tools (OpenAI JSON) to use when the session does not store them")
+    p.add_argument("--no-redact", action="store_true",
+                   help="print paths and keys as they are (default: home folder and keys masked)")
+    p.add_argument("--redact-text", action="store_true",
+                   help="also mask message text (a report to share in public)")
+    p.add_argument("--template-timeout", metavar="S", type=float_in(0, 3600, open_low=True), default=None,
+                   help="render budget of a template that is not bundled: seconds (default 10)")
+    p.add_argument("--template-max-mb", metavar="MB", type=float_in(0, 4096, open_low=True), default=None,
+                   help="render budget: prompt size in MB (default 64)")
 
 
 def _knobs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-b", "--batch-size", type=int, default=DEFAULT_KNOBS.n_batch)
-    p.add_argument("-ub", "--ubatch-size", type=int, default=DEFAULT_KNOBS.n_ubatch)
-    p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int, default=None,
+    p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_batch)
+    p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_ubatch)
+    p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int_in(0, MAX_TOKENS), default=None,
                    help="checkpoint min step (default: the build's, 256 before b9771, 8192 after)")
-    p.add_argument("--ctx-checkpoints", type=int, default=DEFAULT_KNOBS.n_ctx_checkpoints)
+    p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=DEFAULT_KNOBS.n_ctx_checkpoints)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="replayer", description="Replay the resume prefill of a coding-agent session "
+    ap = OneLineParser(prog="replayer", description="Replay the resume prefill of a coding-agent session "
                                  "against two llama-server builds. Without a command: open the app.")
     ap.add_argument("--version", action="version", version=f"replayer {__version__}")
     sub = ap.add_subparsers(dest="cmd")
@@ -325,14 +351,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_layout)
 
     p = sub.add_parser("schedule", help="batches and checkpoints of one prompt on one build")
-    p.add_argument("--tokens", type=int, required=True)
+    p.add_argument("--tokens", type=int_in(1, MAX_TOKENS), required=True)
     p.add_argument("--user-starts", default="")
     p.add_argument("--build", required=True)
     _knobs(p)
     p.add_argument("--memory", default="plain", help="plain | swa | recurrent (hybrid)")
-    p.add_argument("--swa-window", type=int, default=DEFAULT_KNOBS.n_swa)
-    p.add_argument("--swa-cache", type=int, default=None, help="SWA cache cells (default: as the server sizes it)")
-    p.add_argument("--n-past", type=int, default=0)
+    p.add_argument("--swa-window", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_swa)
+    p.add_argument("--swa-cache", type=int_in(1, MAX_TOKENS), default=None,
+                   help="SWA cache cells (default: as the server sizes it)")
+    p.add_argument("--n-past", type=int_in(0, MAX_TOKENS), default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_schedule)
 
@@ -351,11 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-b", help="live: run B against this already running server")
     p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")
     p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
-    p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
+    p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
+    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0,
+                   help="live: seconds per run")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
-    p.add_argument("--speed", type=float, default=None,
+    p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "
                         "(default: instant for --jsonl, 10 in the app)")
     p.add_argument("--screenshot", metavar="SVG",
@@ -410,14 +438,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         runner = ns.func
     try:
+        if hasattr(ns, "no_redact"):
+            from replayer.core import redact
+
+            redact.set_policy(redact=not ns.no_redact, text=ns.redact_text)
+        if hasattr(ns, "template_timeout"):
+            from replayer.core.prompt import sandbox
+
+            sandbox.set_budget(ns.template_timeout, ns.template_max_mb)
         return runner(ns) or 0
     except ReplayerError as exc:
-        print(f"replayer: error: {exc}", file=sys.stderr)
+        from replayer.core.redact import redact
+
+        print(f"replayer: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("replayer: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError as exc:  # `replayer … | head`: the reader has all it wanted
+        stdout_failed(exc)
         return 0
 
 

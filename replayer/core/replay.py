@@ -109,15 +109,15 @@ def run_extras(prep: Prepared, cmp: Comparison) -> dict[str, dict[str, Any]]:
 REPORT_FORMATS = ("json", "md", "csv", "text")
 
 
-def report(prep: Prepared, cmp: Comparison, fmt: str, redacted: bool = True) -> bytes:
+def report(prep: Prepared, cmp: Comparison, fmt: str) -> bytes:
     """A finished replay as the CLI prints it and the app exports it (one document per format)."""
     from replayer.core import export
 
     meta = prep.meta()
     if fmt == "json":
-        return export.to_json(cmp, {"session": meta}, redacted=redacted, run_extras=run_extras(prep, cmp))
+        return export.to_json(cmp, {"session": meta}, run_extras=run_extras(prep, cmp))
     if fmt in ("md", "markdown"):
-        return export.to_markdown(cmp, meta, redacted=redacted).encode()
+        return export.to_markdown(cmp, meta).encode()
     if fmt == "csv":
         return export.to_csv(cmp).encode()
     if fmt == "text":

@@ -123,7 +123,9 @@ class ReplayerApp(App):
     def write_svg(self, dest: Path) -> None:
         """The screen as SVG. Textual writes spaces as &#160;; librsvg-based viewers still
         drop them at the start of a text run (right-aligned numbers) unless told to keep them."""
-        svg = self.export_screenshot()
+        from replayer.core.redact import redact
+
+        svg = redact(self.export_screenshot())  # the title shows the session's file name
         dest.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1), encoding="utf-8")
 
     def action_help(self) -> None:

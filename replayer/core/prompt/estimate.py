@@ -261,32 +261,55 @@ def _prices(starts: np.ndarray, cps: np.ndarray, cls: np.ndarray, nbytes: np.nda
 
 #: characters per scan: parts are scanned in blocks of about this size, cut where a part
 #: ends, so the arrays stay in cache and below malloc's mmap threshold (whole-prompt arrays
-#: cost more in page faults than in work)
+#: cost more in page faults than in work), and memory stays a few MB whatever the prompt
 BLOCK = 131072
+#: how far past a block's nominal end a safe cut inside a long part is looked for
+_SAFE_CUT_WINDOW = 4096
+#: a letter, a space, a letter: the space always starts a piece (" word") and the piece
+#: before always ends at the letter, so scanning the two sides apart gives the same pieces
+_SAFE_CUT = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])")
+
+
+def _safe_cut(text: str, lo: int, hi: int) -> int | None:
+    m = _SAFE_CUT.search(text, lo, hi)
+    return m.start() if m else None
 
 
 def counts_between(text: str, cuts: list[int]) -> list[int]:
     """Estimated tokens of each part of ``text`` cut at the (sorted) ``cuts``, each rounded
-    on its own as counting the parts one by one would."""
+    on its own as counting the parts one by one would.
+
+    A piece belongs to the part its first character is in. Blocks end at a cut when one is
+    near, else (inside one long message) at a safe cut (``_SAFE_CUT``). The running sum of
+    prices is carried from block to block, and only its value where each part starts is kept,
+    so nothing proportional to the prompt is kept beyond the text itself — and the sums are
+    the very floats a cumulative sum over the whole prompt gives (ties at .5 round alike)."""
     n = len(text)
+    bounds = np.asarray([0, *cuts, n], dtype=np.int64)
+    at_bound = np.zeros(len(bounds))  # running price sum before each bound's first piece
     inner = [c for c in cuts if 0 < c < n]
-    starts_l, prices_l = [], []
+    carry = 0.0
     a, k = 0, 0
+    tail = False  # the rest of a long part: its block ends where the part ends
     while a < n:
         # the first cut at least BLOCK characters on ends this block; parts are independent
-        j = bisect.bisect_left(inner, a + BLOCK, lo=k)
+        j = k if tail else bisect.bisect_left(inner, a + BLOCK, lo=k)
         b = inner[j] if j < len(inner) else n
-        local = np.asarray(inner[k:j], dtype=np.int64) - a
+        nxt = j + 1 if j < len(inner) else j
+        tail = False
+        if b - a > BLOCK + _SAFE_CUT_WINDOW:  # one long part: end the block inside it
+            c = _safe_cut(text, a + BLOCK, a + BLOCK + _SAFE_CUT_WINDOW)
+            if c is not None:
+                b, nxt, tail = c, j, True
+        local = np.asarray(inner[k:j], dtype=np.int64) - a  # all before a + BLOCK ≤ b
         st, pr = scan(text[a:b], local)
-        starts_l.append(st + a)
-        prices_l.append(pr)
-        a, k = b, j + 1 if j < len(inner) else j
-    starts = np.concatenate(starts_l) if starts_l else np.zeros(0, dtype=np.int64)
-    price = np.concatenate(prices_l) if prices_l else np.zeros(0)
-    csum = np.concatenate(([0.0], np.cumsum(price)))
-    edges = np.searchsorted(starts, np.asarray([0, *cuts, n], dtype=np.int64))
-    parts = csum[edges[1:]] - csum[edges[:-1]]
-    return np.round(parts).astype(np.int64).tolist()
+        csum = np.cumsum(np.concatenate(([carry], pr)))
+        lo, hi = np.searchsorted(bounds, [a, b])  # the bounds this block places
+        at_bound[lo:hi] = csum[np.searchsorted(st, bounds[lo:hi] - a)]
+        carry = float(csum[-1])
+        a, k = b, nxt
+    at_bound[np.searchsorted(bounds, n):] = carry
+    return np.round(np.diff(at_bound)).astype(np.int64).tolist()
 
 
 class EstimateTokenizer:

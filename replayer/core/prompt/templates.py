@@ -27,7 +27,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
+from replayer.core.prompt import sandbox
 from replayer.core.prompt.prepare import Caps
+from replayer.core.textfile import read_text
 
 BUNDLED = {
     "chatml": "chatml-tools.jinja",  # ChatML / Qwen2.5 layout with tools
@@ -141,7 +143,17 @@ def _fromjson(value: str) -> Any:
         return {}
 
 
+def _text(value: Any) -> str:
+    """``{{ a }}{{ b|text }}`` renders what ``{{ a + b }}`` does without building ``a + b``
+    (a copy of every message until the prompt is joined): the bundled templates use it. Like
+    ``+``, it refuses what is not a string, so the message-shape retries still happen."""
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"can only concatenate str (not {type(value).__name__!r}) to str")
+
+
 def _with_helpers(env: jinja2.Environment) -> jinja2.Environment:
+    env.filters["text"] = _text
     env.filters["tojson"] = _tojson
     env.filters["fromjson"] = _fromjson
     env.globals["raise_exception"] = _raise_exception
@@ -154,8 +166,8 @@ _ENV_ARGS = dict(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Chainabl
 
 
 @lru_cache(maxsize=1)
-def _environment() -> ImmutableSandboxedEnvironment:
-    return _with_helpers(ImmutableSandboxedEnvironment(**_ENV_ARGS))
+def _environment() -> sandbox.BoundedSandbox:
+    return _with_helpers(sandbox.BoundedSandbox(**_ENV_ARGS))
 
 
 @lru_cache(maxsize=1)
@@ -166,11 +178,14 @@ def _trusted_environment() -> jinja2.Environment:
 
 
 @lru_cache(maxsize=64)
-def _compile(source: str, trusted: bool = False) -> jinja2.Template:
+def _compile(source: str, trusted: bool = False) -> jinja2.Template | sandbox.BoundedTemplate:
+    """A trusted template renders here; an untrusted one is checked here and renders in the
+    sandbox's worker, on the render budget."""
     try:
-        return (_trusted_environment() if trusted else _environment()).from_string(source)
+        tpl = (_trusted_environment() if trusted else _environment()).from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from None
+    return tpl if trusted else sandbox.BoundedTemplate(source)
 
 
 # -- template capabilities, probed as the server probes them ---------------------------------
@@ -347,7 +362,7 @@ def _run(tpl: jinja2.Template, ctx: dict[str, Any]) -> str:
         raise TemplateError(f"chat template tried to leave the sandbox: {exc}") from None
     except jinja2.TemplateError as exc:
         raise TemplateError(f"chat template failed: {exc}") from None
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError, ArithmeticError) as exc:
         raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
 
 
@@ -454,11 +469,7 @@ def bundled(name: str) -> Template:
 
 def from_file(path: str | Path, bos_token: str = "", eos_token: str = "") -> Template:
     p = Path(path).expanduser()
-    try:
-        src = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReplayerError(f"cannot read template {p}: {exc.strerror or exc}") from None
-    return Template(name=str(p), source=src, bos_token=bos_token, eos_token=eos_token)
+    return Template(name=str(p), source=read_text(p, "template"), bos_token=bos_token, eos_token=eos_token)
 
 
 def resolve(spec: str | None) -> Template:
@@ -522,6 +533,8 @@ def generic_markers(template: Template) -> list[Delimiter]:
         two = render(template, base + [{"role": "assistant", "content": a1}, {"role": "user", "content": u2}],
                      add_generation_prompt=False)
         one = render(template, base + [{"role": "assistant", "content": a1}], add_generation_prompt=False)
+    except sandbox.TemplateBudgetError:
+        raise
     except TemplateError:
         return []
     out: list[Delimiter] = []

@@ -4,8 +4,8 @@ Both hold the same message/part objects. A message's parts are replayed in order
 ``step-start`` begins a new assistant chat message, so one stored assistant message can
 become several (assistant tool_calls → tool results → assistant …). History starts at
 the last completed compaction. A session with a ``revert`` (an undo point) loses what
-follows it, as OpenCode's cleanup does before the next prompt. The database is opened
-read-only.
+follows it, as OpenCode's cleanup does before the next prompt. The database is read
+without writing beside it (``sqlite_ro``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from replayer.core.errors import ImportFailed
 from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, LoadOptions
+from replayer.core.session.sqlite_ro import open_readonly
 
 FORMAT = "opencode"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -42,55 +43,37 @@ def storage_root(path: Path) -> Path | None:
     return None
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    uri = f"file:{path}?mode=ro"
-    try:
-        con = sqlite3.connect(uri, uri=True)
-        con.execute("select 1 from sqlite_master limit 1").fetchall()
-        return con
-    except sqlite3.Error:
-        # a WAL database whose -shm we may not create: read it as immutable
-        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-
-
-def list_sessions_db(path: Path) -> list[dict[str, Any]]:
-    con = _connect(path)
-    try:
-        con.row_factory = sqlite3.Row
-        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
-        if not {"session", "message", "part"} <= tables:
-            raise ImportFailed(f"{path} is an SQLite file but not an OpenCode database")
-        rows = [dict(r) for r in con.execute("select * from session")]
-    except sqlite3.DatabaseError as exc:
-        raise ImportFailed(f"cannot read {path} as SQLite: {exc}") from None
-    finally:
-        con.close()
+def _sessions(con: sqlite3.Connection, path: Path) -> list[dict[str, Any]]:
+    con.row_factory = sqlite3.Row
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+    if not {"session", "message", "part"} <= tables:
+        raise ImportFailed(f"{path} is an SQLite file but not an OpenCode database")
+    rows = [dict(r) for r in con.execute("select * from session")]
+    con.row_factory = None
     return rows
 
 
 def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
-    sessions = list_sessions_db(path)
-    if not sessions:
-        raise ImportFailed(f"{path} holds no OpenCode sessions")
-    top = [s for s in sessions if not s.get("parent_id")] or sessions
-    if session_id:
-        chosen = next((s for s in sessions if s["id"] == session_id), None)
-        if chosen is None:
-            raise ImportFailed(f"no session {session_id!r} in {path}")
-    else:
-        chosen = max(top, key=lambda s: (s.get("time_updated") or 0, s["id"]))
-    con = _connect(path)
     try:
-        msgs = con.execute(
-            "select id, time_created, data from message where session_id=? order by time_created, id",
-            (chosen["id"],)).fetchall()
-        parts = con.execute(
-            "select message_id, id, data from part where session_id=? order by message_id, id",
-            (chosen["id"],)).fetchall()
+        with open_readonly(path) as con:
+            sessions = _sessions(con, path)
+            if not sessions:
+                raise ImportFailed(f"{path} holds no OpenCode sessions")
+            top = [s for s in sessions if not s.get("parent_id")] or sessions
+            if session_id:
+                chosen = next((s for s in sessions if s["id"] == session_id), None)
+                if chosen is None:
+                    raise ImportFailed(f"no session {session_id!r} in {path}")
+            else:
+                chosen = max(top, key=lambda s: (s.get("time_updated") or 0, s["id"]))
+            msgs = con.execute(
+                "select id, time_created, data from message where session_id=? order by time_created, id",
+                (chosen["id"],)).fetchall()
+            parts = con.execute(
+                "select message_id, id, data from part where session_id=? order by message_id, id",
+                (chosen["id"],)).fetchall()
     except sqlite3.DatabaseError as exc:
         raise ImportFailed(f"cannot read {path}: {exc}") from None
-    finally:
-        con.close()
     by_msg: dict[str, list[dict]] = {}
     for mid, pid, data in parts:
         by_msg.setdefault(mid, []).append(_loads(data) | {"id": pid})

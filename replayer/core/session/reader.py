@@ -8,6 +8,7 @@ parsed, so memory follows the session's text, not its attachments.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass, field
@@ -100,23 +101,62 @@ def read_records(path: Path, agent: str):
     return records, stats, warnings
 
 
+#: bytes read at a time by ``_lines``
+_CHUNK = 1 << 20
+#: lines longer than this are decoded and parsed by the standard library (see ``_big``)
+_BIG_LINE = 8 << 20
+
+
+def _big(line: bytearray) -> bytearray | str:
+    """A huge line as ``str``, so its bytes can be freed before it is parsed: orjson holds the
+    bytes, a buffer of the same size and the result (3× a 50 MB message), ``json`` on the
+    decoded text only the text and the result (2×)."""
+    if len(line) <= _BIG_LINE:
+        return line
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return line  # orjson refuses it: counted as a bad line
+
+
+def _lines(fh) -> Iterator[bytes | bytearray | str]:
+    """The file's lines with their ``\\n``. A line longer than a chunk grows in one
+    ``bytearray`` (realloc moves pages, it does not copy them), where ``for line in file``
+    would hold its pieces and their join: twice a 50 MB message."""
+    buf = bytearray()
+    while data := fh.read(_CHUNK):
+        start = 0
+        while (nl := data.find(b"\n", start)) >= 0:
+            if buf:
+                buf += memoryview(data)[start:nl + 1]
+                line, buf = _big(buf), bytearray()
+                yield line
+                del line
+            else:
+                yield data[start:nl + 1]
+            start = nl + 1
+        buf += memoryview(data)[start:]
+        del data
+    if buf:
+        yield _big(buf)
+
+
 def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str, Any]]:
     """Yield each JSON object line; count and skip the rest (opened read-only)."""
     stats = stats if stats is not None else JsonlStats()
     last_bad_no_newline = False
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            line = raw.strip()
-            if not line:
+        for lineno, raw in enumerate(_lines(fh), 1):
+            if raw.isspace():
                 continue
             stats.lines += 1
-            try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError:
+            try:  # JSON allows the surrounding whitespace: no stripped copy
+                obj = json.loads(raw) if isinstance(raw, str) else orjson.loads(raw)
+            except ValueError:  # both parsers' errors
                 stats.bad_lines += 1
                 if len(stats.bad_line_numbers) < 20:
                     stats.bad_line_numbers.append(lineno)
-                last_bad_no_newline = not raw.endswith(b"\n")
+                last_bad_no_newline = not raw.endswith("\n" if isinstance(raw, str) else b"\n")
                 continue
             last_bad_no_newline = False
             if not isinstance(obj, dict):
@@ -126,11 +166,25 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
     stats.partial_tail = last_bad_no_newline
 
 
+#: detection reads whole lines up to this size; a longer one (a huge message) is skipped, not
+#: loaded: the records around it tell the format as well
+HEAD_LINE_MAX = 1 << 20
+
+
+def _head_lines(fh) -> Iterator[bytes]:
+    while raw := fh.readline(HEAD_LINE_MAX):
+        if len(raw) == HEAD_LINE_MAX and not raw.endswith(b"\n"):
+            while (rest := fh.readline(HEAD_LINE_MAX)) and not rest.endswith(b"\n"):
+                pass
+            continue
+        yield raw
+
+
 def head_objects(path: Path, limit: int = 20) -> list[dict[str, Any]]:
     """The first few parsable JSON object lines, for format detection."""
     out: list[dict[str, Any]] = []
     with open(path, "rb") as fh:
-        for raw in fh:
+        for raw in _head_lines(fh):
             line = raw.strip()
             if not line:
                 continue

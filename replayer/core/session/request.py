@@ -15,6 +15,7 @@ import orjson
 
 from replayer.core.errors import ReplayerError
 from replayer.core.session.model import ImagePart, Message, Session, TextPart
+from replayer.core.textfile import read_bytes, read_text
 
 
 @dataclass
@@ -58,20 +59,14 @@ def message_to_openai(m: Message) -> dict[str, Any]:
 
 
 def load_system_prompt(path: str | Path) -> str:
-    p = Path(path).expanduser()
-    try:
-        return p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReplayerError(f"cannot read system prompt {p}: {exc.strerror or exc}") from None
+    return read_text(path, "system prompt")
 
 
 def load_tools(path: str | Path) -> list[dict[str, Any]]:
     """Tools as an OpenAI ``tools`` array, or a request body holding one."""
     p = Path(path).expanduser()
     try:
-        data = orjson.loads(p.read_bytes())
-    except OSError as exc:
-        raise ReplayerError(f"cannot read tools {p}: {exc.strerror or exc}") from None
+        data = orjson.loads(read_bytes(p, "tools file"))
     except orjson.JSONDecodeError as exc:
         raise ReplayerError(f"tools file {p} is not JSON: {exc}") from None
     if isinstance(data, dict):

@@ -24,6 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from replayer.core.redact import redact
 from replayer.core.compare import Comparison
 from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
@@ -79,7 +80,7 @@ class ReplayScreen(Screen):
     def on_mount(self) -> None:
         gc.freeze()  # the prepared session is long-lived: no full GC pass should scan it again
         s = self.prep.session
-        self.title = f"replayer — {Path(s.path).name}"
+        self.title = redact(f"replayer — {Path(s.path).name}")  # a file name can hold a key
         self.sub_title = f"{s.format} · {self.prep.n_tokens:,} tokens"
         for run in ("A", "B"):
             lay = self.prep.layouts[run]

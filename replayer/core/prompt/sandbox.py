@@ -1,0 +1,319 @@
+"""A render budget for untrusted chat templates: time, output size and memory.
+
+Jinja's sandbox stops a template from reaching Python, not from spending it: two nested
+``range(99999)`` loops run for hours, ``'a' * 10**9`` takes gigabytes, ``10**(10**7)`` a
+minute. A template can come from any GGUF or server, so every untrusted render runs in one
+long-lived worker process (started on first use, ~0.2 s) that
+
+- renders with :class:`BoundedSandbox`: ``*``, ``**`` and ``+`` refuse results over the
+  output budget before building them (a clear message, at once);
+- caps its own address space (``RLIMIT_AS``) and CPU time for each render, so no hook that
+  was missed can take the machine's memory or outlive the parent;
+- is killed when the wall-clock budget runs out; the next render starts a fresh one.
+
+Errors come back as the exception types ``templates.render`` handles (so its message-shape
+retries still work), or as a one-line ``TemplateError``. Bundled templates (replayer's own)
+never come here: they render in-process at full speed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import orjson
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from replayer.core.errors import TemplateError
+
+#: defaults of ``--template-timeout`` and ``--template-max-mb``
+DEFAULT_SECONDS = 10.0
+DEFAULT_MAX_MB = 64
+#: integers a template may build (bits): far beyond any token id or count
+MAX_INT_BITS = 1 << 16
+#: address space a render may use beyond the worker's size before it: the context, the output
+#: and Jinja's intermediate strings
+_HEADROOM_PER_OUTPUT = 8
+_HEADROOM_MIN = 512 << 20
+#: the worker says this byte once it has imported what it renders with
+_READY = b"R"
+_START_SECONDS = 120.0
+
+
+@dataclass
+class Budget:
+    seconds: float = DEFAULT_SECONDS
+    max_bytes: int = DEFAULT_MAX_MB << 20
+
+    def describe(self) -> str:
+        return f"{self.seconds:g} s, {self.max_bytes / (1 << 20):g} MB"
+
+
+_budget = Budget()
+
+
+def set_budget(seconds: float | None = None, max_mb: float | None = None) -> Budget:
+    """The budget of every later untrusted render in this process (the CLI's flags; None: the
+    default)."""
+    _budget.seconds = float(DEFAULT_SECONDS if seconds is None else seconds)
+    _budget.max_bytes = int((DEFAULT_MAX_MB if max_mb is None else max_mb) * (1 << 20))
+    return _budget
+
+
+def budget() -> Budget:
+    return _budget
+
+
+class BudgetExceeded(Exception):
+    """Raised by the sandbox's hooks; becomes a one-line ``TemplateBudgetError``."""
+
+
+class TemplateBudgetError(TemplateError):
+    """A render went over its budget: the template, not the messages, is at fault, so no
+    other message shape is tried."""
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, list, tuple)) else 0
+
+
+class BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox, plus size checks on the operators that multiply sizes."""
+
+    intercepted_binops = frozenset({"*", "**", "+"})
+    max_bytes = DEFAULT_MAX_MB << 20
+
+    def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**":
+            if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
+                if right * max(left.bit_length() - 1, 1) > MAX_INT_BITS:
+                    raise BudgetExceeded(f"{left} ** {right} is a number too large to build")
+            return left**right
+        if operator == "*":
+            if isinstance(left, int) and isinstance(right, int):
+                if left.bit_length() + right.bit_length() > MAX_INT_BITS:
+                    raise BudgetExceeded("a product too large to build")
+            else:
+                seq, n = (left, right) if isinstance(right, int) else (right, left)
+                if isinstance(n, int) and _size(seq) * max(n, 0) > self.max_bytes:
+                    raise BudgetExceeded(f"a sequence of {_size(seq) * n:,} items is over the output budget")
+            return left * right
+        if _size(left) + _size(right) > self.max_bytes:
+            raise BudgetExceeded(f"a sequence of {_size(left) + _size(right):,} items is over the output budget")
+        return left + right
+
+
+# -- the parent's side ---------------------------------------------------------------------
+
+class _Worker:
+    """One worker process and the pipe to it; one render at a time."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen:
+        """A running worker, ready: its start (imports, ~0.2 s, longer on a busy machine) is
+        not charged to a render's time budget."""
+        if self.proc is None or self.proc.poll() is not None:
+            proc = subprocess.Popen([sys.executable, "-m", "replayer.core.prompt.sandbox"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            timer = threading.Timer(_START_SECONDS, proc.kill)
+            timer.start()
+            try:
+                ready = proc.stdout.read(1) == _READY
+            finally:
+                timer.cancel()
+            if not ready:
+                proc.kill()
+                proc.wait()
+                raise TemplateError("the chat template's render process did not start")
+            self.proc = proc
+        return self.proc
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def render(self, source: str, ctx: dict[str, Any], limit: Budget) -> Any:
+        with self.lock:
+            proc = self._start()
+            request = {"source": source, "ctx": ctx, "seconds": limit.seconds, "max_bytes": limit.max_bytes}
+            try:
+                payload = orjson.dumps(request, default=str)
+                _send(proc.stdin, payload)
+            except (BrokenPipeError, OSError):
+                self.stop()
+                raise TemplateError("the chat template's render process stopped before it started") from None
+            # the wall clock is the parent's: a worker stuck in C code cannot fool it
+            expired = threading.Event()
+            timer = threading.Timer(limit.seconds, lambda: (expired.set(), proc.kill()))
+            timer.start()
+            try:
+                reply = _receive(proc.stdout)
+            finally:
+                timer.cancel()
+            if reply is None:
+                code = proc.wait()
+                self.stop()
+                if expired.is_set() or code == -signal.SIGXCPU:
+                    raise TemplateBudgetError(f"the chat template did not finish within {limit.seconds:g} s "
+                                        "(render budget; --template-timeout to change)")
+                raise TemplateError(f"the chat template's render process ended (exit status {code}, "
+                                    "out of memory?)")
+            return orjson.loads(reply)
+
+
+def _send(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(struct.pack("<Q", len(payload)) + payload)
+    stream.flush()
+
+
+def _receive(stream: BinaryIO) -> bytes | None:
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (n,) = struct.unpack("<Q", head)
+    data = stream.read(n)
+    return data if len(data) == n else None
+
+
+_worker = _Worker()
+atexit.register(_worker.stop)
+
+
+class BoundedTemplate:
+    """Stands for a compiled untrusted template: ``render`` runs in the worker, on the budget."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def render(self, **ctx: Any) -> str:
+        reply = _worker.render(self.source, ctx, _budget)
+        if "text" in reply:
+            return reply["text"]
+        raise _exception(reply["kind"], reply["message"])
+
+
+def _exception(kind: str, message: str) -> Exception:
+    """The worker's error as the exception ``templates.render`` expects."""
+    import jinja2
+    from jinja2.sandbox import SecurityError
+
+    from replayer.core.prompt import templates
+
+    if kind == "raise_exception":
+        return templates._RaiseException(message)
+    if kind == "budget":
+        return TemplateBudgetError(f"chat template stopped: {message} (render budget {_budget.describe()}; "
+                             "--template-timeout / --template-max-mb to change)")
+    known = {"TypeError": TypeError, "UndefinedError": jinja2.UndefinedError, "SecurityError": SecurityError}
+    if kind in known:
+        return known[kind](message)
+    return TemplateError(f"chat template failed: {kind}: {message}")
+
+
+# -- the worker's side ---------------------------------------------------------------------
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _render_one(request: dict[str, Any]) -> dict[str, Any]:
+    import resource
+
+    import jinja2
+
+    from replayer.core.prompt import templates
+
+    max_bytes = int(request["max_bytes"])
+    env = templates._environment()
+    env.max_bytes = max_bytes
+    limits = []
+    try:
+        tpl = _compiled(env, request["source"])
+        try:  # memory and CPU caps for this render only: hooks can miss, the kernel cannot
+            cpu = resource.getrusage(resource.RUSAGE_SELF)
+            limits.append((resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU)))
+            used = int(cpu.ru_utime + cpu.ru_stime)
+            resource.setrlimit(resource.RLIMIT_CPU, (used + int(request["seconds"]) + 2, resource.RLIM_INFINITY))
+            limits.append((resource.RLIMIT_AS, resource.getrlimit(resource.RLIMIT_AS)))
+            headroom = max(_HEADROOM_MIN, _HEADROOM_PER_OUTPUT * max_bytes)
+            resource.setrlimit(resource.RLIMIT_AS, (_address_space() + headroom, resource.RLIM_INFINITY))
+        except (ValueError, OSError):
+            pass
+        text = tpl.render(**request["ctx"])
+        if len(text) > max_bytes:
+            return {"kind": "budget", "message": f"a prompt of {len(text):,} characters is over the output budget"}
+        return {"text": text}
+    except MemoryError:
+        return {"kind": "budget", "message": "the render ran out of its memory budget"}
+    except BudgetExceeded as exc:
+        return {"kind": "budget", "message": str(exc)}
+    except templates._RaiseException as exc:
+        return {"kind": "raise_exception", "message": str(exc)}
+    except jinja2.UndefinedError as exc:
+        return {"kind": "UndefinedError", "message": str(exc)}
+    except RecursionError:
+        return {"kind": "RecursionError", "message": "templates nested too deep"}
+    except Exception as exc:  # noqa: BLE001 - every template error is reported, never raised here
+        return {"kind": type(exc).__name__, "message": " ".join(str(exc).split())[:300]}
+    finally:
+        for which, old in reversed(limits):
+            try:
+                resource.setrlimit(which, old)
+            except (ValueError, OSError):
+                pass
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def _compiled(env, source: str):
+    tpl = _COMPILED.get(source)
+    if tpl is None:
+        if len(_COMPILED) > 16:
+            _COMPILED.clear()
+        tpl = _COMPILED[source] = env.from_string(source)
+    return tpl
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills the worker when replayer ends, however it ends."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve() -> None:
+    _die_with_parent()
+    from replayer.core.prompt import templates  # noqa: F401 - imported before saying ready
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(_READY)
+    stdout.flush()
+    while (data := _receive(stdin)) is not None:
+        request = orjson.loads(data)
+        del data
+        reply = _render_one(request)
+        del request
+        _send(stdout, orjson.dumps(reply))
+
+
+if __name__ == "__main__":  # run as a module: use the importable copy, whose classes templates raise
+    from replayer.core.prompt.sandbox import _serve as serve
+
+    serve()
