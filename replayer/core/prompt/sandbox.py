@@ -144,10 +144,11 @@ class _Worker:
             proc.kill()
             proc.wait()
 
-    def render(self, source: str, ctx: dict[str, Any], limit: Budget) -> Any:
+    def render(self, source: str, ctx: dict[str, Any], limit: Budget, op: str = "render") -> Any:
         with self.lock:
             proc = self._start()
-            request = {"source": source, "ctx": ctx, "seconds": limit.seconds, "max_bytes": limit.max_bytes}
+            request = {"op": op, "source": source, "ctx": ctx, "seconds": limit.seconds,
+                       "max_bytes": limit.max_bytes}
             try:
                 payload = orjson.dumps(request, default=str)
                 _send(proc.stdin, payload)
@@ -204,6 +205,15 @@ class BoundedTemplate:
         raise _exception(reply["kind"], reply["message"])
 
 
+def bounded_caps(source: str) -> dict[str, bool]:
+    """The server's capability probe of an untrusted template, run in the worker on the render
+    budget: the probe executes the template too, so a hostile one must not hang it in-process."""
+    reply = _worker.render(source, {}, _budget, op="caps")
+    if "caps" in reply:
+        return reply["caps"]
+    raise _exception(reply["kind"], reply["message"])
+
+
 def _exception(kind: str, message: str) -> Exception:
     """The worker's error as the exception ``templates.render`` expects."""
     import jinja2
@@ -252,6 +262,10 @@ def _render_one(request: dict[str, Any]) -> dict[str, Any]:
             resource.setrlimit(resource.RLIMIT_AS, (_address_space() + headroom, resource.RLIM_INFINITY))
         except (ValueError, OSError):
             pass
+        if request.get("op") == "caps":
+            import dataclasses
+
+            return {"caps": dataclasses.asdict(templates.caps_of(request["source"]))}
         text = tpl.render(**request["ctx"])
         if len(text) > max_bytes:
             return {"kind": "budget", "message": f"a prompt of {len(text):,} characters is over the output budget"}

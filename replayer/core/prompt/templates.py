@@ -251,7 +251,7 @@ def _see_deep(value: Any) -> None:
             _see_deep(v)
 
 
-class _ProbeEnvironment(ImmutableSandboxedEnvironment):
+class _ProbeEnvironment(sandbox.BoundedSandbox):
     """Member and index access mark the value read and the container accessed."""
 
     def _seen(self, obj: Any, key: Any, value: Any) -> Any:
@@ -348,7 +348,14 @@ def caps_of(source: str) -> Caps:
 
 
 def template_caps(template: Template) -> Caps:
-    return caps_of(template.source)
+    if template.trusted:
+        return caps_of(template.source)
+    return _untrusted_caps(template.source)
+
+
+@lru_cache(maxsize=64)
+def _untrusted_caps(source: str) -> Caps:
+    return Caps(**sandbox.bounded_caps(source))
 
 
 # -- rendering ------------------------------------------------------------------------------
