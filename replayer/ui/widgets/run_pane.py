@@ -80,6 +80,15 @@ class RunPane(Vertical):
     def on_mount(self) -> None:
         self.border_title = Text(self.heading)  # the title sits in the border: one row more for the lists
 
+    def on_resize(self) -> None:
+        # the verdict appearing shrinks the pane: a list that followed the newest batch keeps doing so
+        self.call_after_refresh(self.follow)
+
+    def follow(self) -> None:
+        for log in self.query(Log):
+            if log.auto_scroll:
+                log.scroll_end(animate=False, immediate=True)
+
     def set_layout(self, n_tokens: int, spans: list[tuple[str, int]]) -> None:
         self.query_one(Timeline).set_layout(n_tokens, spans)
 

@@ -79,17 +79,16 @@ class Timeline(Widget, can_focus=True):
             return [self]
 
     def action_zoom(self, factor: float) -> None:
+        zoom, offset = min(256.0, max(1.0, self.zoom * float(factor))), self.offset
         for t in self._all():
-            t.zoom = min(256.0, max(1.0, self.zoom * float(factor)))
-            t.offset = self.offset
+            t.zoom, t.offset = zoom, offset
             t._clamp()
 
     def action_scroll_tokens(self, direction: int) -> None:
         width = max(1, self.size.width)
-        offset = self.offset + int(direction) * max(1, int(self._tpc() * width / 4))
+        zoom, offset = self.zoom, self.offset + int(direction) * max(1, int(self._tpc() * width / 4))
         for t in self._all():
-            t.zoom = self.zoom
-            t.offset = offset
+            t.zoom, t.offset = zoom, offset
             t._clamp()
 
     def _tpc(self) -> float:
