@@ -172,7 +172,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.app or args.screenshot:
         from replayer.ui.app import run_replay_app
 
-        return run_replay_app(prepare(args.session, cfg), 10.0 if args.speed is None else args.speed,
+        from replayer.ui.app import DEFAULT_APP_SPEED
+
+        # a headless picture has nobody to watch the animation: instant unless --speed says otherwise
+        speed = (0.0 if args.screenshot else DEFAULT_APP_SPEED) if args.speed is None else args.speed
+        return run_replay_app(prepare(args.session, cfg), speed,
                               live_model=args.model if cfg.engine == "live" else None,
                               screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
     if cfg.engine == "live":
@@ -396,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float, default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "
-                        "(default: instant for --jsonl, 10 in the app)")
+                        "(default: instant for --jsonl and --screenshot, 10 in the app)")
     p.add_argument("--screenshot", metavar="SVG",
                    help="run the app headless to the verdict, save it as an SVG picture and exit")
     out = p.add_mutually_exclusive_group()

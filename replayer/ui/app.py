@@ -75,8 +75,8 @@ class ReplayerApp(App):
         if self.screenshot_to is None:
             return
         cmp = message.comparison
-        # the screenshot renders the screen itself: no need to wait for the next frame
-        self._shoot(1 if (cmp.a.failed or cmp.b.failed) else 0)
+        # after the next layout: the verdict's area only takes room (is displayed) once it exists
+        self.call_after_refresh(self._shoot, 1 if (cmp.a.failed or cmp.b.failed) else 0)
 
     def _shoot(self, code: int) -> None:
         dest = self.screenshot_to
