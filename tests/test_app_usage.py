@@ -294,3 +294,49 @@ def test_builds_list_has_a_header(capsys, monkeypatch, tmp_path):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["build", "backend", "source", "binary"]
     assert lines[1].split()[:3] == ["b9859", "cpu", "local"]
+
+
+@pytest.mark.live
+async def test_live_pause_holds_events_and_cancel_stops_that_runs_server(tmp_path):
+    """Real builds: pause keeps the servers computing but nothing reaches the panes; `a` stops
+    run A's own server (B's keeps going) and A is marked partial/failed, never complete."""
+    import json
+
+    from replayer.core.builds import manager
+    from replayer.core.engine.live import live_processes
+    from replayer.core.tiny_models import make_tiny
+    from helpers import agent_conversation
+
+    for b in (9859, 10001):
+        manager.install(b, "cpu")
+    model = make_tiny("llama", tmp_path / "llama.gguf")
+    msgs, tools = agent_conversation(rounds=40, tool_result_words=80)
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"messages": msgs, "tools": tools}))
+    prep = prepare(body, ReplayConfig(a="9859", b="10001", engine="live", backend="cpu", n_batch=64, n_ubatch=64))
+    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep, live_model=str(model))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.pane("A").summary.n_batches > 0
+                       and screen.pane("B").summary.n_batches > 0, timeout=120)
+        await pilot.press("space")
+        assert "servers keep running" in screen.sub_title
+        held, queued = screen.n_events, sum(len(b) for b in screen.buffers.values())
+        await wait_for(pilot, lambda: sum(len(b) for b in screen.buffers.values()) > queued, timeout=60)
+        assert screen.n_events == held, "paused: events are held back, not shown"
+        await pilot.press("space")
+        port = screen.pane("A").summary.settings["port"]
+        server_a = next(p for p in live_processes() if str(port) in p.args)
+        await pilot.press("a")
+        await wait_for(pilot, lambda: server_a.poll() is not None, timeout=10)
+        await wait_for(pilot, lambda: screen.comparison is not None, timeout=300)
+        assert screen.comparison.a.failed == "cancelled"
+        assert run_status_of(screen.comparison.a) in ("partial", "failed")
+        assert screen.comparison.b.finished is not None
+    assert live_processes() == []
+
+
+def run_status_of(summary):
+    from replayer.ui.widgets.run_pane import run_status
+
+    return run_status(summary)
