@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from textual.widgets import Log, Static
 
@@ -17,14 +15,8 @@ from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.run_pane import RunPane
 
 from conftest import FIXTURES
+from helpers import start_from_setup, wait_for
 
-
-async def wait_for(pilot, cond, timeout=30.0):
-    t = time.monotonic()
-    while not cond():
-        if time.monotonic() - t > timeout:
-            raise AssertionError("timed out")
-        await pilot.pause(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +31,7 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
         await pilot.pause()
         assert isinstance(app.screen, PickerScreen)
         await pilot.press("d")  # the bundled demo
-        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        screen = app.screen
+        screen = await start_from_setup(app, pilot)
         await wait_for(pilot, lambda: screen.comparison is not None)
         cmp = core_comparison
         shown = screen.comparison
@@ -72,10 +61,7 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
 async def test_cancel_a_leaves_b_running():
     app = ReplayerApp(session=demo_session_path(), default_speed=1.0)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        screen = app.screen
+        screen = await start_from_setup(app, pilot)
         await wait_for(pilot, lambda: screen.pane("A").summary.n_batches > 0)
         await pilot.press("a")
         await pilot.pause(0.2)

@@ -18,14 +18,8 @@ from replayer.ui.screens.picker import DEMO_KEY, PickerScreen
 from replayer.ui.screens.setup import SetupScreen, build_options
 
 from conftest import FIXTURES
+from helpers import start_from_setup, wait_for
 
-
-async def wait_for(pilot, cond, timeout=30.0):
-    t = time.monotonic()
-    while not cond():
-        if time.monotonic() - t > timeout:
-            raise AssertionError("timed out")
-        await pilot.pause(0.05)
 
 
 def test_overall_progress_runs_through_the_stages_in_order():

@@ -6,7 +6,6 @@ Every test drives the real app with Pilot through key presses and checks what is
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from textual.widgets import Input, Log, Select, Static
@@ -22,14 +21,20 @@ from replayer.ui.widgets.progress_line import ProgressLine
 from replayer.ui.widgets.timeline import Timeline, density_mark
 
 from conftest import FIXTURES
+from helpers import start_from_setup, wait_for
 
 
-async def wait_for(pilot, cond, timeout=60.0):
-    t = time.monotonic()
-    while not cond():
-        if time.monotonic() - t > timeout:
-            raise AssertionError("timed out")
-        await pilot.pause(0.05)
+
+def instant_demo_app() -> ReplayerApp:
+    """The app opened straight on the demo's replay with the defaults, instant."""
+    prep = prepare(demo_session_path(), ReplayConfig())
+    return ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
+
+
+async def until_verdict(app, pilot):
+    screen = app.screen
+    await wait_for(pilot, lambda: screen.comparison is not None)
+    return screen
 
 
 def visible(app, widget) -> bool:
@@ -115,10 +120,7 @@ async def test_verdict_takes_room_only_once_it_exists(size):
 async def test_r_mid_replay_ends_with_a_verdict_of_the_new_runs_only():
     app = ReplayerApp(demo=True, default_speed=1.0)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        screen = app.screen
+        screen = await start_from_setup(app, pilot)
         await wait_for(pilot, lambda: screen.pane("A").summary.n_batches > 1)
         await pilot.press("r")
         await pilot.press("3")
@@ -136,10 +138,7 @@ async def test_r_mid_replay_ends_with_a_verdict_of_the_new_runs_only():
 async def test_cancelled_run_is_marked_partial_in_pane_and_table():
     app = ReplayerApp(demo=True, default_speed=1.0)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        screen = app.screen
+        screen = await start_from_setup(app, pilot)
         await wait_for(pilot, lambda: screen.pane("A").summary.n_batches > 0)
         await pilot.press("a", "3")
         await wait_for(pilot, lambda: screen.comparison is not None)
@@ -155,10 +154,7 @@ async def test_cancelled_run_is_marked_partial_in_pane_and_table():
 async def test_pause_holds_events_back_and_says_so():
     app = ReplayerApp(demo=True, default_speed=1.0)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        screen = app.screen
+        screen = await start_from_setup(app, pilot)
         await wait_for(pilot, lambda: screen.n_events > 0)
         await pilot.press("space")
         assert "PAUSED" in screen.sub_title and "speed ×1" in screen.sub_title
@@ -172,11 +168,9 @@ async def test_pause_holds_events_back_and_says_so():
 
 
 async def test_zoom_and_pan_move_both_timelines_together():
-    prep = prepare(demo_session_path(), ReplayConfig())
-    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
+    app = instant_demo_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = app.screen
-        await wait_for(pilot, lambda: screen.comparison is not None)
+        screen = await until_verdict(app, pilot)
         await pilot.press("plus", "plus", "full_stop")
         ta, tb = (screen.pane(r).query_one(Timeline) for r in ("A", "B"))
         assert ta.zoom == tb.zoom == 4.0
@@ -188,11 +182,9 @@ async def test_zoom_and_pan_move_both_timelines_together():
 
 async def test_timeline_shades_columns_by_how_many_starts_they_hold():
     assert [density_mark(n) for n in (1, 2, 4, 10, 25)] == [None, "░", "▒", "▓", "█"]
-    prep = prepare(demo_session_path(), ReplayConfig())
-    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
+    app = instant_demo_app()
     async with app.run_test(size=(80, 40)) as pilot:
-        screen = app.screen
-        await wait_for(pilot, lambda: screen.comparison is not None)
+        screen = await until_verdict(app, pilot)
         tl = screen.pane("A").query_one(Timeline)
         row = str(tl.render()).splitlines()[0]
         tpc = tl._tpc()
@@ -219,11 +211,9 @@ def test_eta_follows_the_current_speed():
 
 
 async def test_batch_list_stays_where_the_user_scrolled_back():
-    prep = prepare(demo_session_path(), ReplayConfig())
-    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
+    app = instant_demo_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = app.screen
-        await wait_for(pilot, lambda: screen.comparison is not None)
+        screen = await until_verdict(app, pilot)
         await pilot.pause()  # the verdict's layout settles (the list re-follows after the pane shrank)
         pane = screen.pane("A")
         log = pane.query_one("#batches", Log)

@@ -32,6 +32,7 @@ class Check:
     backend: str
     missing: list[str] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
+    apt: list[str] = field(default_factory=list)  # Debian/Ubuntu packages that provide what is missing
     found: list[str] = field(default_factory=list)
 
     @property
@@ -41,12 +42,17 @@ class Check:
     def line(self) -> str:
         if self.ok:
             return f"{self.backend}: toolchain ready ({', '.join(self.found) or 'nothing extra needed'})"
-        fixes = "; ".join(dict.fromkeys(self.fixes))
-        return f"{self.backend} build needs {', '.join(self.missing)} — {fixes}"
+        fixes = list(dict.fromkeys(self.fixes))
+        if self.apt:
+            fixes.insert(0, "apt install " + " ".join(dict.fromkeys(self.apt)))
+        return f"{self.backend} build needs {', '.join(self.missing)} — {' or '.join(fixes)}"
 
-    def need(self, what: str, fix: str) -> None:
+    def need(self, what: str, fix: str = "", apt: str | None = None) -> None:
         self.missing.append(what)
-        self.fixes.append(fix)
+        if fix:
+            self.fixes.append(fix)
+        if apt:
+            self.apt.append(apt)
 
 
 def _include_dirs(env_vars: tuple[str, ...]) -> list[Path]:
@@ -117,18 +123,18 @@ def _runs(cmd: list[str]) -> str | None:
 
 def _check_common(c: Check) -> None:
     if shutil.which("cmake") is None:
-        c.need("cmake", "install cmake (apt install cmake)")
+        c.need("cmake", apt="cmake")
     if shutil.which("c++") is None and shutil.which("g++") is None and shutil.which("clang++") is None:
-        c.need("a C++ compiler", "install g++ (apt install build-essential)")
+        c.need("a C++ compiler", apt="build-essential")
 
 
 def _check_vulkan(c: Check, src: Path | None) -> None:
     sdk = ("VULKAN_SDK",)
     core = _find_header("vulkan/vulkan_core.h", sdk)
     hpp = _find_header("vulkan/vulkan.hpp", sdk)
-    get_headers = "install libvulkan-dev (apt) or the LunarG Vulkan SDK (set VULKAN_SDK)"
+    sdk_fix = "the LunarG Vulkan SDK (set VULKAN_SDK)"
     if core is None or hpp is None:
-        c.need("Vulkan headers (vulkan/vulkan.hpp)", get_headers)
+        c.need("Vulkan headers (vulkan/vulkan.hpp)", sdk_fix, apt="libvulkan-dev")
     else:
         version = vulkan_header_version(core) or "unknown version"
         c.found.append(f"Vulkan headers {version}")
@@ -136,13 +142,13 @@ def _check_vulkan(c: Check, src: Path | None) -> None:
             for t in vulkan_types_used(src):
                 if not _hpp_has(t, hpp.parent):
                     c.need(f"vk::{t} (Vulkan headers {version} lack it; this build's ggml-vulkan.cpp uses it)",
-                           "install newer Vulkan headers: the LunarG Vulkan SDK (set VULKAN_SDK) or "
-                           "libvulkan-dev from a newer release (Debian 13, Ubuntu 24.04)")
+                           "newer Vulkan headers: " + sdk_fix + ", or libvulkan-dev of a newer release "
+                           "(Debian 13, Ubuntu 24.04)")
     if _find_header("spirv/unified1/spirv.hpp", sdk) is None:
-        c.need("SPIRV-Headers", "install spirv-headers (apt) or the Vulkan SDK")
+        c.need("SPIRV-Headers", sdk_fix, apt="spirv-headers")
     glslc = _runs(["glslc", "--version"])
     if glslc is None:
-        c.need("glslc (shader compiler)", "install glslc (apt install glslc) or the Vulkan SDK")
+        c.need("glslc (shader compiler)", sdk_fix, apt="glslc")
     else:
         c.found.append("glslc")
 
@@ -150,19 +156,19 @@ def _check_vulkan(c: Check, src: Path | None) -> None:
 def _check_cuda(c: Check) -> None:
     nvcc = _runs(["nvcc", "--version"])
     if nvcc is None:
-        c.need("nvcc (CUDA toolkit)", "install the CUDA toolkit (nvidia-cuda-toolkit, or NVIDIA's installer) "
-               "and put nvcc on PATH")
+        c.need("nvcc (CUDA toolkit)", "NVIDIA's CUDA toolkit with nvcc on PATH", apt="nvidia-cuda-toolkit")
     else:
         c.found.append(nvcc.strip())
     if _find_header("cuda_runtime.h", ("CUDA_PATH", "CUDA_HOME")) is None and \
             not Path("/usr/local/cuda/include/cuda_runtime.h").is_file():
-        c.need("CUDA headers (cuda_runtime.h)", "install the CUDA toolkit or set CUDA_PATH")
+        c.need("CUDA headers (cuda_runtime.h)", "NVIDIA's CUDA toolkit (or set CUDA_PATH)",
+               apt="nvidia-cuda-toolkit")
 
 
 def _check_rocm(c: Check) -> None:
     rocm = Path(os.environ.get("ROCM_PATH", "/opt/rocm"))
     if shutil.which("hipcc") is None and not (rocm / "bin" / "hipcc").exists():
-        c.need("hipcc (ROCm)", "install ROCm (AMD's amdgpu-install --usecase=hip,rocm) or set ROCM_PATH")
+        c.need("hipcc (ROCm)", "ROCm from AMD (amdgpu-install --usecase=hip,rocm; or set ROCM_PATH)")
     else:
         c.found.append(f"ROCm at {rocm}")
 
@@ -180,7 +186,7 @@ def check(backend: str, src: Path | None = None) -> Check:
     elif backend == "metal" and sys.platform != "darwin":
         c.need("macOS", "Metal builds only on a Mac")
     elif backend == "sycl" and shutil.which("icpx") is None:
-        c.need("icpx (Intel oneAPI)", "install the Intel oneAPI Base Toolkit and source setvars.sh")
+        c.need("icpx (Intel oneAPI)", "the Intel oneAPI Base Toolkit (source its setvars.sh)")
     return c
 
 
