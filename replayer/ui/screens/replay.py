@@ -231,7 +231,11 @@ class ReplayScreen(Screen):
         table = self.query_one("#comparison", ComparisonTable)
         table.statuses = (run_status(cmp.a), run_status(cmp.b))
         table.show(cmp.rows())
-        self.add_class("-verdict")
+        self.query_one("#summary").display = True
+        if self.has_class("-tiny"):
+            # only a tiny terminal restyles the panes for the verdict: a class on the screen
+            # restyles every widget under it, a third of the verdict frame's time
+            self.add_class("-verdict")
         self.post_message(self.Finished(cmp))
 
     class Finished(Message):
@@ -293,6 +297,7 @@ class ReplayScreen(Screen):
         self.paused = False
         self.pause.set()
         self.remove_class("-verdict")
+        self.query_one("#summary").display = False
         self.query_one("#verdict", Static).update("")
         self.query_one("#comparison", ComparisonTable).clear()
         self.show_state()
