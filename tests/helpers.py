@@ -25,3 +25,25 @@ def agent_conversation(rounds: int = 30, seed: int = 1, tool_result_words: int =
         msgs.append({"role": "assistant", "content": "Done: " + " ".join(rng.choice(words) for _ in range(12))})
     msgs.append({"role": "user", "content": "Final question: summarise."})
     return msgs, tools
+
+
+async def wait_for(pilot, cond, timeout: float = 30.0) -> None:
+    """Pause the app until ``cond()`` holds (a bound on the wait, never a timing assertion)."""
+    import time
+
+    t = time.monotonic()
+    while not cond():
+        if time.monotonic() - t > timeout:
+            raise AssertionError("timed out")
+        await pilot.pause(0.05)
+
+
+async def start_from_setup(app, pilot):
+    """On the setup screen, Enter (the Replay button has focus) → the replay screen."""
+    from replayer.ui.screens.replay import ReplayScreen
+    from replayer.ui.screens.setup import SetupScreen
+
+    await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
+    return app.screen

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from textual.widgets import Log, Static
 
@@ -17,19 +15,13 @@ from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.run_pane import RunPane
 
 from conftest import FIXTURES
+from helpers import start_from_setup, wait_for
 
-
-async def wait_for(pilot, cond, timeout=30.0):
-    t = time.monotonic()
-    while not cond():
-        if time.monotonic() - t > timeout:
-            raise AssertionError("timed out")
-        await pilot.pause(0.05)
 
 
 @pytest.fixture(scope="module")
 def core_comparison():
-    prep = prepare(demo_session_path(), ReplayConfig.seed())
+    prep = prepare(demo_session_path(), ReplayConfig())  # the app's defaults are the CLI's
     return compare(all_simulated(prep))
 
 
@@ -39,10 +31,7 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
         await pilot.pause()
         assert isinstance(app.screen, PickerScreen)
         await pilot.press("d")  # the bundled demo
-        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        screen = app.screen
+        screen = await start_from_setup(app, pilot)
         await wait_for(pilot, lambda: screen.comparison is not None)
         cmp = core_comparison
         shown = screen.comparison
@@ -51,9 +40,9 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
             pane = screen.query_one(f"#pane-{run}", RunPane)
             assert pane.summary.n_batches == core.n_batches
             assert pane.summary.breaks() == core.breaks()
-            batch_lines = pane.query_one("#batches", Log).lines[1:]
+            batch_lines = pane.query_one("#batches", Log).lines  # the header sits above the list
             assert len(batch_lines) == core.n_batches
-            assert [l.split()[3] for l in batch_lines] == [b.reason for b in core.batches]
+            assert [l.split()[4] for l in batch_lines] == [b.reason for b in core.batches]
             ck_lines = [l for l in pane.query_one("#ckpts", Log).lines if l.startswith("+")]
             assert len(ck_lines) == len(core.created)
             assert [int(l.split()[1].replace(",", "")) for l in ck_lines] == [c.n_tokens for c in core.created]
@@ -65,17 +54,14 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
         assert shown.speedup == pytest.approx(cmp.speedup)
         # coalescing: thousands of events, a few dozen repaint batches
         assert screen.pane("A").events_applied + screen.pane("B").events_applied == screen.n_events
-        assert screen.n_events == len(all_simulated(prepare(demo_session_path(), ReplayConfig.seed())))
+        assert screen.n_events == len(all_simulated(prepare(demo_session_path(), ReplayConfig())))
         assert screen.flushes < screen.n_events / 10
 
 
 async def test_cancel_a_leaves_b_running():
     app = ReplayerApp(session=demo_session_path(), default_speed=1.0)
     async with app.run_test(size=(140, 45)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        screen = app.screen
+        screen = await start_from_setup(app, pilot)
         await wait_for(pilot, lambda: screen.pane("A").summary.n_batches > 0)
         await pilot.press("a")
         await pilot.pause(0.2)
@@ -171,7 +157,7 @@ async def test_failing_live_run_shows_error_and_b_finishes(tmp_path):
         await wait_for(pilot, lambda: screen.comparison is not None, timeout=120)
         assert "no such" in (screen.pane("A").summary.failed or "")
         assert screen.pane("B").summary.finished is not None and screen.pane("B").summary.engine == "live"
-        assert "FAILED" in str(screen.pane("A").query_one("#title").render())
+        assert "FAILED" in str(screen.pane("A").border_title)
 
 
 async def test_custom_build_number_and_path_completion(tmp_path):

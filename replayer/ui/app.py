@@ -33,7 +33,7 @@ class ReplayerApp(App):
         self.deterministic = deterministic  # snapshots: no ETA, no animations
         self.start_session = Path(session) if session else (demo_session_path() if demo else None)
         self.default_speed = default_speed
-        self.config = config or ReplayConfig.seed()
+        self.config = config or ReplayConfig()  # the CLI's defaults: one set, shown in the setup
         self.theme_dirs = theme_dirs or []
         # themes are chosen before the first stylesheet parse: set in on_mount, the theme
         # made Textual parse and apply all CSS a second time
@@ -74,8 +74,8 @@ class ReplayerApp(App):
         if self.screenshot_to is None:
             return
         cmp = message.comparison
-        # the screenshot renders the screen itself: no need to wait for the next frame
-        self._shoot(1 if (cmp.a.failed or cmp.b.failed) else 0)
+        # after the next layout: the verdict's area only takes room (is displayed) once it exists
+        self.call_after_refresh(self._shoot, 1 if (cmp.a.failed or cmp.b.failed) else 0)
 
     def _shoot(self, code: int) -> None:
         dest = self.screenshot_to
@@ -128,10 +128,32 @@ class ReplayerApp(App):
         svg = redact(self.export_screenshot())  # the title shows the session's file name
         dest.write_text(svg.replace("<svg ", '<svg xml:space="preserve" ', 1), encoding="utf-8")
 
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Textual's "Screenshot" command, saved where our exports go (created when missing):
+        Textual's default folder (~/Downloads) may not exist and the save then failed."""
+        from datetime import datetime
+
+        folder = Path(path) if path else paths.export_dir()
+        dest = (folder / (filename or f"replayer-{datetime.now():%Y%m%d-%H%M%S}.svg")).resolve()
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            self.write_svg(dest)
+        except OSError as exc:
+            self.notify(f"screenshot failed: {dest}: {exc.strerror or exc}", severity="error")
+            return None
+        self.notify(f"screenshot saved: {dest}", timeout=10)
+        return str(dest)
+
     def action_help(self) -> None:
         from replayer.ui.screens.help import HelpScreen  # Markdown: 35 ms of imports
 
         self.push_screen(HelpScreen())
+
+    def action_builds(self) -> None:
+        from replayer.ui.screens.builds import BuildsScreen
+
+        self.push_screen(BuildsScreen())
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -144,6 +166,7 @@ class ReplayerApp(App):
             yield SystemCommand("Export CSV", "one row per batch", lambda: screen.action_export("csv"))
             yield SystemCommand("Save SVG screenshot", "to the export folder", screen.action_screenshot)
             yield SystemCommand("Replay again", "restart both runs", screen.action_restart)
+        yield SystemCommand("Builds", "install and list llama-server builds", self.action_builds)
         if isinstance(screen, SetupScreen):
             yield SystemCommand("Swap builds A and B", "exchange the two builds", lambda: _swap(screen))
         yield SystemCommand("Help", "keys and colours", self.action_help)
@@ -161,10 +184,11 @@ def run_app(session: str | None = None, demo: bool = False) -> int:
         p = Path(session).expanduser()
         if not p.exists():
             raise ReplayerError(f"no such file: {p}")
-    ReplayerApp(session=session, demo=demo, default_speed=10.0).run()  # ×10: the seed run takes ~70 s
+    ReplayerApp(session=session, demo=demo, default_speed=DEFAULT_APP_SPEED).run()
     return 0
 
 
+DEFAULT_APP_SPEED = 10.0  # ×10: the seed session's prefill takes ~70 s of modelled time
 SCREENSHOT_SIZE = (160, 48)  # columns, rows of a headless screenshot
 
 

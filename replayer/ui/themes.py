@@ -1,7 +1,7 @@
 """Theme files (TOML) → Textual themes, validated with pydantic; bad files become a message.
 
-Bundled themes live in the repository's ``themes/`` folder; a user's own go in the config
-dir's ``themes/``. A file that fails validation is skipped and reported, never fatal.
+Built-in themes ship inside the package (``replayer/themes/``, package data, so an installed
+wheel has them); a user's own go in the config dir's ``themes/``. A file that fails validation is skipped and reported, never fatal.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from textual.theme import Theme
 from replayer.core import paths
 from replayer.core.reasons import REASONS
 
-BUNDLED_DIR = Path(__file__).resolve().parents[2] / "themes"
+BUNDLED_DIR = Path(__file__).resolve().parents[1] / "themes"
 REASON_VARS = {r.theme_var: r.colour for r in REASONS}
 
 

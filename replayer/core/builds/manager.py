@@ -34,7 +34,7 @@ import orjson
 from pydantic import BaseModel
 
 from replayer.core import paths
-from replayer.core.builds import index
+from replayer.core.builds import index, toolchain
 from replayer.core.errors import BuildError, did_you_mean
 
 BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
@@ -220,11 +220,16 @@ def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
                                 start_new_session=True)
         try:
             assert proc.stdout is not None
+            frac, step = 0.0, stage
             for line in proc.stdout:
                 logf.write(line)
                 m = _PCT.match(line)
-                if m and progress:
-                    progress(stage, int(m.group(1)) / 100)
+                if m:
+                    frac = int(m.group(1)) / 100
+                    # llama-server's own link is the last step and takes a while: a stage of its own
+                    step = "link" if "Linking CXX executable" in line else stage
+                if progress:
+                    progress(step, frac)  # every line: a caller can cancel between any two
             rc = proc.wait()
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
@@ -234,6 +239,11 @@ def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
     if rc != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         raise BuildError(f"{stage} failed (exit {rc}): {tail[0][:200]}", hint=f"log: {log}")
+
+
+def log_path(build: int, backend: str) -> Path:
+    """The compile log of ``build`` for ``backend`` (kept after the work tree is removed)."""
+    return paths.builds_dir() / "work" / f"b{build}-{backend}.log"
 
 
 def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None,
@@ -252,6 +262,7 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
                 return rec
             shutil.rmtree(entry, ignore_errors=True)
         started = time.monotonic()
+        toolchain.require(backend, build=build)  # before any download: say what is missing
         if progress:
             progress("index", 0.0)
         sdist = index.find_sdist(build)
@@ -259,12 +270,13 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
         work = root / "work" / f"b{build}-{backend}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        log = work.parent / f"b{build}-{backend}.log"
+        log = log_path(build, backend)
         log.write_text("")
         try:
             if progress:
                 progress("extract", 0.0)
             src = _extract(tarball, work / "src")
+            toolchain.require(backend, src, build)  # what this build's own sources need
             env = dict(os.environ)
             args = cmake_args_for(build, backend)
             if shutil.which("ccache"):

@@ -38,6 +38,7 @@ from replayer.core.prompt.server_tokenizer import ServerTokenizer
 
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
+_OWNER: dict[subprocess.Popen, int] = {}  # server → the thread that started it (a run's worker)
 
 
 def live_processes() -> list[subprocess.Popen]:
@@ -49,6 +50,16 @@ def stop_all() -> None:
     """Stop every server this process started (used on Ctrl-C and at exit)."""
     for p in live_processes():
         _stop(p, grace=3.0)
+
+
+def stop_started_by(thread_id: int, grace: float = 0.5) -> int:
+    """Stop the servers one run's thread started (cancelling that run, not the other one);
+    the run's own generator then ends with a ``RunFailed``. Returns how many were stopped."""
+    with _LIVE_LOCK:
+        mine = [p for p in _LIVE if _OWNER.get(p) == thread_id and p.poll() is None]
+    for p in mine:
+        _stop(p, grace=grace)
+    return len(mine)
 
 
 def free_port() -> int:
@@ -78,6 +89,7 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
             proc.wait(timeout=10)
     with _LIVE_LOCK:
         _LIVE.discard(proc)
+        _OWNER.pop(proc, None)
 
 
 @dataclass
@@ -146,6 +158,7 @@ class LiveServer:
                                      start_new_session=True, env=env)
         with _LIVE_LOCK:
             _LIVE.add(self.proc)
+            _OWNER[self.proc] = threading.get_ident()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 

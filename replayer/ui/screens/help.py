@@ -15,18 +15,22 @@ Replays the **prefill** of a resumed agent session on two llama-server builds.
 
 | key | does |
 |---|---|
-| ⏎ | start the replay (setup screen) |
-| space | pause / resume a simulated replay |
-| 1 · 2 · 3 | speed ×1 · ×10 · instant |
-| a · b | cancel run A · run B |
-| r | replay again |
+| Tab · shift+Tab | move between controls (setup, builds) |
+| ⏎ · space · ↓ | open a dropdown; ↑↓ then ⏎ chooses, esc closes |
+| ctrl+r | start the replay (setup; ⏎ on the Replay button or in a text field too) |
+| ctrl+b | builds: the catalog, what is installed, install one (i), cancel (c), its log (l) |
+| space | pause / resume; a live server keeps computing, its events wait until you resume |
+| 1 · 2 · 3 | speed ×1 · ×10 · instant (the ETA follows the current speed) |
+| a · b | cancel run A · run B (a live run's server stops); the run is marked partial |
+| r | replay again: the screen shows only the new runs |
 | e | export a Markdown report (palette: JSON, CSV) |
-| s | save an SVG screenshot |
-| + − ← → | zoom and scroll the token axis (focus a timeline) |
-| ctrl+p | command palette (themes, exports, swap builds) |
+| s | save an SVG screenshot (the toast names the file) |
+| + − · < > | zoom · pan both timelines together |
+| ctrl+p | command palette (themes, exports, swap builds, builds) |
 | escape | back |
 
-**Timeline rows:** ▼ user / tool-result starts · `·` assistant starts;
+**Timeline rows:** ▼ user / tool-result starts · `·` assistant starts; a column with
+several starts is shaded by how many (░ 2–3, ▒ 4–9, ▓ 10–24, █ 25+);
 batches coloured by the rule that cut them — green `n_batch` (full), red `user_start`
 (the #25213 regression), yellow `checkpoint_offset` (N−516, N−4), blue `prompt_end`;
 ◆ a context checkpoint.

@@ -1,4 +1,10 @@
-"""Start: sessions found in the agents' default folders, the bundled demo, or a path."""
+"""Start: sessions found in the agents' default folders, the bundled demo, or a path.
+
+Each row says what the session is (its title or first prompt, its project, its size in
+prompt tokens), filled in by a background thread that imports the sessions; the demo row is
+read the same way from the bundled file, never written by hand. With nothing found, the
+screen lists the folders it searched and how to open a file instead.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from replayer.core.errors import ReplayerError
 from replayer.core.replay import demo_session_path
 from replayer.core.session import load_session
-from replayer.core.session.discover import discover
+from replayer.core.session.discover import default_roots, discover
 
 DEMO_KEY = "__demo__"
 
@@ -43,14 +49,46 @@ class PathSuggester(Suggester):
         return full + "/" if (parent / names[0]).is_dir() else full
 
 
+def session_facts(path: Path) -> dict[str, str]:
+    """What a picker row shows about one session (importing it; raises ReplayerError)."""
+    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.replay import ReplayConfig
+    from replayer.core.session import build_request
+
+    s = load_session(path)
+    first = next((m for m in s.messages if m.role == "user"), None)
+    text = s.title or (_text_of(first.content) if first is not None else "") or Path(s.path).name
+    try:
+        req = build_request(s)
+        tokens = f"{compute_layout(req.messages, req.body.get('tools'), template=ReplayConfig().template_obj()).n_tokens:,}"
+    except ReplayerError:
+        tokens = "?"
+    return {"messages": f"{len(s.messages):,}", "tokens": tokens, "title": " ".join(text.split())[:60],
+            "project": Path(s.cwd).name if s.cwd else "", "tools": f"{s.n_tool_results:,}"}
+
+
+def _text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(getattr(p, "text", "") for p in content)
+    return ""
+
+
 class PickerScreen(Screen):
-    BINDINGS = [Binding("o", "focus_path", "open file…"), Binding("d", "open_demo", "demo")]
+    BINDINGS = [Binding("o", "focus_path", "open file…"), Binding("d", "open_demo", "demo"),
+                Binding("ctrl+b", "builds", "builds")]
+    DEFAULT_CSS = """
+    PickerScreen #picker-empty { height: auto; color: $text-muted; padding: 1 0; }
+    """
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="picker"):
-            yield Static("Pick a session to replay (newest first), or type a path.", id="picker-help")
+            yield Static("Pick a session to replay (newest first, ⏎ opens), [b]o[/b] to type a path, "
+                         "[b]d[/b] for the demo.", id="picker-help")
             yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="picker-empty")
             yield Input(placeholder="open file… (path to a session log; → completes, ⏎ opens)", id="path",
                         suggester=PathSuggester())
             yield Static("", id="picker-error")
@@ -59,53 +97,48 @@ class PickerScreen(Screen):
     def on_mount(self) -> None:
         self.title = "replayer — sessions"
         t = self.query_one("#sessions", DataTable)
-        t.add_column("agent", key="agent")
-        t.add_column("date", key="date")
-        t.add_column("messages", key="messages")
-        t.add_column("size", key="size")
-        t.add_column("session", key="path")
+        for key, label in (("agent", "agent"), ("date", "date"), ("title", "title / first prompt"),
+                           ("project", "project"), ("tokens", "≈ tokens"), ("messages", "messages"),
+                           ("size", "size")):
+            t.add_column(label, key=key)
         demo = demo_session_path()
-        t.add_row("demo", "—", "…", f"{demo.stat().st_size / 1e6:.1f} MB",
-                  "bundled seed scenario (#25213)", key=DEMO_KEY)
+        t.add_row("demo", "—", "bundled seed scenario (#25213) …", "", "…", "…",
+                  f"{demo.stat().st_size / 1e6:.1f} MB", key=DEMO_KEY)
         self.found = discover()
         for f in self.found:
-            t.add_row(f.agent, datetime.fromtimestamp(f.mtime).strftime("%Y-%m-%d %H:%M"), "…",
-                      f"{f.size / 1e6:.2f} MB", str(f.path), key=str(f.path))
+            t.add_row(f.agent, datetime.fromtimestamp(f.mtime).strftime("%Y-%m-%d %H:%M"), f.path.name, "", "…",
+                      "…", f"{f.size / 1e6:.2f} MB", key=str(f.path))
+        if not self.found:
+            searched = "\n".join(f"  {agent:<12} {root / pattern}" for agent, root, pattern in default_roots())
+            self.query_one("#picker-empty", Static).update(
+                "No agent sessions found. Folders searched:\n" + searched +
+                "\nPress [b]o[/b] and type the path of a session file (pi, Claude Code, Codex, OpenCode, "
+                "OpenAI body, ShareGPT, llama.cpp web UI, Aider), or [b]d[/b] for the bundled demo.")
+        else:
+            self.query_one("#picker-empty", Static).display = False
         t.focus()
-        self.count_messages()
+        self.describe_sessions()
 
     @work(thread=True, exit_on_error=False, group="count")
-    def count_messages(self) -> None:
-        self._demo_facts()
-        for f in self.found[:50]:
+    def describe_sessions(self) -> None:
+        for key, path in [(DEMO_KEY, demo_session_path())] + [(str(f.path), f.path) for f in self.found[:50]]:
             try:
-                n = str(len(load_session(f.path).messages))
+                facts = session_facts(path)
             except ReplayerError:
-                n = "?"
-            self.app.call_from_thread(self._set_count, str(f.path), n)
+                facts = {"messages": "?", "tokens": "?", "title": "cannot be read", "project": ""}
+            except Exception as exc:  # one odd file must not stop the others
+                facts = {"messages": "?", "tokens": "?", "title": f"{type(exc).__name__}", "project": ""}
+            if key == DEMO_KEY:
+                facts["title"] = f"bundled seed scenario (#25213): {facts.get('tools', '?')} tool results"
+            self.app.call_from_thread(self._set_facts, key, facts)
 
-    def _demo_facts(self) -> None:
-        """The demo row's numbers, read from the bundled session itself."""
-        from replayer.core.replay import ReplayConfig, prepare
-
+    def _set_facts(self, key: str, facts: dict[str, str]) -> None:
         try:
-            prep = prepare(demo_session_path(), ReplayConfig.seed())
-        except ReplayerError:
-            return
-        s = prep.session
-        about = (f"bundled seed scenario: {prep.n_tokens / 1000:.0f}k tokens, "
-                 f"{s.n_tool_results} tool results (#25213)")
-        self.app.call_from_thread(self._set_count, DEMO_KEY, str(len(s.messages)))
-        self.app.call_from_thread(self._set_cell, DEMO_KEY, "path", about)
-
-    def _set_cell(self, key: str, column: str, text: str) -> None:
-        try:
-            self.query_one("#sessions", DataTable).update_cell(key, column, text)
+            t = self.query_one("#sessions", DataTable)
+            for col in ("title", "project", "tokens", "messages"):
+                t.update_cell(key, col, facts.get(col, ""), update_width=True)
         except Exception:
             pass
-
-    def _set_count(self, key: str, n: str) -> None:
-        self._set_cell(key, "messages", n)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value
@@ -120,6 +153,9 @@ class PickerScreen(Screen):
 
     def action_open_demo(self) -> None:
         self.open(demo_session_path())
+
+    def action_builds(self) -> None:
+        self.app.action_builds()
 
     def open(self, path: Path) -> None:
         self.app.open_session(path)

@@ -5,12 +5,18 @@ events to a per-run buffer; a 20 Hz timer drains the buffers into the panes insi
 ``batch_update``, so a run producing thousands of events a second costs ~20 repaints.
 An instant replay hands over all its events at once and is drained right after the
 screen's first frame: one pass through the panes, one layout, one repaint.
+
+A replay owns the screen: ``r`` gives the new runs fresh buffers, so anything a cancelled
+worker still appends lands in a buffer nobody drains, and the verdict is built only from
+the new runs. Pause holds events back in the buffers (a live server keeps computing; the
+label says so). A cancelled or failed run is marked partial/failed in the panes and table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from collections import deque
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +25,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -30,11 +36,16 @@ from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
 from replayer.core.replay import RUNS, Prepared, is_realtime, report, run_events
 from replayer.ui.widgets.comparison import ComparisonTable
-from replayer.ui.widgets.run_pane import RunPane
+from replayer.ui.widgets.run_pane import RunPane, run_status
+from replayer.ui.widgets.timeline import Timeline
 
 FLUSH_HZ = 20
 MAX_EVENTS_PER_FLUSH = 20000  # per run and frame: a huge instant run spreads over a few frames
 SPEEDS = {"1": 1.0, "2": 10.0, "3": 0.0}  # ×1, ×10, instant
+
+
+def speed_label(speed: float) -> str:
+    return "instant" if not speed else f"×{speed:g}"
 
 
 class ReplayScreen(Screen):
@@ -50,8 +61,14 @@ class ReplayScreen(Screen):
         Binding("r", "restart", "replay again", show=False),
         Binding("e", "export('md')", "export", show=False),
         Binding("s", "screenshot", "screenshot", show=False),
+        Binding("plus,equals_sign", "zoom(2)", "zoom", show=False),
+        Binding("minus", "zoom(0.5)", "zoom out", show=False),
+        Binding("less_than_sign,comma", "pan(-1)", "pan", show=False),
+        Binding("greater_than_sign,full_stop", "pan(1)", "pan", show=False),
         Binding("escape", "back", "setup"),
     ]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-tiny"), (28, "-short"), (40, "-tall")]
 
     def __init__(self, prepared: Prepared, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__()
@@ -66,22 +83,25 @@ class ReplayScreen(Screen):
         self.comparison: Comparison | None = None
         self.finished: set[str] = set()
         self.waiting_on: Worker | None = None  # live A, when B waits for it to end
+        self.paused = False
+        self.live_threads: dict[str, int] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="panes"):
             yield RunPane("A", id="pane-A")
             yield RunPane("B", id="pane-B")
-        with Vertical(id="summary"):
-            yield Static("replaying…", id="verdict")
+        # takes no room until there is a verdict; scrolls when the terminal is short
+        with VerticalScroll(id="summary"):
+            yield Static("", id="verdict")
             yield ComparisonTable(id="comparison")
         yield Footer()
 
     def on_mount(self) -> None:
         gc.freeze()  # the prepared session is long-lived: no full GC pass should scan it again
         s = self.prep.session
-        self.title = redact(f"replayer — {Path(s.path).name}")  # a file name can hold a key
-        self.sub_title = f"{s.format} · {self.prep.n_tokens:,} tokens"
+        self.title = redact(Path(s.path).name)  # a file name can hold a key
+        self.show_state()
         for run in ("A", "B"):
             lay = self.prep.layouts[run]
             self.pane(run).set_layout(lay.n_tokens, [(sp.role, sp.start) for sp in lay.spans])
@@ -144,6 +164,20 @@ class ReplayScreen(Screen):
         except Exception as exc:  # a failing run is shown, never crashes the app
             buf.append(ev.RunFailed(run=run, error=f"{type(exc).__name__}: {exc}"))
 
+    def show_state(self) -> None:
+        """Speed and pause in the header: visible at any terminal size, no extra row."""
+        live = self.prep.config.engine == "live"
+        state = f"speed {speed_label(self.speed)}" if not live else "live"
+        if self.paused:
+            state += " · ⏸ PAUSED — " + ("the servers keep running; events are held back (space resumes)"
+                                          if live else "space resumes")
+        self.sub_title = f"{self.prep.n_tokens:,} tokens · {state}"
+        for run in ("A", "B"):
+            try:
+                self.pane(run).query_one("#progress").note = "paused" if self.paused else ""
+            except Exception:  # not composed yet
+                pass
+
     def run_live(self, run: str) -> Worker:
         return self.run_worker(lambda: self._live(run), group=f"run-{run}", name=f"live-{run}", thread=True,
                                exit_on_error=False, exclusive=True)
@@ -151,6 +185,7 @@ class ReplayScreen(Screen):
     def _live(self, run: str) -> None:
         buf = self.buffers[run]
         worker = get_current_worker()
+        self.live_threads[run] = threading.get_ident()  # cancel stops this run's server, not the other's
         gen = run_events(self.prep, run)
         try:
             for e in gen:
@@ -163,7 +198,7 @@ class ReplayScreen(Screen):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         run = "A" if event.worker.group == "run-A" else "B"
-        if event.state == WorkerState.ERROR:
+        if event.state == WorkerState.ERROR and not event.worker.is_cancelled:
             self.buffers[run].append(ev.RunFailed(run=run, error=str(event.worker.error)))
             self.notify(f"run {run} failed: {event.worker.error}", severity="error")
         if event.worker is self.waiting_on and event.state in (WorkerState.SUCCESS, WorkerState.ERROR,
@@ -173,6 +208,8 @@ class ReplayScreen(Screen):
 
     # -- coalescing -----------------------------------------------------------------------
     def flush(self) -> None:
+        if self.paused:
+            return  # held back: nothing reaches the panes until resumed
         drained = {}
         for run, buf in self.buffers.items():
             items = []
@@ -198,8 +235,15 @@ class ReplayScreen(Screen):
     def show_verdict(self) -> None:
         cmp = Comparison(self.pane("A").summary, self.pane("B").summary)  # the panes saw every event
         self.comparison = cmp
-        self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]", layout=False)
-        self.query_one("#comparison", ComparisonTable).show(cmp.rows())
+        self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]")
+        table = self.query_one("#comparison", ComparisonTable)
+        table.statuses = (run_status(cmp.a), run_status(cmp.b))
+        table.show(cmp.rows())
+        self.query_one("#summary").display = True
+        if self.has_class("-tiny"):
+            # only a tiny terminal restyles the panes for the verdict: a class on the screen
+            # restyles every widget under it, a third of the verdict frame's time
+            self.add_class("-verdict")
         self.post_message(self.Finished(cmp))
 
     class Finished(Message):
@@ -209,34 +253,68 @@ class ReplayScreen(Screen):
 
     # -- actions --------------------------------------------------------------------------
     def action_toggle_pause(self) -> None:
-        if self.pause.is_set():
-            self.pause.clear()
-            self.notify("paused (space to resume)")
+        self.paused = not self.paused
+        if self.paused:
+            self.pause.clear()  # the simulated pacer stops; a live server cannot be paused
         else:
             self.pause.set()
+            for run in ("A", "B"):
+                self.pane(run).query_one("#progress").restart_rate()
+            self.call_later(self.flush)
+        self.show_state()
 
     def action_speed(self, key: str) -> None:
         self.speed = SPEEDS[key]
-        self.notify({"1": "speed ×1", "2": "speed ×10", "3": "instant"}[key])
+        for run in ("A", "B"):
+            self.pane(run).query_one("#progress").restart_rate()  # the ETA follows the new speed
+        self.show_state()
+        self.notify(f"speed {speed_label(self.speed)}")
 
     def action_cancel(self, run: str) -> None:
         self.workers.cancel_group(self, f"run-{run}")
+        self.stop_live(run)
+
+    def stop_live(self, run: str) -> None:
+        """A live run's thread only sees the cancel between events: stop its server now, and
+        again while the thread may still be starting one."""
+        ident = self.live_threads.pop(run, None)
+        if ident is None:
+            return
+        from replayer.core.engine.live import stop_started_by
+
+        stop_started_by(ident)
+        for delay in (0.3, 1.0, 3.0):
+            self.set_timer(delay, lambda: stop_started_by(ident))
+
+    def action_zoom(self, factor: float) -> None:
+        self.pane("A").query_one(Timeline).action_zoom(factor)
+
+    def action_pan(self, direction: int) -> None:
+        self.pane("A").query_one(Timeline).action_scroll_tokens(direction)
 
     def action_restart(self) -> None:
         for run in ("A", "B"):
             self.workers.cancel_group(self, f"run-{run}")
-            self.buffers[run].clear()
+            self.stop_live(run)
             self.pane(run).reset()
+        # new buffers: a cancelled worker may still append ("cancelled"), into the old ones
+        self.buffers = {"A": deque(), "B": deque()}
         self.n_events = 0
         self.finished.clear()
         self.comparison = None
-        self.query_one("#verdict", Static).update("replaying…", layout=False)
+        self.paused = False
+        self.pause.set()
+        self.remove_class("-verdict")
+        self.query_one("#summary").display = False
+        self.query_one("#verdict", Static).update("")
         self.query_one("#comparison", ComparisonTable).clear()
+        self.show_state()
         self.call_after_refresh(self.start_runs)
 
     def action_back(self) -> None:
         for run in ("A", "B"):
             self.workers.cancel_group(self, f"run-{run}")
+            self.stop_live(run)
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
             return
@@ -258,14 +336,7 @@ class ReplayScreen(Screen):
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return
-        self.notify(f"exported {dest}")
+        self.notify(f"exported {dest.resolve()}", timeout=10)
 
     def action_screenshot(self) -> None:
-        dest = self.export_path("svg")
-        try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            self.app.write_svg(dest)
-        except OSError as exc:
-            self.notify(f"screenshot failed: {exc}", severity="error")
-            return
-        self.notify(f"screenshot {dest}")
+        self.app.deliver_screenshot(self.export_path("svg").name)

@@ -1,4 +1,10 @@
-"""Pick builds A and B, the engine, backend, GPU, model and knobs; Enter starts the replay."""
+"""Pick builds A and B, the engine, backend, GPU, model and knobs, then replay.
+
+Keyboard first: Tab/shift+Tab walk every control, Enter/Space/↓ open a dropdown and Enter
+confirms inside it (no screen-wide Enter may steal that key), Enter on a text field or on the
+Replay button starts, and ctrl+r starts from anywhere. The Replay bar is docked, so it stays
+on screen at 80×24 however far the form scrolls.
+"""
 
 from __future__ import annotations
 
@@ -14,58 +20,84 @@ from replayer.core.builds.catalog import BUILD_PRESETS, parse_build
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.replay import ReplayConfig, prepare
-from replayer.core.runspec import DEFAULT_KNOBS
 from replayer.core.session import Session
 
+LIVE_BACKEND = "cpu"  # what `builds install` compiles by default: the backend a live run starts on
 
-def build_options() -> list[tuple[str, str]]:
-    opts = list((label, number) for number, label in BUILD_PRESETS)
+
+def installed_builds() -> dict[int, list[str]]:
+    """Installed build numbers → their backends (empty when the cache cannot be read)."""
     try:
         from replayer.core.builds import manager
 
-        known = {n for n, _ in BUILD_PRESETS}
+        out: dict[int, list[str]] = {}
         for rec in manager.list_builds():
-            if str(rec.build) not in known:
-                opts.append((f"b{rec.build} — installed ({rec.backend})", str(rec.build)))
-                known.add(str(rec.build))
+            out.setdefault(rec.build, []).append(rec.backend)
+        return out
     except Exception:  # a damaged build cache must not keep the app from starting
-        pass
+        return {}
+
+
+def build_options(installed: dict[int, list[str]] | None = None) -> list[tuple[str, str]]:
+    installed = installed_builds() if installed is None else installed
+
+    def mark(number: int) -> str:
+        backends = installed.get(number)
+        return f"  ✓ {','.join(backends)}" if backends else ""
+
+    opts = [(label + mark(int(number)), number) for number, label in BUILD_PRESETS]
+    known = {n for n, _ in BUILD_PRESETS}
+    for number, backends in sorted(installed.items()):
+        if str(number) not in known:
+            opts.append((f"b{number} — installed{mark(number)}", str(number)))
     return opts
 
 
+class NoFocusScroll(VerticalScroll, can_focus=False):
+    """The form scrolls to whatever control has focus; the container itself is no Tab stop
+    (Textual's default made the first Tab land on an invisible focus)."""
+
+
 class SetupScreen(Screen):
-    BINDINGS = [Binding("enter", "start", "replay", priority=True), Binding("escape", "back", "sessions")]
+    BINDINGS = [
+        Binding("ctrl+r", "start", "Replay", priority=True),
+        Binding("ctrl+b", "builds", "builds"),
+        Binding("escape", "back", "sessions"),
+    ]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
 
     def __init__(self, session: Session, config: ReplayConfig | None = None) -> None:
         super().__init__()
         self.session = session
-        self.config = config or ReplayConfig.seed()
+        self.config = config or ReplayConfig()
 
     def compose(self) -> ComposeResult:
         s = self.session
         roles = ", ".join(f"{k} {v}" for k, v in s.role_counts().items())
         c = self.config
         yield Header()
-        with VerticalScroll(id="setup"):
+        with NoFocusScroll(id="setup"):
             yield Static(f"[b]{s.title or Path(s.path).name}[/b]\n{s.format} · {len(s.messages)} messages ({roles}) · "
                          f"{s.n_tool_results} tool results · model {s.model or '?'}", id="session-summary")
             yield Static("", id="estimate")
+            opts = build_options()
             with Grid(id="form"):
                 yield Label("build A")
                 with Horizontal():
-                    yield Select(build_options(), value=c.a, allow_blank=False, id="build-a")
-                    yield Input(placeholder="or a build number / binary path", id="build-a-custom")
+                    yield Select(opts, value=c.a, allow_blank=False, id="build-a")
+                    yield Input(placeholder="or build number / path", id="build-a-custom")
                 yield Label("build B")
                 with Horizontal():
-                    yield Select(build_options(), value=c.b, allow_blank=False, id="build-b")
-                    yield Input(placeholder="or a build number / binary path", id="build-b-custom")
+                    yield Select(opts, value=c.b, allow_blank=False, id="build-b")
+                    yield Input(placeholder="or build number / path", id="build-b-custom")
                 yield Label("engine")
                 yield Select([("simulated (cost model)", "simulated"), ("live (real llama-server)", "live")],
                              value=c.engine, allow_blank=False, id="engine")
                 yield Label("GPU")
                 yield Select([(g.name, g.id) for g in presets.GPUS.values()], value=c.gpu, allow_blank=False, id="gpu")
                 yield Label("backend")
-                yield Select([(v, k) for k, v in presets.BACKENDS.items()], value=presets.gpu(c.gpu).backend,
+                yield Select([(v, k) for k, v in presets.BACKENDS.items()],
+                             value=c.backend or (LIVE_BACKEND if c.engine == "live" else presets.gpu(c.gpu).backend),
                              allow_blank=False, id="backend")
                 yield Label("model")
                 yield Select([(m.name, m.id) for m in presets.MODELS.values()], value=c.model, allow_blank=False,
@@ -74,15 +106,22 @@ class SetupScreen(Screen):
                 yield Input(placeholder="path to a .gguf model for live runs", id="gguf")
                 yield Label("-b / -ub")
                 with Horizontal():
-                    yield Input(str(c.n_batch), id="n-batch", type="integer")
-                    yield Input(str(c.n_ubatch), id="n-ubatch", type="integer")
-                yield Label("-cms / --ctx-checkpoints")
+                    yield Input(str(c.n_batch), id="n-batch", type="integer", tooltip="-b, --batch-size")
+                    yield Input(str(c.n_ubatch), id="n-ubatch", type="integer", tooltip="-ub, --ubatch-size")
+                yield Label("-cms / ckpts")
                 with Horizontal():
-                    yield Input("", placeholder="build default", id="cms", type="integer")
-                    yield Input(str(c.ctx_checkpoints), id="ctx-checkpoints", type="integer")
-            with Vertical(id="actions"):
-                yield Static("", id="setup-error")
-                yield Button("Replay  ⏎", variant="primary", id="start")
+                    yield Input("" if c.checkpoint_min_step is None else str(c.checkpoint_min_step),
+                                placeholder="build's", id="cms", type="integer", tooltip="--checkpoint-min-step")
+                    yield Input(str(c.ctx_checkpoints), id="ctx-checkpoints", type="integer",
+                                tooltip="--ctx-checkpoints")
+        with Vertical(id="actions"):
+            yield Static("", id="setup-error")
+            with Horizontal(id="action-bar"):
+                yield Static("Tab / shift+Tab move · Enter or Space opens a list · ↑↓ Enter chooses",
+                             id="setup-keys")
+                yield Button("Builds…  ctrl+b", id="open-builds")
+                # last in the focus order: Tab from it goes round to build A, the first control
+                yield Button("Replay  ⏎ / ctrl+r", variant="primary", id="start")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -100,7 +139,28 @@ class SetupScreen(Screen):
         self.query_one("#estimate", Static).update(f"≈ {n:,} prompt tokens (estimate){missing}" if n else missing)
         self.query_one("#start", Button).focus()
 
+    def on_resize(self) -> None:
+        # borderless controls below 34 rows: the whole form fits 80×24 with the Replay bar
+        compact = self.size.height < 34
+        for w in self.query("Select, Input, Button"):
+            w.compact = compact
+
+    def on_screen_resume(self) -> None:
+        self.refresh_builds()
+
+    def refresh_builds(self) -> None:
+        """Installed marks change after the builds screen installed something."""
+        opts = build_options()
+        for sid in ("#build-a", "#build-b"):
+            sel = self.query_one(sid, Select)
+            value = sel.value
+            sel.set_options(opts)
+            if any(v == value for _, v in opts):
+                sel.value = value
+
     def read_config(self) -> ReplayConfig:
+        defaults = ReplayConfig()
+
         def val(sel: str) -> str:
             return str(self.query_one(sel, Select).value)
 
@@ -122,17 +182,43 @@ class SetupScreen(Screen):
             return custom
 
         return ReplayConfig(a=build("a"), b=build("b"), engine=val("#engine"), gpu=val("#gpu"),
-                            backend=val("#backend"), model=val("#model"), n_batch=num("#n-batch", DEFAULT_KNOBS.n_batch),
-                            n_ubatch=num("#n-ubatch", DEFAULT_KNOBS.n_ubatch), checkpoint_min_step=num("#cms", None),
-                            ctx_checkpoints=num("#ctx-checkpoints", DEFAULT_KNOBS.n_ctx_checkpoints))
+                            backend=val("#backend"), model=val("#model"), n_batch=num("#n-batch", defaults.n_batch),
+                            n_ubatch=num("#n-ubatch", defaults.n_ubatch), checkpoint_min_step=num("#cms", None),
+                            ctx_checkpoints=num("#ctx-checkpoints", defaults.ctx_checkpoints))
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        if event.select.id == "gpu" and event.value is not Select.NULL:
+        if event.value is Select.NULL:
+            return
+        if event.select.id == "gpu" and val_of(self, "#engine") != "live":
             self.query_one("#backend", Select).value = presets.gpu(str(event.value)).backend
+        elif event.select.id == "engine":
+            # a live run starts an installed build on this machine: the CPU build `builds install`
+            # makes by default; the simulated engine prices the GPU preset's backend
+            self.query_one("#backend", Select).value = (
+                LIVE_BACKEND if event.value == "live" else presets.gpu(val_of(self, "#gpu")).backend)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "start":
             self.action_start()
+        elif event.button.id == "open-builds":
+            self.action_builds()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_start()
+
+    def missing_builds(self, cfg: ReplayConfig) -> list[int]:
+        """Build numbers a live run needs that are not installed for its backend."""
+        installed = installed_builds()
+        out = []
+        for spec in (cfg.a, cfg.b):
+            if "/" in spec:
+                continue
+            number = parse_build(spec).number
+            if number is not None and (cfg.backend or LIVE_BACKEND) not in installed.get(number, []) \
+                    and number not in out:
+                out.append(number)
+        return out
 
     def action_start(self) -> None:
         from replayer.ui.screens.replay import ReplayScreen
@@ -140,11 +226,20 @@ class SetupScreen(Screen):
         err = self.query_one("#setup-error", Static)
         try:
             cfg = self.read_config()
+            cfg.knobs()
+            live_model = self.query_one("#gguf", Input).value.strip() or None
             if cfg.engine == "live":
-                live_model = self.query_one("#gguf", Input).value.strip()
                 if not live_model:
                     raise ReplayerError("a live replay needs a GGUF model path")
                 cfg.model = live_model
+            from replayer.core.replay import cost_for
+
+            if cfg.engine == "simulated":
+                cost_for(cfg)
+            missing = self.missing_builds(cfg) if cfg.engine == "live" else []
+            if missing:
+                self.offer_install(missing, cfg.backend or LIVE_BACKEND)
+                return
             prep = prepare(self.session.path, cfg, session=self.session)
         except ReplayerError as exc:
             err.update(f"[b red]{exc}[/]")
@@ -153,5 +248,26 @@ class SetupScreen(Screen):
         err.update("")
         self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed))
 
+    def offer_install(self, missing: list[int], backend: str) -> None:
+        from replayer.ui.screens.builds import BuildsScreen, ConfirmInstall
+
+        names = ", ".join(f"b{n}" for n in missing)
+        self.query_one("#setup-error", Static).update(f"[b]{names} not installed for {backend}[/]")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.app.push_screen(BuildsScreen(install=[(n, backend) for n in missing]))
+
+        self.app.push_screen(ConfirmInstall(missing, backend), answered)
+
+    def action_builds(self) -> None:
+        from replayer.ui.screens.builds import BuildsScreen
+
+        self.app.push_screen(BuildsScreen())
+
     def action_back(self) -> None:
         self.app.pop_screen()
+
+
+def val_of(screen: Screen, sel: str) -> str:
+    return str(screen.query_one(sel, Select).value)

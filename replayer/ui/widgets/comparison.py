@@ -2,42 +2,93 @@
 
 A ``DataTable`` was used here; it is a scrolling, cursor-driven widget, and its first
 render after the runs finished cost more than the whole last flush. Fifteen rows that
-never scroll are one ``Static`` holding a Rich table.
+never scroll are one widget rendering a Rich ``Text``.
+
+When the terminal is short but wide, the rows are laid out in two groups side by side, so
+the panes keep their batch lists. A run that did not complete says so in its column header
+("A partial"): its numbers cover only part of the prompt.
 """
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
+
+GAP = 6  # columns between two groups
 
 
-class ComparisonTable(Static):
+class ComparisonTable(Widget):
     DEFAULT_CSS = """
-    ComparisonTable { width: 1fr; height: 15; text-wrap: nowrap; }
+    ComparisonTable { width: 1fr; height: auto; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id)
+        super().__init__(id=id)
         self.rows: list[tuple[str, str, str]] = []
+        self.statuses: tuple[str, str] = ("complete", "complete")
+        self.max_groups = 2
 
     def show(self, rows: list[tuple[str, str, str]]) -> None:
         self.rows = list(rows)
-        self.update(self._text(), layout=False)
+        self.refresh(layout=True)
 
     def clear(self) -> None:
         self.rows = []
-        self.update("", layout=False)
+        self.statuses = ("complete", "complete")
+        self.refresh(layout=True)
 
-    def _text(self) -> Text:
+    def headers(self) -> tuple[str, str]:
+        return tuple(run if st == "complete" else f"{run} {st}"  # type: ignore[return-value]
+                     for run, st in zip(("A", "B"), self.statuses))
+
+    def widths(self) -> tuple[int, int, int]:
+        ha, hb = self.headers()
+        return (max(len(r[0]) for r in self.rows), max(len(ha), *(len(r[1]) for r in self.rows)),
+                max(len(hb), *(len(r[2]) for r in self.rows)))
+
+    def groups(self, width: int) -> int:
+        if not self.rows:
+            return 1
+        w = sum(self.widths()) + 4
+        return 2 if self.max_groups >= 2 and width >= 2 * w + GAP and len(self.rows) > 4 else 1
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        if not self.rows:
+            return 0
+        g = self.groups(width)
+        return 1 + -(-len(self.rows) // g)
+
+    def render(self) -> Text:
+        return self._text(self.size.width)
+
+    def _text(self, width: int) -> Text:
         if not self.rows:
             return Text("")
-        w0 = max(len(r[0]) for r in self.rows)
-        wa = max(1, *(len(r[1]) for r in self.rows))
-        wb = max(1, *(len(r[2]) for r in self.rows))
+        w0, wa, wb = self.widths()
+        ha, hb = self.headers()
+        g = self.groups(width)
+        per = -(-len(self.rows) // g)
+        chunks = [self.rows[i * per:(i + 1) * per] for i in range(g)]
+        cell = w0 + wa + wb + 4
         out = Text(no_wrap=True)
-        out.append(f"{'':<{w0}}  {'A':>{wa}}  {'B':>{wb}}", style="bold")
-        for metric, a, b in self.rows:
+        for gi in range(g):
+            if gi:
+                out.append(" " * GAP)
+            out.append(f"{'':<{w0}}  {ha:>{wa}}  {hb:>{wb}}", style="bold")
+        for i in range(per):
             out.append("\n")
-            out.append(f"{metric:<{w0}}", style="dim")
-            out.append(f"  {a:>{wa}}  {b:>{wb}}")
+            for gi, chunk in enumerate(chunks):
+                if gi:
+                    out.append(" " * GAP)
+                if i >= len(chunk):
+                    out.append(" " * cell)
+                    continue
+                metric, a, b = chunk[i]
+                out.append(f"{metric:<{w0}}", style="dim")
+                sa = "red" if self.statuses[0] != "complete" else ""
+                sb = "red" if self.statuses[1] != "complete" else ""
+                out.append("  ")
+                out.append(f"{a:>{wa}}", style=sa)
+                out.append("  ")
+                out.append(f"{b:>{wb}}", style=sb)
         return out

@@ -2,14 +2,16 @@
 
 ``apply(events)`` takes a batch of events (the screen coalesces them ~20 times a second)
 and updates every child once, so thousands of events a second cost a few repaints.
+The batch list follows the newest batch unless the user scrolled back; the headers of both
+lists are outside the scrolling part, so they stay visible.
 """
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import Label, Log, Sparkline, Static
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Log, Sparkline, Static
 
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
@@ -17,17 +19,40 @@ from replayer.ui.widgets.progress_line import ProgressLine
 from replayer.ui.widgets.timeline import Timeline
 
 MAX_BATCH_LINES = 20_000
-BATCH_HEADER = f"{'#':>5}  {'start':>9}  {'tokens':>7}  {'reason':<17}  {'ms':>10}"
+# the reason last: a narrow pane cuts the end of the line, and the numbers are what is compared
+BATCH_HEADER = f"{'#':>4} {'start':>7} {'tokens':>6} {'ms':>8}  reason"
+CKPT_HEADER = "checkpoints: ± n_tokens [pos_min, pos_max] MiB (n/max)"
+
+
+def run_status(s: RunSummary) -> str:
+    """complete / partial / failed / running, from what the run's events said.
+
+    A run that was stopped after some batches is *partial*: its numbers cover only part of the
+    prompt and must never read as a finished run's.
+    """
+    status = getattr(s, "status", None)  # the core's own, where it has one
+    if isinstance(status, str) and status:
+        return status
+    if s.finished is not None:
+        return "complete"
+    if s.failed is not None:
+        return "partial" if s.batches else "failed"
+    return "running"
 
 
 class RunPane(Vertical):
     DEFAULT_CSS = """
-    RunPane { border: round $primary; padding: 0 1; height: 1fr; }
-    RunPane > #title { text-style: bold; width: 1fr; height: 1; }
-    RunPane > #stats { width: 1fr; height: 2; color: $text-muted; }
-    RunPane Sparkline { height: 2; margin-bottom: 1; }
-    RunPane #batches { height: 1fr; min-height: 4; }
-    RunPane Log { height: 5; border-top: solid $panel; overflow-x: hidden; }
+    RunPane { border: round $primary; border-title-style: bold; border-title-color: $foreground;
+              padding: 0 1; height: 1fr; }
+    RunPane > #stats { width: 1fr; height: 2; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis; }
+    RunPane > #tps-row { height: auto; }
+    RunPane #tps-label { width: auto; color: $text-muted; padding-right: 1; text-wrap: nowrap; }
+    RunPane Sparkline { width: 1fr; height: 1; }
+    RunPane > .head { height: 1; color: $text-muted; text-style: bold; text-wrap: nowrap; }
+    RunPane #batches { height: 1fr; min-height: 2; overflow-x: hidden; }
+    RunPane #ckpts { height: 4; overflow-x: hidden; }
+    RunPane Log { scrollbar-size-vertical: 1; }
+    RunPane Log:focus { background: $primary 12%; }
     """
 
     def __init__(self, run: str, *, id: str | None = None) -> None:
@@ -37,20 +62,32 @@ class RunPane(Vertical):
         self.tps: list[float] = []
         self.total = 0
         self.events_applied = 0
+        self.heading = f"{run}: waiting…"
 
     def compose(self) -> ComposeResult:
-        yield Label(f"{self.run}: waiting…", id="title")
         yield Timeline(id="timeline")
         yield ProgressLine(show_eta=not getattr(self.app, "deterministic", False), id="progress")
-        yield Sparkline([0.0], id="tps")
+        with Horizontal(id="tps-row"):
+            yield Static("tok/s", id="tps-label")
+            yield Sparkline([], id="tps")
         yield Static("", id="stats")
+        yield Static(BATCH_HEADER, classes="head", id="batches-head")
         # a Log, not a DataTable: thousands of streamed rows cost one refresh per flush
-        yield Log(max_lines=MAX_BATCH_LINES, id="batches", auto_scroll=False)
+        yield Log(max_lines=MAX_BATCH_LINES, id="batches", auto_scroll=True)
+        yield Static(CKPT_HEADER, classes="head", id="ckpts-head")
         yield Log(max_lines=500, id="ckpts", auto_scroll=True)
 
     def on_mount(self) -> None:
-        self.query_one("#batches", Log).write_line(BATCH_HEADER)
-        self.query_one("#ckpts", Log).write_line("checkpoints:")
+        self.border_title = Text(self.heading)  # the title sits in the border: one row more for the lists
+
+    def on_resize(self) -> None:
+        # the verdict appearing shrinks the pane: a list that followed the newest batch keeps doing so
+        self.call_after_refresh(self.follow)
+
+    def follow(self) -> None:
+        for log in self.query(Log):
+            if log.auto_scroll:
+                log.scroll_end(animate=False, immediate=True)
 
     def set_layout(self, n_tokens: int, spans: list[tuple[str, int]]) -> None:
         self.query_one(Timeline).set_layout(n_tokens, spans)
@@ -59,16 +96,16 @@ class RunPane(Vertical):
         self.summary = RunSummary(self.run)
         self.tps = []
         self.events_applied = 0
+        self.heading = f"{self.run}: waiting…"
         self.styles.border = ("round", self.app.theme_variables.get("primary", "blue"))
+        self.border_title = Text(self.heading)
         self.query_one(Timeline).reset()
         self.query_one("#progress", ProgressLine).reset()
-        batches = self.query_one("#batches", Log)
-        batches.clear()
-        batches.write_line(BATCH_HEADER)
-        log = self.query_one("#ckpts", Log)
-        log.clear()
-        log.write_line("checkpoints:")
-        self.query_one("#tps", Sparkline).data = [0.0]
+        self.query_one("#batches", Log).clear()
+        self.query_one("#ckpts", Log).clear()
+        self.query_one("#tps", Sparkline).data = []
+        self.query_one("#tps-label", Static).update("tok/s")
+        self.query_one("#stats", Static).update("")
 
     def apply(self, batch: list[ev.Event]) -> None:
         if not batch:
@@ -76,17 +113,18 @@ class RunPane(Vertical):
         tl = self.query_one(Timeline)
         rows, log_lines = [], []
         progress = None
+        ended = False
         for e in batch:
             self.summary.apply(e)
             self.events_applied += 1
             if isinstance(e, ev.RunStarted):
                 self.total = e.n_tokens
                 tl.n_past = e.n_past
-                self.query_one("#title", Label).update(
-                    Text(f"{e.run}: {e.build} ({e.generation}) · {e.engine}", style="bold"), layout=False)
+                self.heading = f"{e.run}: {e.build} ({e.generation}) · {e.engine}"
+                ended = True  # the title changes
             elif isinstance(e, ev.BatchDone):
                 tl.add_batch(e.end, e.reason)
-                rows.append(f"{e.index:>5}  {e.start:>9,}  {e.n_tokens:>7,}  {e.reason:<17}  {e.duration_ms:>10,.1f}")
+                rows.append(f"{e.index:>4} {e.start:>7,} {e.n_tokens:>6,} {e.duration_ms:>8,.1f}  {e.reason}")
                 if e.duration_ms > 0:
                     self.tps.append(e.n_tokens / (e.duration_ms / 1000))
                 progress = e.end
@@ -99,22 +137,38 @@ class RunPane(Vertical):
                 log_lines.append(f"- {e.n_tokens:>7,}  erased ({e.reason})")
             elif isinstance(e, ev.CheckpointRestored):
                 log_lines.append(f"↺ {e.n_tokens:>7,}  restored, n_past {e.n_past}")
-            elif isinstance(e, ev.RunFinished):
-                self._border("success")
-            elif isinstance(e, ev.RunFailed):
-                self._border("error")
-                self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"),
-                                                       layout=False)
+            elif isinstance(e, (ev.RunFinished, ev.RunFailed)):
+                ended = True
         if rows:
-            self.query_one("#batches", Log).write_lines(rows)
+            log = self.query_one("#batches", Log)
+            # follow the newest batch, unless the user scrolled back to read older ones
+            log.auto_scroll = log.scroll_y >= log.max_scroll_y
+            log.write_lines(rows)
         if log_lines:
             self.query_one("#ckpts", Log).write_lines(log_lines)
         if progress is not None and self.total:
             self.query_one("#progress", ProgressLine).update(progress, self.total)
         if self.tps:
-            self.query_one("#tps", Sparkline).data = list(self.tps[-400:])
+            recent = self.tps[-400:]
+            self.query_one("#tps", Sparkline).data = recent
+            self.query_one("#tps-label", Static).update(
+                f"tok/s 0–{max(recent):,.0f}, last {recent[-1]:,.0f}")
+        if ended:
+            self._title()
         tl.refresh()
         self._stats()
+
+    def _title(self) -> None:
+        status = run_status(self.summary)
+        if status == "complete":
+            self._border("success")
+            self.border_title = Text(f"{self.heading} · done")
+        elif status in ("partial", "failed"):
+            self._border("error")
+            done = f" after {self.summary.n_batches} batches" if status == "partial" else ""
+            self.border_title = Text(f"{self.run}: {status.upper()}{done} — {self.summary.failed}", style="bold red")
+        else:
+            self.border_title = Text(self.heading)
 
     def _border(self, variable: str) -> None:
         """Finished/failed colour as an inline style: a CSS class would restyle the whole pane."""
@@ -123,8 +177,9 @@ class RunPane(Vertical):
     def _stats(self) -> None:
         s = self.summary
         br = s.breaks()
-        text = (f"{s.n_batches} batches · user/tool breaks {br.get('user_start', 0)} · n_batch {br.get('n_batch', 0)}"
-                f" · ckpt offsets {br.get('checkpoint_offset', 0)}\n"
-                f"{len(s.created)} checkpoints ({s.checkpoint_mib:,.1f} MiB) · "
-                f"{s.prompt_ms / 1000:,.1f} s · {s.tokens_per_s:,.1f} tok/s")
+        # the numbers that matter first: a narrow pane cuts the end of each line, not these
+        text = (f"{s.prompt_ms / 1000:,.1f} s · {s.tokens_per_s:,.1f} tok/s · {s.n_batches} batches\n"
+                f"breaks: user/tool {br.get('user_start', 0)} · n_batch {br.get('n_batch', 0)} · "
+                f"ckpt offset {br.get('checkpoint_offset', 0)} · {len(s.created)} checkpoints "
+                f"({s.checkpoint_mib:,.1f} MiB)")
         self.query_one("#stats", Static).update(text, layout=False)  # fixed size: no re-layout

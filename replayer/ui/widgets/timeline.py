@@ -2,7 +2,9 @@
 
 Four rows: message starts by role (▼ user/tool-result, ▽ tool span, · assistant), batches
 coloured by the rule that cut them (a ┃ at each cut), checkpoint markers (◆), and the axis.
-``+``/``-`` zoom, ``←``/``→`` scroll; at zoom 1 the whole prompt fits the width.
+A column holding several starts is shaded by how many (░ 2–3, ▒ 4–9, ▓ 10–24, █ 25+):
+300 starts in 66 columns used to make one solid row of ▼. ``+``/``-`` zoom and ``←``/``→``
+scroll every timeline on the screen together (A and B stay aligned token for token).
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from replayer.core.reasons import REASONS
+#: (fewest starts in one column, mark): one start keeps its role's marker
+DENSITY = [(25, "█"), (10, "▓"), (4, "▒"), (2, "░")]
+
+
+def density_mark(n: int) -> str | None:
+    for at_least, mark in DENSITY:
+        if n >= at_least:
+            return mark
+    return None
 
 
 class Timeline(Widget, can_focus=True):
     DEFAULT_CSS = """
     Timeline { height: 4; }
+    Timeline:focus { background: $primary 20%; }
     """
     BINDINGS = [
         Binding("plus,equals_sign", "zoom(2)", "zoom in", show=False),
@@ -60,14 +72,25 @@ class Timeline(Widget, can_focus=True):
         self.ends, self.reasons, self.checkpoints = [], [], []
         self.refresh()
 
+    def _all(self) -> list["Timeline"]:
+        """Every timeline on this screen: zoom and scroll move them together."""
+        try:
+            return list(self.screen.query(Timeline))
+        except Exception:  # not mounted
+            return [self]
+
     def action_zoom(self, factor: float) -> None:
-        self.zoom = min(256.0, max(1.0, self.zoom * float(factor)))
-        self._clamp()
+        zoom, offset = min(256.0, max(1.0, self.zoom * float(factor))), self.offset
+        for t in self._all():
+            t.zoom, t.offset = zoom, offset
+            t._clamp()
 
     def action_scroll_tokens(self, direction: int) -> None:
         width = max(1, self.size.width)
-        self.offset += int(direction) * max(1, int(self._tpc() * width / 4))
-        self._clamp()
+        zoom, offset = self.zoom, self.offset + int(direction) * max(1, int(self._tpc() * width / 4))
+        for t in self._all():
+            t.zoom, t.offset = zoom, offset
+            t._clamp()
 
     def _tpc(self) -> float:
         width = max(1, self.size.width)
@@ -98,10 +121,12 @@ class Timeline(Widget, can_focus=True):
         processed = self.ends[-1] if self.ends else self.n_past
         ck = sorted(self.checkpoints)
         for a, b in cells:
-            if bisect_left(self.user_starts, a) < bisect_left(self.user_starts, b):
-                msgs.append("▼", style=c_user)
-            elif bisect_left(self.tool_starts, a) < bisect_left(self.tool_starts, b):
-                msgs.append("▽", style="cyan")
+            n_user = bisect_left(self.user_starts, b) - bisect_left(self.user_starts, a)
+            n_tool = bisect_left(self.tool_starts, b) - bisect_left(self.tool_starts, a)
+            if n_user:
+                msgs.append(density_mark(n_user) or "▼", style=c_user)
+            elif n_tool:
+                msgs.append(density_mark(n_tool) or "▽", style="cyan")
             elif bisect_left(self.assistant_starts, a) < bisect_left(self.assistant_starts, b):
                 msgs.append("·", style="dim")
             else:

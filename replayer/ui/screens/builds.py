@@ -1,0 +1,291 @@
+"""Builds: the catalog by generation, what is installed, and installing any build from inside.
+
+An install runs ``manager.install`` in a thread; its progress callback feeds one bar over the
+stages (index, download, extract, configure, compile with the build's own ``[ x%]``, link)
+and is also the cancel point: it raises when the user cancels, and the manager kills the
+compiler's process group. The toolchain check for the chosen backend is shown before anything
+starts, so a Vulkan build that cannot work never begins compiling.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Log, Select, Static
+
+from replayer.core.builds.catalog import GENERATION_LABELS, GENERATION_RANGES, REPRESENTATIVE_BUILD
+from replayer.core.errors import BuildError, ReplayerError
+from replayer.ui.widgets.progress_line import ProgressLine
+
+#: share of the whole install each stage takes (a cold CPU compile: most of it is compile)
+STAGES = [("index", 0.02), ("download", 0.08), ("extract", 0.03), ("configure", 0.07), ("compile", 0.75),
+          ("link", 0.05)]
+BACKEND_CHOICES = ["cpu", "vulkan", "cuda", "rocm"]
+
+
+def overall(stage: str, frac: float) -> float:
+    """One fraction for the whole install from (stage, fraction of that stage)."""
+    if stage in ("done", "cached"):
+        return 1.0
+    done = 0.0
+    for name, share in STAGES:
+        if name == stage:
+            return done + share * max(0.0, min(1.0, frac))
+        done += share
+    return done
+
+
+class InstallCancelled(BuildError):
+    pass
+
+
+class ConfirmInstall(ModalScreen[bool]):
+    """Before a live run: the builds it needs are missing; install them now?"""
+
+    BINDINGS = [Binding("escape", "no", "cancel")]
+    DEFAULT_CSS = """
+    ConfirmInstall { align: center middle; }
+    ConfirmInstall > Vertical { width: 64; max-width: 95%; height: auto; border: round $warning;
+                                background: $surface; padding: 1 2; }
+    ConfirmInstall Horizontal { height: auto; margin-top: 1; }
+    ConfirmInstall Button { margin-right: 2; }
+    """
+
+    def __init__(self, missing: list[int], backend: str) -> None:
+        super().__init__()
+        self.missing, self.backend = missing, backend
+
+    def compose(self) -> ComposeResult:
+        names = ", ".join(f"b{n}" for n in self.missing)
+        with Vertical():
+            yield Static(f"[b]{names}[/b] {'is' if len(self.missing) == 1 else 'are'} not installed for "
+                         f"[b]{self.backend}[/b].\nA live replay starts real servers: install "
+                         f"{'it' if len(self.missing) == 1 else 'them'} now (a few minutes per build)?")
+            with Horizontal():
+                yield Button("Install", variant="primary", id="yes")
+                yield Button("Not now", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#yes", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_no(self) -> None:
+        self.dismiss(False)
+
+
+class BuildsScreen(Screen):
+    BINDINGS = [
+        Binding("i", "install", "install"),
+        Binding("c", "cancel_install", "cancel"),
+        Binding("l", "toggle_log", "log"),
+        Binding("escape", "back", "back"),
+    ]
+    DEFAULT_CSS = """
+    BuildsScreen #builds-body { padding: 0 1; }
+    BuildsScreen #catalog { height: auto; max-height: 12; }
+    BuildsScreen #install-row { height: auto; margin-top: 1; }
+    BuildsScreen #install-row Input { width: 16; }
+    BuildsScreen #install-row Select { width: 18; }
+    BuildsScreen #install-row Button { margin-left: 1; }
+    BuildsScreen #toolchain { height: auto; color: $text-muted; }
+    BuildsScreen #stage { height: 1; }
+    BuildsScreen #build-log { height: 1fr; min-height: 4; display: none; border: round $panel; }
+    BuildsScreen.-show-log #build-log { display: block; }
+    """
+
+    def __init__(self, install: list[tuple[int, str]] | None = None) -> None:
+        super().__init__()
+        self.queue = list(install or [])
+        self.cancel_event = threading.Event()
+        self.installing: tuple[int, str] | None = None
+        self.stage = ("", 0.0)
+        self.log_read = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="builds-body"):
+            yield Label("Generations of the prefill scheduler · ✓ = installed for that backend")
+            yield DataTable(id="catalog", cursor_type="row", zebra_stripes=True)
+            with Horizontal(id="install-row"):
+                yield Label("install build ")
+                yield Input(placeholder="e.g. 9763", id="install-number", type="integer")
+                yield Select([(b, b) for b in BACKEND_CHOICES], value="cpu", allow_blank=False, id="install-backend")
+                yield Button("Install  i", variant="primary", id="install")
+                yield Button("Cancel  c", id="cancel", disabled=True)
+                yield Button("Log  l", id="log")
+            yield Static("", id="toolchain")
+            yield Static("", id="stage")
+            yield ProgressLine(show_eta=True, id="install-progress")
+            yield Log(id="build-log", max_lines=2000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "replayer — builds"
+        t = self.query_one("#catalog", DataTable)
+        for key, label in (("gen", "gen"), ("builds", "builds"), ("rep", "e.g."), ("installed", "installed"),
+                           ("changed", "what changed")):
+            t.add_column(label, key=key)
+        self.fill_catalog()
+        self.show_toolchain()
+        t.focus()
+        if self.queue:
+            n, backend = self.queue[0]
+            self.query_one("#install-number", Input).value = str(n)
+            self.query_one("#install-backend", Select).value = backend
+            self.start_next()
+
+    # -- catalog ----------------------------------------------------------------------------
+    def fill_catalog(self) -> None:
+        from replayer.ui.screens.setup import installed_builds
+
+        installed = installed_builds()
+        t = self.query_one("#catalog", DataTable)
+        t.clear()
+        for gen, first, last in GENERATION_RANGES:
+            rng = f"b{first}–b{last}" if last is not None else f"b{first}–"
+            if first == 0:
+                rng = f"≤ b{last}"
+            inside = sorted(n for n in installed if first <= n and (last is None or n <= last))
+            marks = " ".join(f"b{n} ✓ {','.join(installed[n])}" for n in inside) or "—"
+            t.add_row(gen.value, rng, f"b{REPRESENTATIVE_BUILD[gen]}", marks, GENERATION_LABELS[gen], key=gen.value)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        from replayer.core.builds.catalog import Generation
+
+        gen = Generation(str(event.row_key.value))
+        field = self.query_one("#install-number", Input)
+        field.value = str(REPRESENTATIVE_BUILD[gen])
+        field.focus()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "install-backend":
+            self.show_toolchain()
+
+    def show_toolchain(self) -> None:
+        from replayer.core.builds import toolchain
+
+        backend = str(self.query_one("#install-backend", Select).value)
+        c = toolchain.check(backend)
+        style = "green" if c.ok else "bold red"
+        self.query_one("#toolchain", Static).update(Text(c.line(), style=style))
+
+    # -- install ----------------------------------------------------------------------------
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        {"install": self.action_install, "cancel": self.action_cancel_install,
+         "log": self.action_toggle_log}[str(event.button.id)]()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_install()
+
+    def action_install(self) -> None:
+        if self.installing is not None:
+            self.notify("an install is running; cancel it first (c)", severity="warning")
+            return
+        text = self.query_one("#install-number", Input).value.strip()
+        try:
+            number = int(text.lstrip("bB"))
+        except ValueError:
+            self.notify("type a build number to install (e.g. 9763)", severity="error")
+            return
+        self.queue = [(number, str(self.query_one("#install-backend", Select).value))]
+        self.start_next()
+
+    def start_next(self) -> None:
+        if not self.queue:
+            return
+        self.installing = self.queue.pop(0)
+        self.cancel_event.clear()
+        self.log_read = 0
+        self.query_one("#build-log", Log).clear()
+        self.query_one("#install-progress", ProgressLine).reset()
+        self.query_one("#cancel", Button).disabled = False
+        self.query_one("#install", Button).disabled = True
+        self.set_stage("starting", 0.0)
+        self._install(*self.installing)
+
+    @work(thread=True, exit_on_error=False, group="install", exclusive=True)
+    def _install(self, number: int, backend: str) -> None:
+        from replayer.core.builds import manager
+
+        def progress(stage: str, frac: float) -> None:
+            if self.cancel_event.is_set():
+                raise InstallCancelled("install cancelled")
+            if (stage, round(frac, 2)) != self.stage:
+                self.stage = (stage, round(frac, 2))
+                self.app.call_from_thread(self.set_stage, stage, frac)
+
+        try:
+            rec = manager.install(number, backend, progress)
+        except InstallCancelled:
+            self.app.call_from_thread(self.finished, f"b{number} {backend}: cancelled", "warning")
+        except ReplayerError as exc:
+            self.app.call_from_thread(self.finished, f"b{number} {backend}: {exc}", "error")
+        except Exception as exc:  # shown, never a traceback
+            self.app.call_from_thread(self.finished, f"b{number} {backend}: {type(exc).__name__}: {exc}", "error")
+        else:
+            self.app.call_from_thread(self.finished, f"b{rec.build} {rec.backend} installed: {rec.binary}",
+                                      "information")
+
+    def set_stage(self, stage: str, frac: float) -> None:
+        n, backend = self.installing or (0, "")
+        step = f"{stage} {frac * 100:.0f}%" if stage in ("download", "compile", "link") else stage
+        self.query_one("#stage", Static).update(f"b{n} {backend}: {step}")
+        self.query_one("#install-progress", ProgressLine).update(int(overall(stage, frac) * 1000), 1000)
+        self.tail_log()
+
+    def tail_log(self) -> None:
+        if self.installing is None or not self.has_class("-show-log"):
+            return
+        from replayer.core.builds import manager
+
+        f = manager.log_path(*self.installing)
+        try:
+            with f.open("rb") as fh:
+                fh.seek(self.log_read)
+                chunk = fh.read()
+        except OSError:
+            return
+        cut = chunk.rfind(b"\n") + 1
+        if cut:
+            self.log_read += cut
+            self.query_one("#build-log", Log).write_lines(chunk[:cut].decode(errors="replace").splitlines())
+
+    def finished(self, message: str, severity: str) -> None:
+        self.installing_done = message
+        self.query_one("#stage", Static).update(message)
+        self.tail_log()
+        self.installing = None
+        self.query_one("#cancel", Button).disabled = True
+        self.query_one("#install", Button).disabled = False
+        self.notify(message, severity=severity, timeout=10)  # type: ignore[arg-type]
+        self.fill_catalog()
+        if severity == "information":
+            self.start_next()
+        else:
+            self.queue.clear()
+
+    def action_cancel_install(self) -> None:
+        if self.installing is not None:
+            self.cancel_event.set()
+            self.query_one("#stage", Static).update("cancelling…")
+
+    def action_toggle_log(self) -> None:
+        self.toggle_class("-show-log")
+        if self.has_class("-show-log"):
+            self.log_read = 0
+            self.query_one("#build-log", Log).clear()
+            self.tail_log()
+
+    def action_back(self) -> None:
+        if self.installing is not None:
+            self.cancel_event.set()
+        self.app.pop_screen()
