@@ -134,7 +134,7 @@ class ReplayerApp(App):
         Textual's default folder (~/Downloads) may not exist and the save then failed."""
         from datetime import datetime
 
-        folder = Path(path) if path else paths.export_dir()
+        folder = Path(path) if path else self.settings.export_folder()
         dest = (folder / (filename or f"replayer-{datetime.now():%Y%m%d-%H%M%S}.svg")).resolve()
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -232,10 +232,8 @@ class SetupScreen(Screen):
                 if not live_model:
                     raise ReplayerError("a live replay needs a GGUF model path")
                 cfg.model = live_model
-            from replayer.core.replay import cost_for
-
             if cfg.engine == "simulated":
-                cost_for(cfg)
+                cfg.cost()  # an impossible GPU/backend pair is said here, not in both panes
             missing = self.missing_builds(cfg) if cfg.engine == "live" else []
             if missing:
                 self.offer_install(missing, cfg.backend or LIVE_BACKEND)
