@@ -417,14 +417,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.print_help()
             return 0
         runner = ns.func
+    from replayer.core.engine.processes import stop_on_signals
+
     try:
-        return runner(ns) or 0
+        with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C; no server outlives us
+            return runner(ns) or 0
     except ReplayerError as exc:
         print(f"replayer: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("replayer: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"replayer: {getattr(exc, 'reason', 'interrupted')}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
     except BrokenPipeError:
         return 0
 

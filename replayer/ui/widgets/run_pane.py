@@ -100,7 +100,10 @@ class RunPane(Vertical):
             elif isinstance(e, ev.CheckpointRestored):
                 log_lines.append(f"↺ {e.n_tokens:>7,}  restored, n_past {e.n_past}")
             elif isinstance(e, ev.RunFinished):
-                self._border("success")
+                self._border("success" if e.status == ev.STATUS_COMPLETE else "warning")
+                if e.status != ev.STATUS_COMPLETE:
+                    self.query_one("#title", Label).update(Text(f"{self.run}: {e.status}", style="bold yellow"),
+                                                           layout=False)
             elif isinstance(e, ev.RunFailed):
                 self._border("error")
                 self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"),
