@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")
     p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
     p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
+    p.add_argument("--timeout", type=float, default=600.0, help="live: wall-clock seconds for the prefill (the run ends after its phases' sum)")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float, default=None,
