@@ -114,6 +114,7 @@ def test_simulator_predicts_live_run_exactly(binaries, tiny, conversation, build
     assert [b.reason for b in sim.batches] == [b.reason for b in batches]
     fin = evs[-1]
     assert isinstance(fin, ev.RunFinished) and fin.n_batches == len(batches) and fin.prompt_ms > 0
+    assert fin.status == res.status == "complete"
 
 
 def test_regression_breaks_at_every_user_start(binaries, tiny, conversation):
@@ -333,3 +334,69 @@ def test_the_servers_own_memory_kind_labels_the_batches(binaries, tiny, conversa
     assert offsets == [N - 516, N - 4]
     assert [e for e in evs if isinstance(e, ev.CheckpointCreated)]
 
+
+
+# -- deadlines on real servers ----------------------------------------------------------------
+
+def _freeze(procs) -> None:
+    for p in procs:
+        os.killpg(p.pid, signal.SIGSTOP)
+
+
+def test_a_frozen_server_hits_the_prefill_deadline(binaries, tiny):
+    """A real server stopped (SIGSTOP) mid-prefill: the run fails at its wall-clock prefill
+    deadline, keeps the batches it saw, and the stopped server is still killed."""
+    msgs, tools = agent_conversation(rounds=120, tool_result_words=120)
+    res = LiveResult()
+    t = time.monotonic()
+    evs = []
+    for e in live_events("A", parse_build("9859"), Knobs(memory="swa"),
+                         LiveOptions(binaries[9859], tiny["gemma2"], request_timeout=3.0),
+                         {"messages": msgs, "tools": tools}, result=res):
+        evs.append(e)
+        if isinstance(e, ev.BatchDone) and e.index == 1:
+            _freeze(live_processes())
+    assert isinstance(evs[-1], ev.RunFailed) and res.status == "failed: the prefill did not finish within 3 s"
+    assert len([e for e in evs if isinstance(e, ev.BatchDone)]) >= 2
+    assert time.monotonic() - t < 120
+
+
+def test_attach_to_a_frozen_server_times_out(binaries, tiny, conversation):
+    from replayer.core.engine.live import LiveServer, attach_events
+
+    import httpx
+
+    with LiveServer(LiveOptions(binaries[10001], tiny["llama"]), Knobs(), 8192) as srv, httpx.Client() as c:
+        srv.wait_healthy(c)
+        _freeze([srv.proc])
+        res = LiveResult()
+        evs = list(attach_events("A", parse_build("10001"), Knobs(), srv.url, conversation, result=res,
+                                 health_timeout=1.0))
+    assert isinstance(evs[-1], ev.RunFailed)
+    assert res.status == f"failed: no healthy llama-server answered at {srv.url} within 1 s"
+
+
+def test_a_real_generation_failure_keeps_the_prefill(binaries, tiny, conversation):
+    """b9859 with the gpt-oss template: the tiny model's first sampled token is not what the
+    template's output parser expects, and the stream ends with an error event after the
+    prefill. The run's status says so; its prefill facts (batches, checkpoints, time) stand."""
+    from replayer.core.compare import compare
+
+    tpl = REPO / "replayer" / "data" / "templates" / "gpt-oss.jinja"
+    res = LiveResult()
+    knobs = Knobs(memory="plain")
+    evs = list(live_events("B", parse_build("9859"), knobs,
+                           LiveOptions(binaries[9859], tiny["llama"], extra_args=["--chat-template-file", str(tpl)]),
+                           conversation, result=res))
+    fin = evs[-1]
+    assert isinstance(fin, ev.RunFinished), fin
+    assert fin.status.startswith("prefill complete, generation failed: llama-server reported an error: The model "
+                                 "produced output that does not match the expected")
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    sim = Slot(parse_build("9859"), knobs).run(res.layout.prompt_spans())
+    assert [(b.start, b.n_tokens) for b in sim.batches] == [(b.start, b.n_tokens) for b in batches]
+    assert res.progress[-1] == fin.n_tokens == fin.n_processed and fin.prompt_ms > 0 and fin.tokens_per_s > 0
+    ok, _, _ = _run(binaries, tiny, conversation, 9859, "llama")
+    cmp = compare(ok + evs)
+    assert cmp.comparable and cmp.speedup > 0
+    assert cmp.verdict().endswith(f"(run B: {fin.status})")
