@@ -262,3 +262,17 @@ def test_signals_to_the_replayer_stop_its_servers(tmp_path, tag, sig):
     name = {signal.SIGINT: "interrupted"}.get(sig, f"terminated by {signal.Signals(sig).name}")
     assert p.stderr.read().strip().splitlines()[-1] == f"replayer: {name}"
     assert _gone(tag, within=5.0), f"left behind: {_tagged(tag)}"
+
+
+def test_a_cancelled_attach_run_leaves_no_reader_thread():
+    """Closing the generator (the app's cancel) cuts the stream: no thread keeps reading."""
+    with FakeServer("keepalive") as srv:
+        before = set(threading.enumerate())
+        gen = attach_events("A", parse_build("9859"), Knobs(), srv.url, BODY)
+        assert isinstance(next(gen), ev.RunStarted)
+        time.sleep(0.5)
+        gen.close()
+        deadline = time.monotonic() + 5
+        while set(threading.enumerate()) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(threading.enumerate()) - before == set()

@@ -220,7 +220,7 @@ def _run_events(run: str, result: LiveResult, body: Callable[[], Iterator[ev.Eve
         result.status = failed.status
         yield failed
     finally:
-        if guard is not None:
+        if guard is not None:  # a cancelled run (closed generator) leaves no request thread reading
             guard.close()
 
 

@@ -237,7 +237,12 @@ class Guard:
                 s.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """The run is over: stop watching, and cut what is still open (its reader thread ends)."""
         self._stop.set()
+        with self._lock:
+            fired = self.fired
+        self.cut()
+        self.fired = fired
 
     def client(self, read_timeout: float) -> httpx.Client:
         return httpx.Client(timeout=httpx.Timeout(read_timeout, connect=5.0),
