@@ -276,3 +276,21 @@ def test_a_cancelled_attach_run_leaves_no_reader_thread():
         while set(threading.enumerate()) - before and time.monotonic() < deadline:
             time.sleep(0.05)
         assert set(threading.enumerate()) - before == set()
+
+
+def test_a_server_left_running_is_stopped_at_interpreter_exit(tmp_path, tag):
+    """The app quitting (or any caller forgetting ``stop``) ends the interpreter: ``atexit`` stops
+    the server and its group."""
+    binary = write_binary(tmp_path / "llama-server", "ok")
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    code = ("import sys, httpx; from pathlib import Path\n"
+            "from replayer.core.engine.live import LiveOptions, LiveServer\n"
+            "from replayer.core.engine.schedule import Knobs\n"
+            f"s = LiveServer(LiveOptions(Path({str(binary)!r}), Path({str(model)!r})), Knobs(), 4096)\n"
+            "s.start(); s.wait_healthy(httpx.Client())\n"
+            "print(s.proc.pid, flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[0]) > 0
+    assert _gone(tag, within=5.0)
