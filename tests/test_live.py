@@ -1,4 +1,4 @@
-"""Live replays on real llama-server builds (b9859, b10001 for CPU, built by the build manager).
+"""Live replays on real llama-server builds (b9859 G1, b10001 G2b, b11434 G3; CPU, built by the build manager).
 
 These are the tests that prove the simulator faithful: for every live run, the schedule
 given the same layout and build predicts identical batch boundaries and checkpoints.
@@ -30,14 +30,25 @@ from conftest import REPO, SESSION_TAG
 from helpers import agent_conversation, replay_until
 
 pytestmark = pytest.mark.live
-BUILDS = (9859, 10001)
+BUILDS = (9859, 10001, 11434)  # make LIVE_BUILDS must list them all
 MEMORY = {"llama": "plain", "gemma2": "swa", "lfm2": "recurrent", "mamba": "recurrent"}
+
+
+class _Builds(dict):
+    """Installed builds by number; one a test asks for is installed then (cold: a compile)."""
+
+    def __missing__(self, build: int) -> Path:
+        self[build] = Path(manager.install(build, "cpu").binary)
+        return self[build]
 
 
 @pytest.fixture(scope="session")
 def binaries():
     """Real builds through the build manager (cached; ~6-10 min each when cold)."""
-    return {b: Path(manager.install(b, "cpu").binary) for b in BUILDS}
+    builds = _Builds()
+    for b in (9859, 10001):  # every test's process checks look for these two
+        builds[b]
+    return builds
 
 
 @pytest.fixture(scope="session")
@@ -344,21 +355,25 @@ def _freeze(procs) -> None:
 
 
 def test_a_frozen_server_hits_the_prefill_deadline(binaries, tiny):
-    """A real server stopped (SIGSTOP) mid-prefill: the run fails at its wall-clock prefill
-    deadline, keeps the batches it saw, and the stopped server is still killed."""
+    """A real server stopped (SIGSTOP) after its first batch: the run fails at its wall-clock
+    prefill deadline, keeps the batch it saw, and the stopped server is still killed."""
     msgs, tools = agent_conversation(rounds=120, tool_result_words=120)
     res = LiveResult()
     t = time.monotonic()
-    evs = []
+    evs: list = []
+    frozen = False
     for e in live_events("A", parse_build("9859"), Knobs(memory="swa"),
-                         LiveOptions(binaries[9859], tiny["gemma2"], request_timeout=3.0),
+                         LiveOptions(binaries[9859], tiny["gemma2"], request_timeout=10.0),
                          {"messages": msgs, "tools": tools}, result=res):
         evs.append(e)
-        if isinstance(e, ev.BatchDone) and e.index == 1:
+        if isinstance(e, ev.BatchDone) and not frozen:
             _freeze(live_processes())
-    assert isinstance(evs[-1], ev.RunFailed) and res.status == "failed: the prefill did not finish within 3 s"
-    assert len([e for e in evs if isinstance(e, ev.BatchDone)]) >= 2
-    assert time.monotonic() - t < 120
+            frozen = True
+    assert frozen and isinstance(evs[-1], ev.RunFailed)
+    assert res.status == "failed: the prefill did not finish within 10 s"
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    assert batches and batches[-1].end < evs[0].n_tokens  # the prefill facts seen so far, not more
+    assert time.monotonic() - t < 300
 
 
 def test_attach_to_a_frozen_server_times_out(binaries, tiny, conversation):
