@@ -198,7 +198,7 @@ class Clock:
 class Guard:
     """Cuts every connection a client opened once the clock's current phase is over.
 
-    Install with ``client(clock)``: each request records its TCP stream (httpcore's
+    Requests go through ``client()``: each records its TCP stream (httpcore's
     ``connection.connect_tcp`` trace; keep-alive is off so every request connects), and a
     watcher thread shuts those sockets down at the phase's end, so a read blocked on a silent
     or trickling server returns at once. ``fired`` tells the caller why the read failed.
