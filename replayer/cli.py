@@ -415,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
     p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
     p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0,
-                   help="live: seconds per run")
+                   help="live: wall-clock seconds for the prefill (the run ends after its phases' sum)")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
@@ -474,6 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.print_help()
             return 0
         runner = ns.func
+    from replayer.core.engine.processes import stop_on_signals
+
     try:
         if hasattr(ns, "no_redact"):
             from replayer.core import redact
@@ -483,15 +485,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from replayer.core.prompt import sandbox
 
             sandbox.set_budget(ns.template_timeout, ns.template_max_mb)
-        return runner(ns) or 0
+        with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C; no server outlives us
+            return runner(ns) or 0
     except ReplayerError as exc:
         from replayer.core.redact import redact
 
         print(f"replayer: error: {redact(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("replayer: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"replayer: {getattr(exc, 'reason', 'interrupted')}", file=sys.stderr)
+        return getattr(exc, "exit_code", 130)
     except BrokenPipeError as exc:  # `replayer … | head`: the reader has all it wanted
         stdout_failed(exc)
         return 0

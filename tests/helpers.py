@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import threading
 
 
 def agent_conversation(rounds: int = 30, seed: int = 1, tool_result_words: int = 40) -> tuple[list[dict], list[dict]]:
@@ -47,3 +50,21 @@ async def start_from_setup(app, pilot):
     await pilot.press("enter")
     await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen))
     return app.screen
+
+
+def replay_until(argv: list[str], marker: str, cwd, timeout: float = 120) -> subprocess.Popen:
+    """``replayer`` started with ``argv``, returned once its stdout printed a line with ``marker``."""
+    p = subprocess.Popen([sys.executable, "-m", "replayer.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    seen = threading.Event()
+
+    def watch():
+        for line in p.stdout:
+            if marker in line:
+                seen.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    if not seen.wait(timeout):
+        p.kill()
+        raise AssertionError(f"replayer never printed {marker!r}: {p.stderr.read()[-400:]}")
+    return p

