@@ -208,6 +208,18 @@ def list_builds() -> list[BuildRecord]:
     return sorted((r for r in recs if r is not None), key=lambda r: (r.build, r.backend, r.source))
 
 
+def installed_backends() -> dict[int, list[str]]:
+    """Installed build numbers → their backends; empty when the cache cannot be read (a damaged
+    build cache must not keep the app from starting)."""
+    out: dict[int, list[str]] = {}
+    try:
+        for rec in list_builds():
+            out.setdefault(rec.build, []).append(rec.backend)
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
 def find_build(build: int, backend: str | None = None) -> BuildRecord | None:
     for rec in list_builds():
         if rec.build == build and (backend is None or rec.backend == backend):

@@ -35,7 +35,7 @@ from replayer.core.engine import events as ev
 from replayer.core.engine import processes
 from replayer.core.engine.logparse import LogFact, memory_kind, parse_line
 from replayer.core.engine.processes import live_processes, stop_all, stop_started_by  # noqa: F401  (the live engine's API)
-from replayer.core.engine.protocol import Chunk, Clock, Guard, Health, http_error, one_line, parse, sse_chunks
+from replayer.core.server_protocol import Chunk, Clock, Guard, Health, http_error, one_line, parse, sse_chunks
 from replayer.core.engine.schedule import Knobs, ReasonRule
 from replayer.core.errors import BuildError, ReplayerError, RunError
 from replayer.core.prompt import templates

@@ -19,7 +19,6 @@ never come here: they render in-process at full speed.
 from __future__ import annotations
 
 import atexit
-import os
 import signal
 import struct
 import subprocess
@@ -69,6 +68,10 @@ def set_budget(seconds: float | None = None, max_mb: float | None = None) -> Bud
 
 def budget() -> Budget:
     return _budget
+
+
+class RaiseException(Exception):
+    """A template's own ``raise_exception(...)``: the conversation, as shaped, is refused."""
 
 
 class BudgetExceeded(Exception):
@@ -123,7 +126,7 @@ class _Worker:
         """A running worker, ready: its start (imports, ~0.2 s, longer on a busy machine) is
         not charged to a render's time budget."""
         if self.proc is None or self.proc.poll() is not None:
-            proc = subprocess.Popen([sys.executable, "-m", "replayer.core.prompt.sandbox"],
+            proc = subprocess.Popen([sys.executable, "-m", "replayer.core.prompt.sandbox_worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             timer = threading.Timer(_START_SECONDS, proc.kill)
             timer.start()
@@ -219,10 +222,8 @@ def _exception(kind: str, message: str) -> Exception:
     import jinja2
     from jinja2.sandbox import SecurityError
 
-    from replayer.core.prompt import templates
-
     if kind == "raise_exception":
-        return templates._RaiseException(message)
+        return RaiseException(message)
     if kind == "budget":
         return TemplateBudgetError(f"chat template stopped: {message} (render budget {_budget.describe()}; "
                              "--template-timeout / --template-max-mb to change)")
@@ -230,104 +231,3 @@ def _exception(kind: str, message: str) -> Exception:
     if kind in known:
         return known[kind](message)
     return TemplateError(f"chat template failed: {kind}: {message}")
-
-
-# -- the worker's side ---------------------------------------------------------------------
-
-def _address_space() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _render_one(request: dict[str, Any]) -> dict[str, Any]:
-    import resource
-
-    import jinja2
-
-    from replayer.core.prompt import templates
-
-    max_bytes = int(request["max_bytes"])
-    env = templates._environment()
-    env.max_bytes = max_bytes
-    limits = []
-    try:
-        tpl = _compiled(env, request["source"])
-        try:  # memory and CPU caps for this render only: hooks can miss, the kernel cannot
-            cpu = resource.getrusage(resource.RUSAGE_SELF)
-            limits.append((resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU)))
-            used = int(cpu.ru_utime + cpu.ru_stime)
-            resource.setrlimit(resource.RLIMIT_CPU, (used + int(request["seconds"]) + 2, resource.RLIM_INFINITY))
-            limits.append((resource.RLIMIT_AS, resource.getrlimit(resource.RLIMIT_AS)))
-            headroom = max(_HEADROOM_MIN, _HEADROOM_PER_OUTPUT * max_bytes)
-            resource.setrlimit(resource.RLIMIT_AS, (_address_space() + headroom, resource.RLIM_INFINITY))
-        except (ValueError, OSError):
-            pass
-        if request.get("op") == "caps":
-            import dataclasses
-
-            return {"caps": dataclasses.asdict(templates.caps_of(request["source"]))}
-        text = tpl.render(**request["ctx"])
-        if len(text) > max_bytes:
-            return {"kind": "budget", "message": f"a prompt of {len(text):,} characters is over the output budget"}
-        return {"text": text}
-    except MemoryError:
-        return {"kind": "budget", "message": "the render ran out of its memory budget"}
-    except BudgetExceeded as exc:
-        return {"kind": "budget", "message": str(exc)}
-    except templates._RaiseException as exc:
-        return {"kind": "raise_exception", "message": str(exc)}
-    except jinja2.UndefinedError as exc:
-        return {"kind": "UndefinedError", "message": str(exc)}
-    except RecursionError:
-        return {"kind": "RecursionError", "message": "templates nested too deep"}
-    except Exception as exc:  # noqa: BLE001 - every template error is reported, never raised here
-        return {"kind": type(exc).__name__, "message": " ".join(str(exc).split())[:300]}
-    finally:
-        for which, old in reversed(limits):
-            try:
-                resource.setrlimit(which, old)
-            except (ValueError, OSError):
-                pass
-
-
-_COMPILED: dict[str, Any] = {}
-
-
-def _compiled(env, source: str):
-    tpl = _COMPILED.get(source)
-    if tpl is None:
-        if len(_COMPILED) > 16:
-            _COMPILED.clear()
-        tpl = _COMPILED[source] = env.from_string(source)
-    return tpl
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills the worker when replayer ends, however it ends."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _serve() -> None:
-    _die_with_parent()
-    from replayer.core.prompt import templates  # noqa: F401 - imported before saying ready
-
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    stdout.write(_READY)
-    stdout.flush()
-    while (data := _receive(stdin)) is not None:
-        request = orjson.loads(data)
-        del data
-        reply = _render_one(request)
-        del request
-        _send(stdout, orjson.dumps(reply))
-
-
-if __name__ == "__main__":  # run as a module: use the importable copy, whose classes templates raise
-    from replayer.core.prompt.sandbox import _serve as serve
-
-    serve()

@@ -2,7 +2,7 @@
 
 The server renders with its own template and tokenizer, so the only thing replayer adds is
 the delimiter list (from the template text the server reports in ``/props``) and the scan.
-Every reply is checked against ``engine.protocol``'s models: a server that answers something
+Every reply is checked against ``server_protocol``'s models: a server that answers something
 else is one clear error, not a ``KeyError``.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from replayer.core.engine.protocol import AppliedTemplate, Props, Tokens, checked
+from replayer.core.server_protocol import AppliedTemplate, Props, Tokens, checked
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt.templates import Template
 
@@ -51,4 +51,5 @@ class ServerTokenizer:
 
     def template(self) -> Template:
         props = self.props()
-from replayer.core.engine.protocol import AppliedTemplate, Props, Tokens, checked
+        return Template(name=f"server:{self.url}", source=props.chat_template,
+                        bos_token=props.bos_token or "", eos_token=props.eos_token or "")

@@ -65,8 +65,7 @@ class Template:
         return detect_family(self.source)
 
 
-class _RaiseException(Exception):
-    pass
+_RaiseException = sandbox.RaiseException  # raised by a template's raise_exception(), in or out of the worker
 
 
 def _raise_exception(message: str = "template error") -> None:

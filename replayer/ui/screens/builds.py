@@ -144,9 +144,9 @@ class BuildsScreen(Screen):
 
     # -- catalog ----------------------------------------------------------------------------
     def fill_catalog(self) -> None:
-        from replayer.ui.screens.setup import installed_builds
+        from replayer.core.builds import manager
 
-        installed = installed_builds()
+        installed = manager.installed_backends()
         t = self.query_one("#catalog", DataTable)
         t.clear()
         for gen, first, last in GENERATION_RANGES:

@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
 from replayer.core.builds.catalog import BUILD_PRESETS, parse_build
+from replayer.core.builds import manager
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.replay import ReplayConfig, prepare
@@ -25,21 +26,8 @@ from replayer.core.session import Session
 LIVE_BACKEND = "cpu"  # what `builds install` compiles by default: the backend a live run starts on
 
 
-def installed_builds() -> dict[int, list[str]]:
-    """Installed build numbers → their backends (empty when the cache cannot be read)."""
-    try:
-        from replayer.core.builds import manager
-
-        out: dict[int, list[str]] = {}
-        for rec in manager.list_builds():
-            out.setdefault(rec.build, []).append(rec.backend)
-        return out
-    except Exception:  # a damaged build cache must not keep the app from starting
-        return {}
-
-
 def build_options(installed: dict[int, list[str]] | None = None) -> list[tuple[str, str]]:
-    installed = installed_builds() if installed is None else installed
+    installed = manager.installed_backends() if installed is None else installed
 
     def mark(number: int) -> str:
         backends = installed.get(number)
@@ -209,7 +197,7 @@ class SetupScreen(Screen):
 
     def missing_builds(self, cfg: ReplayConfig) -> list[int]:
         """Build numbers a live run needs that are not installed for its backend."""
-        installed = installed_builds()
+        installed = manager.installed_backends()
         out = []
         for spec in (cfg.a, cfg.b):
             if "/" in spec:

@@ -1,0 +1,116 @@
+"""The render worker of :mod:`sandbox`: a separate process that renders one untrusted template
+at a time under memory and CPU caps, and answers with the text or the error's kind. It is its
+own module so that the parent side (``sandbox``) never imports ``templates``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+import orjson
+
+from replayer.core.prompt.sandbox import (_HEADROOM_MIN, _HEADROOM_PER_OUTPUT, _READY, BudgetExceeded,
+                                          RaiseException, _receive, _send)
+
+# -- the worker's side ---------------------------------------------------------------------
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _render_one(request: dict[str, Any]) -> dict[str, Any]:
+    import resource
+
+    import jinja2
+
+    from replayer.core.prompt import templates
+
+    max_bytes = int(request["max_bytes"])
+    env = templates._environment()
+    env.max_bytes = max_bytes
+    limits = []
+    try:
+        tpl = _compiled(env, request["source"])
+        try:  # memory and CPU caps for this render only: hooks can miss, the kernel cannot
+            cpu = resource.getrusage(resource.RUSAGE_SELF)
+            limits.append((resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU)))
+            used = int(cpu.ru_utime + cpu.ru_stime)
+            resource.setrlimit(resource.RLIMIT_CPU, (used + int(request["seconds"]) + 2, resource.RLIM_INFINITY))
+            limits.append((resource.RLIMIT_AS, resource.getrlimit(resource.RLIMIT_AS)))
+            headroom = max(_HEADROOM_MIN, _HEADROOM_PER_OUTPUT * max_bytes)
+            resource.setrlimit(resource.RLIMIT_AS, (_address_space() + headroom, resource.RLIM_INFINITY))
+        except (ValueError, OSError):
+            pass
+        if request.get("op") == "caps":
+            import dataclasses
+
+            return {"caps": dataclasses.asdict(templates.caps_of(request["source"]))}
+        text = tpl.render(**request["ctx"])
+        if len(text) > max_bytes:
+            return {"kind": "budget", "message": f"a prompt of {len(text):,} characters is over the output budget"}
+        return {"text": text}
+    except MemoryError:
+        return {"kind": "budget", "message": "the render ran out of its memory budget"}
+    except BudgetExceeded as exc:
+        return {"kind": "budget", "message": str(exc)}
+    except RaiseException as exc:
+        return {"kind": "raise_exception", "message": str(exc)}
+    except jinja2.UndefinedError as exc:
+        return {"kind": "UndefinedError", "message": str(exc)}
+    except RecursionError:
+        return {"kind": "RecursionError", "message": "templates nested too deep"}
+    except Exception as exc:  # noqa: BLE001 - every template error is reported, never raised here
+        return {"kind": type(exc).__name__, "message": " ".join(str(exc).split())[:300]}
+    finally:
+        for which, old in reversed(limits):
+            try:
+                resource.setrlimit(which, old)
+            except (ValueError, OSError):
+                pass
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def _compiled(env, source: str):
+    tpl = _COMPILED.get(source)
+    if tpl is None:
+        if len(_COMPILED) > 16:
+            _COMPILED.clear()
+        tpl = _COMPILED[source] = env.from_string(source)
+    return tpl
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills the worker when replayer ends, however it ends."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve() -> None:
+    _die_with_parent()
+    from replayer.core.prompt import templates  # noqa: F401 - imported before saying ready
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(_READY)
+    stdout.flush()
+    while (data := _receive(stdin)) is not None:
+        request = orjson.loads(data)
+        del data
+        reply = _render_one(request)
+        del request
+        _send(stdout, orjson.dumps(reply))
+
+
+if __name__ == "__main__":  # run as a module: use the importable copy, whose classes templates raise
+    from replayer.core.prompt.sandbox_worker import _serve as serve
+
+    serve()
