@@ -31,9 +31,9 @@ from replayer.core.tiny_models import make_tiny
 
 from conftest import FIXTURES, REPO
 from helpers import agent_conversation
+from test_live import BUILDS, binaries  # noqa: F401  (the real builds, one fixture for both modules)
 
 pytestmark = pytest.mark.live
-BUILDS = (9859, 10001)
 LONG = FIXTURES / "openai" / "agent-45-rounds.json"
 
 #: model id → (arch, template (bundled name or sdist template file), vocab GGUF of the sdist or None)
@@ -87,11 +87,6 @@ def first_difference(ours: str | list, theirs: str | list) -> str:
     i = next((k for k in range(n) if ours[k] != theirs[k]), n)
     return (f"first difference at {i} (lengths {len(ours)} vs {len(theirs)}):\n"
             f"  replayer {ours[max(0, i - 60):i + 80]!r}\n  server   {theirs[max(0, i - 60):i + 80]!r}")
-
-
-@pytest.fixture(scope="module")
-def binaries():
-    return {b: Path(manager.install(b, "cpu").binary) for b in BUILDS}
 
 
 @pytest.fixture(scope="module")
