@@ -31,9 +31,9 @@ from replayer.core.tiny_models import make_tiny
 
 from conftest import FIXTURES, REPO
 from helpers import agent_conversation
+from test_live import BUILDS, binaries  # noqa: F401  (the real builds, one fixture for both modules)
 
 pytestmark = pytest.mark.live
-BUILDS = (9859, 10001)
 LONG = FIXTURES / "openai" / "agent-45-rounds.json"
 
 #: model id → (arch, template (bundled name or sdist template file), vocab GGUF of the sdist or None)
@@ -89,42 +89,55 @@ def first_difference(ours: str | list, theirs: str | list) -> str:
             f"  replayer {ours[max(0, i - 60):i + 80]!r}\n  server   {theirs[max(0, i - 60):i + 80]!r}")
 
 
-@pytest.fixture(scope="module")
-def binaries():
-    return {b: Path(manager.install(b, "cpu").binary) for b in BUILDS}
+class _Models(dict):
+    """Tiny GGUFs carrying each template, made on first use."""
+
+    def __init__(self, d: Path) -> None:
+        super().__init__()
+        self.d, self.vocab_dir = d, manager.sdist_models_dir(9859)
+
+    def __missing__(self, mid: str) -> Path:
+        arch, tpl, vocab = MODELS[mid]
+        src = (templates.bundled(tpl).source if tpl in templates.BUNDLED
+               else (self.vocab_dir / "templates" / f"{tpl}.jinja").read_text(encoding="utf-8"))
+        self[mid] = make_tiny(arch, self.d / f"{mid}.gguf", chat_template=src,
+                              vocab=str(self.vocab_dir / f"ggml-vocab-{vocab}.gguf") if vocab else None)
+        return self[mid]
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("conformance")
-    vocab_dir = manager.sdist_models_dir(9859)
-    out = {}
-    for mid, (arch, tpl, vocab) in MODELS.items():
-        src = (templates.bundled(tpl).source if tpl in templates.BUNDLED
-               else (vocab_dir / "templates" / f"{tpl}.jinja").read_text(encoding="utf-8"))
-        out[mid] = make_tiny(arch, d / f"{mid}.gguf", vocab=str(vocab_dir / f"ggml-vocab-{vocab}.gguf") if vocab else None,
-                             chat_template=src)
-    return out
+    return _Models(tmp_path_factory.mktemp("conformance"))
+
+
+class _Servers:
+    """One server per (build, model), started on first use and kept for the module."""
+
+    def __init__(self, binaries, models) -> None:
+        self.binaries, self.models, self.started = binaries, models, {}
+        self.client = httpx.Client(timeout=120)
+
+    def __getitem__(self, key: tuple[int, str]) -> str:
+        if key not in self.started:
+            srv = LiveServer(LiveOptions(self.binaries[key[0]], self.models[key[1]]), Knobs(), 65536)
+            self.started[key] = srv
+            srv.start()
+            srv.wait_healthy(self.client)
+        return self.started[key].url
+
+    def close(self) -> None:
+        for srv in self.started.values():
+            srv.stop()
+        self.client.close()
 
 
 @pytest.fixture(scope="module")
 def servers(binaries, models):
-    """One server per (build, model) for the whole module; all stopped at its end."""
-    started = {}
-    client = httpx.Client(timeout=120)
+    s = _Servers(binaries, models)
     try:
-        for b in BUILDS:
-            for mid, path in models.items():
-                srv = LiveServer(LiveOptions(binaries[b], path), Knobs(), 65536)
-                srv.start()
-                started[(b, mid)] = srv
-        for srv in started.values():
-            srv.wait_healthy(client)
-        yield {k: v.url for k, v in started.items()}
+        yield s
     finally:
-        for srv in started.values():
-            srv.stop()
-        client.close()
+        s.close()
 
 
 def _apply(url: str, body: dict) -> str | None:
