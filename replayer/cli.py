@@ -16,7 +16,8 @@ import orjson
 from replayer import __version__
 from replayer.core.errors import ReplayerError
 
-SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app"}
+SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
+               "bisect", "advise"}
 
 
 def _out(data: bytes | str) -> None:
@@ -205,6 +206,54 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- bisect -------------------------------------------------------------------------------
+
+def _build_number(text: str, what: str) -> int:
+    from replayer.core.builds.catalog import parse_build
+
+    b = parse_build(text)
+    if b.number is None:
+        raise ReplayerError(f"{what} needs a build number, not a generation ({text})")
+    return b.number
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from replayer.core import bisect
+
+    m = bisect.metric(args.metric)
+    good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
+    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
+    cfg = _config(args)
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
+
+    def on_step(step) -> None:
+        say(bisect.step_line(step, m))
+
+    if args.engine == "live":
+        progress: dict[int, Any] = {}
+
+        def on_progress(n: int, stage: str, frac: float) -> None:
+            progress.setdefault(n, _progress_printer(f"b{n}"))(stage, frac)
+
+        res = bisect.live(args.session, cfg, good, bad, m, Path(args.model), backend=cfg.backend or "cpu", thr=thr,
+                          ctx_size=args.ctx_size, timeout=args.timeout, resume=not args.fresh, on_step=on_step,
+                          on_progress=on_progress)
+    else:
+        res = bisect.simulated(args.session, cfg, good, bad, m, thr, on_step=None if args.json else on_step)
+    if args.json:
+        _json(res.to_dict())
+        return 0 if res.found else 1
+    if res.found is not None and good in res.samples and bad in res.samples:
+        _out("threshold: " + res.threshold.describe(*res.references()))
+    _out("\n".join(res.summary_lines()))
+    for bd in res.boundaries:
+        names = ", ".join(f"PR #{c['pr']}" if c["pr"] else c["title"] for c in bd["changes"]) or "no known change"
+        _out(f"boundary b{bd['last']} → b{bd['first']} ({' → '.join(bd['generations'])}): "
+             f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
+             f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
+    return 0 if res.found else 1
+
+
 # -- presets / builds / models -------------------------------------------------------------
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -374,6 +423,29 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("bisect", help="find the build where this session's prefill changed")
+    _common_session(p)
+    p.add_argument("--good", required=True, help="a build that is fast on this session")
+    p.add_argument("--bad", required=True, help="a build that is slow (older or newer than --good)")
+    p.add_argument("--engine", choices=["simulated", "live"], default="simulated",
+                   help="simulated: the catalog's boundary builds; live: every index build, built and run")
+    p.add_argument("--metric", choices=["prompt_tps", "batches", "reprocessed"], default="prompt_tps")
+    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset (simulated) or GGUF path (live)")
+    p.add_argument("--gpu", default="rx9070xt")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--tokenizer", default="estimate")
+    p.add_argument("--template", default=None)
+    p.add_argument("--calibration", default=None)
+    _knobs(p, 2048)
+    p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
+    p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
+    p.add_argument("--band", type=float, default=0.25,
+                   help="too close to call: a median within BAND × |good − bad| of the midpoint (default 0.25)")
+    p.add_argument("--max-samples", type=int, default=3, help="live: measurements of one build before giving up")
+    p.add_argument("--fresh", action="store_true", help="live: ignore measurements of an interrupted earlier run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 
     p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")
     p.add_argument("--json", action="store_true")
