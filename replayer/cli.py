@@ -254,6 +254,37 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return 0 if res.found else 1
 
 
+# -- advise -------------------------------------------------------------------------------
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from replayer.core import advise
+
+    settings = advise.Settings(_config(args), swa_full=args.swa_full, cache_ram=args.cache_ram,
+                               n_parallel=args.parallel, kv_unified=args.kv_unified, ctx_size=args.ctx_size)
+    adv = advise.advise(args.session, settings.with_(b=args.a))
+    if args.json:
+        _json(adv.to_dict())
+        return 0
+    d = adv.to_dict()
+    t = d["today"]
+    today = f"{t['prompt_ms'] / 1000:,.1f} s, {t['batches']} batches" if t["error"] is None else t["error"]
+    lines = [f"{d['build']} ({d['generation']}: {d['generation_meaning']}) — today {today} ({d['mode']} mode)",
+             f"  {t['command']}", ""]
+    if not adv.recommendations:
+        lines.append("no change makes this session faster in the model")
+    for i, r in enumerate(adv.recommendations, 1):
+        saving = f"saves {r['saving_ms'] / 1000:,.1f} s ({r['saving_pct']:.0f} %)" if r["saving_pct"] is not None \
+            else f"saves {r['saving_ms'] / 1000:,.1f} s"
+        lines.append(f"{i:>2}. {r['title']}: {r['prompt_ms'] / 1000:,.1f} s, {saving}")
+        lines.append(f"    {r.get('install') or r['command']}")
+        if r["tradeoff"]:
+            lines.append(f"    trade-off: {r['tradeoff']}")
+    if adv.no_effect:
+        lines += ["", "no effect here:"] + [f"  {n['title']}: {n['reason']}" for n in adv.no_effect]
+    _out("\n".join(lines))
+    return 0
+
+
 # -- presets / builds / models -------------------------------------------------------------
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -446,6 +477,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh", action="store_true", help="live: ignore measurements of an interrupted earlier run")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
+
+    p = sub.add_parser("advise", help="rank the builds and flags that would make this session faster")
+    _common_session(p)
+    p.add_argument("--build", dest="a", default="9859", help="the build you run today")
+    p.add_argument("--gpu", default="rx9070xt")
+    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--tokenizer", default="estimate")
+    p.add_argument("--template", default=None)
+    p.add_argument("--calibration", default=None)
+    _knobs(p, 512)
+    p.add_argument("--swa-full", action="store_true", help="today's server runs with --swa-full")
+    p.add_argument("--cache-ram", type=int, default=None, metavar="MIB", help="today's --cache-ram")
+    p.add_argument("-c", "--ctx-size", type=int, default=None, help="today's -c (default: fits the prompt)")
+    p.add_argument("-np", "--parallel", type=int, default=1, help="today's -np")
+    p.add_argument("--kv-unified", action="store_true", help="today's server runs with --kv-unified")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
     p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")
     p.add_argument("--json", action="store_true")

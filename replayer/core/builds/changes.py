@@ -74,3 +74,8 @@ def boundary_builds(lo: int, hi: int) -> list[int]:
     for c in CHANGES:
         out.update(b for b in (c.last_without, c.first_with) if lo <= b <= hi)
     return sorted(out)
+
+
+def introducing(generation: str) -> Change | None:
+    """The change that started a behaviour generation (G0 has none)."""
+    return next((c for c in CHANGES if c.generation == generation), None)
