@@ -274,7 +274,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         lines.append("no change makes this session faster in the model")
     for i, r in enumerate(adv.recommendations, 1):
         saving = f"saves {r['saving_ms'] / 1000:,.1f} s ({r['saving_pct']:.0f} %)" if r["saving_pct"] is not None \
-            else f"saves {r['saving_ms'] / 1000:,.1f} s"
+            else "runs where today's setting cannot"
         lines.append(f"{i:>2}. {r['title']}: {r['prompt_ms'] / 1000:,.1f} s, {saving}")
         lines.append(f"    {r.get('install') or r['command']}")
         if r["tradeoff"]:

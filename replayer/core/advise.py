@@ -252,7 +252,7 @@ def advise(path: str | Path, settings: Settings, session: Session | None = None,
         if v.kind == "upgrade":
             row["build"] = new.config.a
             row["install"] = f"replayer builds install {new.config.a}"
-        if out.error is None and (saving > MIN_SAVING * today.prompt_ms):
+        if out.error is None and (today.error is not None or saving > MIN_SAVING * today.prompt_ms):
             rows.append(row)
         else:
             why = out.error or ("no change in the modelled time" if abs(saving) <= MIN_SAVING * today.prompt_ms
@@ -292,10 +292,10 @@ def verdict_advice(prep: Prepared, slower: str) -> list[str]:
         return lines
     if adv.recommendations:
         r = adv.recommendations[0]
-        pct = f" ({r['saving_pct']:.0f} %)" if r["saving_pct"] is not None else ""
         how = r.get("install") or " ".join(r["flags"])
-        lines.append(f"advice: {r['title']} saves {r['saving_ms'] / 1000:,.1f} s{pct} on this session"
-                     + (f" — {how}" if how else ""))
+        gain = (f"saves {r['saving_ms'] / 1000:,.1f} s ({r['saving_pct']:.0f} %) on this session"
+                if r["saving_pct"] is not None else f"makes this session run ({r['prompt_ms'] / 1000:,.1f} s)")
+        lines.append(f"advice: {r['title']} {gain}" + (f" — {how}" if how else ""))
     else:
         lines.append("advice: no flag or build change makes this session faster in the model")
     return lines
