@@ -200,7 +200,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         extras = {run: {"user_starts": len(prep.layouts[run].user_starts)} for run in ("A", "B")}
         _out(export.to_json(cmp, {"session": meta}, redacted=False, run_extras=extras))
     elif args.markdown:
-        _out(export.to_markdown(cmp, meta))
+        from replayer.core.advise import advice_for
+
+        _out(export.to_markdown(cmp, meta, advice=advice_for(prep, cmp)))
     else:
         _out(export.to_text(cmp, prep.request.notes))
     return 0

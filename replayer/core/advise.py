@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from replayer.core.builds import changes
 from replayer.core.builds.catalog import GENERATIONS, REPRESENTATIVE_BUILD, Build, parse_build
-from replayer.core.compare import RunSummary
+from replayer.core.compare import Comparison, RunSummary
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.replay import Prepared, ReplayConfig, prepare, simulated_events
@@ -113,10 +113,14 @@ class ResumeEvaluator:
 
     mode = "resume"
 
-    def __init__(self, path: str | Path, session: Session) -> None:
+    def __init__(self, path: str | Path, session: Session, known: Prepared | None = None) -> None:
         self.path = str(path)
         self.session = session
         self._prepared: dict[str, Prepared] = {}
+        if known is not None:  # a replay's own layouts: no second layout of the same prompt
+            for run, spec in (("A", known.config.a), ("B", known.config.b)):
+                lay = known.layouts[run]
+                self._prepared.setdefault(spec, dataclasses.replace(known, layouts={"A": lay, "B": lay}))
 
     def _prep(self, cfg: ReplayConfig) -> Prepared:
         key = cfg.a
@@ -207,6 +211,21 @@ class Advice:
         }
 
 
+def _changed_flags(today: list[str], new: list[str]) -> list[str]:
+    """The flags of ``new`` that differ from today's, each with its value."""
+    def pairs(flags: list[str]) -> list[list[str]]:
+        out: list[list[str]] = []
+        for f in flags:
+            if f.startswith("-") and not f.lstrip("-").isdigit():
+                out.append([f])
+            else:
+                out[-1].append(f)
+        return out
+
+    old = pairs(today)
+    return [x for p in pairs(new) if p not in old for x in p]
+
+
 def _ms(x: float) -> float | None:
     return None if x == float("inf") else round(x, 1)
 
@@ -242,8 +261,7 @@ def advise(path: str | Path, settings: Settings, session: Session | None = None,
         saving = today.prompt_ms - out.prompt_ms
         base = today.prompt_ms if today.prompt_ms != float("inf") else None
         row = {"kind": v.kind, "title": v.title, "side": v.side,
-               "flags": [f for f in new.server_flags() if f not in settings.server_flags()] if v.kind != "upgrade"
-               else [], "command": new.server_command(),
+               "flags": _changed_flags(settings.server_flags(), new.server_flags()), "command": new.server_command(),
                "replayer_command": "replayer " + shlex.join(new.advise_args(str(path))),
                "prompt_ms": _ms(out.prompt_ms), "batches": out.batches, "checkpoints": out.checkpoints,
                "saving_ms": _ms(saving) if out.error is None else None,
@@ -272,11 +290,18 @@ def settings_from(config: ReplayConfig, build: str) -> Settings:
     return Settings(dataclasses.replace(config, a=str(build), b=str(build)))
 
 
-def verdict_advice(prep: Prepared, slower: str) -> list[str]:
-    """The verdict's advice: what the slower run's build is, and the best change for it.
+def advice_for(prep: Prepared, cmp: Comparison) -> list[str]:
+    """The verdict's advice for a finished comparison: on the slower run's build.
 
     The app's verdict and the Markdown report print these same lines.
     """
+    if cmp.a.failed or cmp.b.failed:
+        return []
+    return verdict_advice(prep, "A" if cmp.a.prompt_ms >= cmp.b.prompt_ms else "B")
+
+
+def verdict_advice(prep: Prepared, slower: str) -> list[str]:
+    """What the slower run's build is (generation, the PR that made it), and the best change."""
     cfg = prep.config
     spec = cfg.a if slower == "A" else cfg.b
     try:
@@ -284,15 +309,16 @@ def verdict_advice(prep: Prepared, slower: str) -> list[str]:
     except ReplayerError:
         return []  # a binary path: no generation to explain
     ch = changes.introducing(b.generation.value)
-    since = f", {ch.name} in b{ch.first_with}" if ch else ""
+    since = f" ({ch.name}, b{ch.first_with})" if ch else ""
     lines = [f"{slower} {b.label} is {b.generation.value}: {b.generation.label}{since}"]
     try:
-        adv = advise(prep.session.path, settings_from(cfg, spec), session=prep.session)
+        adv = advise(prep.session.path, settings_from(cfg, spec), session=prep.session,
+                     evaluator=ResumeEvaluator(prep.session.path, prep.session, known=prep))
     except ReplayerError:
         return lines
     if adv.recommendations:
         r = adv.recommendations[0]
-        how = r.get("install") or " ".join(r["flags"])
+        how = "; ".join(x for x in (r.get("install"), " ".join(r["flags"])) if x)
         gain = (f"saves {r['saving_ms'] / 1000:,.1f} s ({r['saving_pct']:.0f} %) on this session"
                 if r["saving_pct"] is not None else f"makes this session run ({r['prompt_ms'] / 1000:,.1f} s)")
         lines.append(f"advice: {r['title']} {gain}" + (f" — {how}" if how else ""))

@@ -12,7 +12,7 @@ import io
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import orjson
 
@@ -63,7 +63,8 @@ def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = ()) -> str:
     return "\n".join(lines)
 
 
-def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None, redacted: bool = True) -> str:
+def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None, redacted: bool = True,
+                advice: Sequence[str] = ()) -> str:
     meta = meta or {}
     a, b = cmp.a, cmp.b
     s = a.settings or b.settings
@@ -81,6 +82,8 @@ def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None, redacted: b
         "|---|---:|---:|",
     ]
     lines += [f"| {m} | {x} | {y} |" for m, x, y in cmp.rows()]
+    if advice:  # advise.advice_for: the same lines as the app's verdict
+        lines += ["", "### Advice", ""] + [f"- {line}" for line in advice]
     lines += ["", "<details><summary>First batches of A and B</summary>", "",
               "| # | A start | A tokens | A reason | B start | B tokens | B reason |",
               "|---:|---:|---:|---|---:|---:|---|"]
@@ -105,12 +108,13 @@ def to_csv(cmp: Comparison) -> str:
     return buf.getvalue()
 
 
-def write(cmp: Comparison, fmt: str, dest: Path, meta: dict[str, Any] | None = None) -> Path:
+def write(cmp: Comparison, fmt: str, dest: Path, meta: dict[str, Any] | None = None,
+          advice: Sequence[str] = ()) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "json":
         dest.write_bytes(to_json(cmp, meta))
     elif fmt in ("md", "markdown"):
-        dest.write_text(to_markdown(cmp, meta), encoding="utf-8")
+        dest.write_text(to_markdown(cmp, meta, advice=advice), encoding="utf-8")
     elif fmt == "csv":
         dest.write_text(to_csv(cmp), encoding="utf-8")
     else:

@@ -66,6 +66,8 @@ class ReplayScreen(Screen):
         self.n_events = 0  # drained into the panes
         self.flushes = 0
         self.comparison: Comparison | None = None
+        self.advice: list[str] = []
+        self.verdict_pending = False
         self.finished: set[str] = set()
 
     def compose(self) -> ComposeResult:
@@ -188,10 +190,29 @@ class ReplayScreen(Screen):
             self.show_verdict()
 
     def show_verdict(self) -> None:
-        cmp = Comparison(self.pane("A").summary, self.pane("B").summary)  # the panes saw every event
+        if self.verdict_pending:
+            return
+        self.verdict_pending = True
+        self._advise(Comparison(self.pane("A").summary, self.pane("B").summary))  # the panes saw every event
+
+    @work(thread=True, group="advice", exclusive=True, exit_on_error=False)
+    def _advise(self, cmp: Comparison) -> None:
+        """The advice simulates a dozen variants (~0.1 s): off the UI thread, shown with the verdict."""
+        from replayer.core.advise import advice_for
+
+        try:
+            lines = advice_for(self.prep, cmp)
+        except Exception as exc:  # advice is a bonus: never lose the verdict over it
+            lines = [f"advice unavailable: {exc}"]
+        if get_current_worker().is_cancelled:
+            return
+        self.app.call_from_thread(self._show_verdict, cmp, lines)
+
+    def _show_verdict(self, cmp: Comparison, advice: list[str]) -> None:
         self.comparison = cmp
+        self.advice = advice
         self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]", layout=False)
-        self.query_one("#comparison", ComparisonTable).show(cmp.rows())
+        self.query_one("#comparison", ComparisonTable).show(cmp.rows(), advice)
         self.post_message(self.Finished(cmp))
 
     class Finished(Message):
@@ -219,9 +240,11 @@ class ReplayScreen(Screen):
             self.workers.cancel_group(self, f"run-{run}")
             self.buffers[run].clear()
             self.pane(run).reset()
+        self.workers.cancel_group(self, "advice")
         self.n_events = 0
         self.finished.clear()
         self.comparison = None
+        self.verdict_pending = False
         self.query_one("#verdict", Static).update("replaying…", layout=False)
         self.query_one("#comparison", ComparisonTable).clear()
         self.call_after_refresh(self.start_runs)
@@ -246,7 +269,7 @@ class ReplayScreen(Screen):
             self.notify("the runs have not finished yet", severity="warning")
             return
         try:
-            dest = export.write(self.comparison, fmt, self.export_path(fmt), self.prep.meta())
+            dest = export.write(self.comparison, fmt, self.export_path(fmt), self.prep.meta(), advice=self.advice)
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return

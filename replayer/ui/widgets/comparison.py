@@ -1,4 +1,4 @@
-"""The verdict's table: metric, A, B.
+"""The verdict's table (metric, A, B) and, beside it, the advice for the slower build.
 
 A ``DataTable`` was used here; it is a scrolling, cursor-driven widget, and its first
 render after the runs finished cost more than the whole last flush. Fifteen rows that
@@ -7,6 +7,10 @@ never scroll are one ``Static`` holding a Rich table.
 
 from __future__ import annotations
 
+from typing import Sequence
+
+from rich.console import RenderableType
+from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
@@ -19,14 +23,35 @@ class ComparisonTable(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id)
         self.rows: list[tuple[str, str, str]] = []
+        self.advice: list[str] = []
 
-    def show(self, rows: list[tuple[str, str, str]]) -> None:
+    def show(self, rows: list[tuple[str, str, str]], advice: Sequence[str] = ()) -> None:
+        """``advice``: ``advise.advice_for``'s lines, the ones the Markdown report prints."""
         self.rows = list(rows)
-        self.update(self._text(), layout=False)
+        self.advice = list(advice)
+        self.update(self._renderable(), layout=False)
 
     def clear(self) -> None:
         self.rows = []
+        self.advice = []
         self.update("", layout=False)
+
+    def _renderable(self) -> RenderableType:
+        table = self._text()
+        if not self.advice:
+            return table
+        grid = Table.grid(padding=(0, 4))
+        grid.add_column(no_wrap=True)
+        grid.add_column(ratio=1)
+        notes = Text()
+        for i, line in enumerate(self.advice):
+            if i:
+                notes.append("\n\n")
+            head, sep, rest = line.partition(": ")
+            notes.append(head + sep, style="bold")
+            notes.append(rest)
+        grid.add_row(table, notes)
+        return grid
 
     def _text(self) -> Text:
         if not self.rows:
