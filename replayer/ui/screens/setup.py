@@ -33,7 +33,8 @@ def build_options() -> list[tuple[str, str]]:
 
 
 class SetupScreen(Screen):
-    BINDINGS = [Binding("enter", "start", "replay", priority=True), Binding("escape", "back", "sessions")]
+    BINDINGS = [Binding("enter", "start", "replay", priority=True), Binding("escape", "back", "sessions"),
+                Binding("ctrl+b", "bisect", "bisect A…B", priority=True)]
 
     def __init__(self, session: Session, config: ReplayConfig | None = None) -> None:
         super().__init__()
@@ -154,6 +155,18 @@ class SetupScreen(Screen):
             return
         err.update("")
         self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed, live_model=live_model))
+
+    def action_bisect(self) -> None:
+        """Bisect between the two chosen builds; B is taken as the good one (edit on the screen)."""
+        from replayer.ui.screens.bisect import BisectScreen
+
+        try:
+            cfg = self.read_config()
+        except ReplayerError as exc:
+            self.query_one("#setup-error", Static).update(f"[b red]{exc}[/]")
+            return
+        gguf = self.query_one("#gguf", Input).value.strip() or None
+        self.app.push_screen(BisectScreen(self.session, cfg, good=cfg.b, bad=cfg.a, live_model=gguf))
 
     def action_back(self) -> None:
         self.app.pop_screen()
