@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="estimate")
     p.add_argument("--template", default=None)
     p.add_argument("--calibration", default=None)
-    _knobs(p, 2048)
+    _knobs(p, 512)
     p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
     p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
     p.add_argument("--band", type=float, default=0.25,

@@ -9,6 +9,10 @@ measurement up from the journal and measures only the rest.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+
 import orjson
 import pytest
 
@@ -45,7 +49,7 @@ def test_live_bisect_finds_the_simulated_boundary_and_resumes(binaries, session_
     predicted = bisect.simulated(path, cfg, good=9940, bad=9917, metric_=metric)
     assert predicted.answer() == {"first_good": 9940, "last_bad": 9934}
 
-    cancel = bisect.threading.Event()
+    cancel = threading.Event()
     first: list[bisect.StepReport] = []
 
     def stop_after_one(step: bisect.StepReport) -> None:
@@ -63,3 +67,16 @@ def test_live_bisect_finds_the_simulated_boundary_and_resumes(binaries, session_
     values = {s.build: s.value for s in res.steps}
     assert values[9917] == values[9934] > values[9940]  # G1 fragments; the same on both G1 builds
     assert [s.decision for s in res.steps] == ["good", "bad", "bad"]
+
+
+def test_live_bisect_cli_prints_each_step_and_the_prs(binaries, session_and_model):
+    path, model = session_and_model
+    proc = subprocess.run([sys.executable, "-m", "replayer.cli", "bisect", str(path), "--engine", "live",
+                           "--good", "9940", "--bad", "9917", "--metric", "batches", "--model", str(model),
+                           "-ub", "512", "--json"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    doc = orjson.loads(proc.stdout)
+    assert doc["first_good"] == 9940 and doc["last_bad"] == 9934 and doc["prs"] == [25420]
+    steps = [line for line in proc.stderr.splitlines() if line.startswith("b99") and "→" in line]
+    assert [line.split()[0] for line in steps] == ["b9940", "b9917", "b9934"]
+    assert doc["threshold"]["rule"].startswith("nearer")

@@ -21,7 +21,7 @@ import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import orjson
 
@@ -341,36 +341,86 @@ def _file_id(p: Path) -> list:
     return [str(p.resolve()), st.st_size, st.st_mtime_ns]
 
 
+@dataclass
+class LiveMeasure:
+    """Measures one build for real: install it (cached), replay the session on ``model``."""
+
+    body: dict
+    knobs: Any
+    metric: Metric
+    model: Path
+    backend: str = "cpu"
+    ctx_size: int | None = None
+    timeout: float = 600.0
+    on_progress: ProgressFn | None = None
+    cancel: threading.Event | None = None
+
+    @classmethod
+    def for_session(cls, path: str | Path, config: ReplayConfig, metric_: Metric, model: Path,
+                    **kw: Any) -> "LiveMeasure":
+        from replayer.core.engine.schedule import Knobs
+        from replayer.core.session.request import request_from_files
+
+        model = Path(model).expanduser()
+        if not model.is_file():
+            raise ReplayerError(f"a live bisection needs a GGUF model file; no such file: {model}")
+        s = load_session(path, config.format, images=config.images)
+        body = request_from_files(s, config.system_prompt, config.tools).body
+        knobs = Knobs(n_batch=config.n_batch, n_ubatch=config.n_ubatch, n_ctx_checkpoints=config.ctx_checkpoints,
+                      checkpoint_min_step=config.checkpoint_min_step).validate()  # memory: the server says
+        return cls(body, knobs, metric_, model, **kw)
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("bisection cancelled")
+
+    def __call__(self, n: int) -> float:
+        from replayer.core.builds import manager
+        from replayer.core.engine.live import installed_run_events
+
+        self.check_cancel()
+
+        def progress(stage: str, frac: float) -> None:
+            self.check_cancel()  # raised inside the compile: the manager stops it and keeps no half entry
+            if self.on_progress:
+                self.on_progress(n, stage, frac)
+
+        manager.install(n, self.backend, progress)
+        progress("replay", 0.0)
+        gen = installed_run_events("A", str(n), self.backend, self.knobs, self.model, self.body,
+                                   ctx_size=self.ctx_size, request_timeout=self.timeout)
+        try:
+            run = RunSummary.from_events("A", gen)
+        finally:
+            gen.close()  # stops the server
+        value = self.metric.of(run)
+        progress("replay", 1.0)
+        return value
+
+
 def live(path: str | Path, config: ReplayConfig, good: int, bad: int, metric_: Metric, model: Path, *,
          backend: str = "cpu", thr: Threshold = Threshold(), candidates: Iterable[int] | None = None,
          ctx_size: int | None = None, timeout: float = 600.0, resume: bool = True,
          on_step: Callable[[StepReport], None] | None = None, on_progress: ProgressFn | None = None,
          cancel: threading.Event | None = None) -> BisectResult:
-    """Bisect over real builds: install each (cached), replay the session on ``model``, measure.
+    """Bisect over real builds: every index build in the range is a candidate.
 
     Measurements are journaled as they are taken; after an interruption the same command
     takes them up again instead of measuring those builds twice (``resume=False`` starts over).
     """
-    from replayer.core.builds import index, manager
-    from replayer.core.engine.live import installed_run_events
-    from replayer.core.engine.schedule import Knobs
-    from replayer.core.session.request import request_from_files
+    from replayer.core.builds import index
 
-    model = Path(model).expanduser()
-    if not model.is_file():
-        raise ReplayerError(f"a live bisection needs a GGUF model file; no such file: {model}")
+    measure = LiveMeasure.for_session(path, config, metric_, model, backend=backend, ctx_size=ctx_size,
+                                      timeout=timeout, on_progress=on_progress, cancel=cancel)
     lo, hi = min(good, bad), max(good, bad)
     pool = sorted(set(candidates) if candidates is not None else set(index.available_builds()))
     cands = [n for n in pool if lo <= n <= hi]
     for end in (good, bad):
         if end not in cands:
             raise ReplayerError(f"b{end} is not on the package index", hint="pick a build the index has")
-    s = load_session(path, config.format, images=config.images)
-    body = request_from_files(s, config.system_prompt, config.tools).body
-    knobs = Knobs(n_batch=config.n_batch, n_ubatch=config.n_ubatch, n_ctx_checkpoints=config.ctx_checkpoints,
-                  checkpoint_min_step=config.checkpoint_min_step).validate()  # memory: the server says
-    journal = _journal_path({"session": _file_id(Path(path)), "model": _file_id(model), "metric": metric_.name,
-                             "backend": backend, "knobs": dataclasses.asdict(knobs), "ctx": ctx_size})
+    journal = _journal_path({"session": _file_id(Path(path)), "model": _file_id(measure.model),
+                             "metric": metric_.name, "backend": backend, "knobs": dataclasses.asdict(measure.knobs),
+                             "ctx": ctx_size})
     recorded: dict[int, list[float]] = {}
     if resume and journal.is_file():
         try:
@@ -379,37 +429,15 @@ def live(path: str | Path, config: ReplayConfig, good: int, bad: int, metric_: M
             recorded = {}
     taken: dict[int, list[float]] = {k: list(v) for k, v in recorded.items()}
 
-    def check_cancel() -> None:
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("bisection cancelled")
-
-    def measure(n: int) -> float:
-        check_cancel()
-
-        def progress(stage: str, frac: float) -> None:
-            check_cancel()  # raised inside the compile: the manager stops it and keeps no half entry
-            if on_progress:
-                on_progress(n, stage, frac)
-
-        manager.install(n, backend, progress)
-        if on_progress:
-            on_progress(n, "replay", 0.0)
-        gen = installed_run_events("A", str(n), backend, knobs, model, body, ctx_size=ctx_size,
-                                   request_timeout=timeout)
-        try:
-            run = RunSummary.from_events("A", gen)
-        finally:
-            gen.close()  # stops the server
-        value = metric_.of(run)
-        if on_progress:
-            on_progress(n, "replay", 1.0)
+    def journaled(n: int) -> float:
+        value = measure(n)
         taken.setdefault(n, []).append(value)
         journal.parent.mkdir(parents=True, exist_ok=True)
         journal.write_bytes(orjson.dumps({str(k): v for k, v in taken.items()}))
         return value
 
     eff = thr if metric_.noisy else dataclasses.replace(thr, max_samples=1)
-    return search(cands, good, bad, measure, eff, engine="live", metric_=metric_, samples=recorded,
+    return search(cands, good, bad, journaled, eff, engine="live", metric_=metric_, samples=recorded,
                   on_step=on_step)
 
 
