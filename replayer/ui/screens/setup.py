@@ -34,7 +34,7 @@ def build_options() -> list[tuple[str, str]]:
 
 class SetupScreen(Screen):
     BINDINGS = [Binding("enter", "start", "replay", priority=True), Binding("escape", "back", "sessions"),
-                Binding("ctrl+b", "bisect", "bisect A…B", priority=True)]
+                Binding("ctrl+b", "bisect", "bisect A…B", priority=True, show=False)]
 
     def __init__(self, session: Session, config: ReplayConfig | None = None) -> None:
         super().__init__()
