@@ -16,6 +16,7 @@ Replays the **prefill** of a resumed agent session on two llama-server builds.
 | key | does |
 |---|---|
 | ⏎ | start the replay (setup screen) |
+| ctrl+b | bisect the builds between A and B on this session (setup screen) |
 | space | pause / resume a simulated replay |
 | 1 · 2 · 3 | speed ×1 · ×10 · instant |
 | a · b | cancel run A · run B |
