@@ -219,6 +219,17 @@ def _build_number(text: str, what: str) -> int:
     return b.number
 
 
+def _bisect_builds(text: str | None, backend: str) -> list[int] | None:
+    """``--builds``: None (every index build), ``installed``, or a comma list of numbers."""
+    if text is None:
+        return None
+    if text.strip() == "installed":
+        from replayer.core.builds import manager
+
+        return sorted({r.build for r in manager.list_builds() if r.backend == backend})
+    return [_build_number(t, "--builds") for t in text.split(",") if t.strip()]
+
+
 def cmd_bisect(args: argparse.Namespace) -> int:
     from replayer.core import bisect
 
@@ -237,9 +248,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         def on_progress(n: int, stage: str, frac: float) -> None:
             progress.setdefault(n, _progress_printer(f"b{n}"))(stage, frac)
 
-        res = bisect.live(args.session, cfg, good, bad, m, Path(args.model), backend=cfg.backend or "cpu", thr=thr,
-                          ctx_size=args.ctx_size, timeout=args.timeout, resume=not args.fresh, on_step=on_step,
-                          on_progress=on_progress)
+        backend = cfg.backend or "cpu"
+        res = bisect.live(args.session, cfg, good, bad, m, Path(args.model), backend=backend, thr=thr,
+                          candidates=_bisect_builds(args.builds, backend), ctx_size=args.ctx_size,
+                          timeout=args.timeout, resume=not args.fresh, on_step=on_step, on_progress=on_progress)
     else:
         res = bisect.simulated(args.session, cfg, good, bad, m, thr, on_step=None if args.json else on_step)
     if args.json:
@@ -477,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="too close to call: a median within BAND × |good − bad| of the midpoint (default 0.25)")
     p.add_argument("--max-samples", type=int, default=3, help="live: measurements of one build before giving up")
     p.add_argument("--fresh", action="store_true", help="live: ignore measurements of an interrupted earlier run")
+    p.add_argument("--builds", default=None, metavar="N,N,…|installed",
+                   help="live: bisect over these builds only (default: every package-index build in the range)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 

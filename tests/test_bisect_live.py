@@ -1,10 +1,11 @@
-"""A live bisection over real builds b9917, b9934, b9940 (package-index neighbours around
-PR #25420) on a tiny GGUF: it must find the boundary the simulator predicts.
+"""A live bisection over real builds b9859, b9934, b9940, b10001 on a tiny GGUF: it must
+find the boundary the simulator predicts (b9934 and b9940 are package-index neighbours:
+PR #25420 landed between them, so the answer is exact at index resolution).
 
-The metric is the batch count, which needs no timing: b9917/b9934 (G1) cut the prefill
-at every user start, b9940 (G2a) only where a checkpoint is due (never, for a plain-KV
-model). The first run is interrupted after its first measurement; the second takes that
-measurement up from the journal and measures only the rest.
+The metric is the batch count, which needs no timing: b9859/b9934 (G1) cut the prefill
+at every user start, b9940/b10001 (G2a/G2b) only where a checkpoint is due (never, for a
+plain-KV model). The first run is interrupted after its first measurement; the second
+takes that measurement up from the journal and measures only the rest.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from replayer.core.tiny_models import make_tiny
 from helpers import agent_conversation
 
 pytestmark = pytest.mark.live
-BUILDS = (9917, 9934, 9940)
+BUILDS = (9859, 9934, 9940, 10001)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_live_bisect_finds_the_simulated_boundary_and_resumes(binaries, session_
     path, model = session_and_model
     cfg = ReplayConfig(model="llama-8b-q4_0", n_batch=2048, n_ubatch=512)  # the plain-KV preset for the sim
     metric = bisect.metric("batches")
-    predicted = bisect.simulated(path, cfg, good=9940, bad=9917, metric_=metric)
+    predicted = bisect.simulated(path, cfg, good=10001, bad=9859, metric_=metric)
     assert predicted.answer() == {"first_good": 9940, "last_bad": 9934}
 
     cancel = threading.Event()
@@ -57,26 +58,29 @@ def test_live_bisect_finds_the_simulated_boundary_and_resumes(binaries, session_
         cancel.set()
 
     with pytest.raises(bisect.Cancelled):
-        bisect.live(path, cfg, 9940, 9917, metric, model, resume=False, on_step=stop_after_one, cancel=cancel)
-    assert [s.build for s in first] == [9940] and not first[0].recorded
+        bisect.live(path, cfg, 10001, 9859, metric, model, candidates=BUILDS, resume=False,
+                    on_step=stop_after_one, cancel=cancel)
+    assert [s.build for s in first] == [10001] and not first[0].recorded
 
-    res = bisect.live(path, cfg, 9940, 9917, metric, model)
+    res = bisect.live(path, cfg, 10001, 9859, metric, model, candidates=BUILDS)
     assert res.answer() == predicted.answer()
     assert [c.pr for c in res.changes()] == [25420]
-    assert [(s.build, s.recorded) for s in res.steps] == [(9940, True), (9917, False), (9934, False)]
+    assert [(s.build, s.recorded) for s in res.steps] == [(10001, True), (9859, False), (9934, False),
+                                                          (9940, False)]
     values = {s.build: s.value for s in res.steps}
-    assert values[9917] == values[9934] > values[9940]  # G1 fragments; the same on both G1 builds
-    assert [s.decision for s in res.steps] == ["good", "bad", "bad"]
+    assert values[9859] == values[9934] > values[9940] == values[10001]  # G1 fragments, G2 does not
+    assert [s.decision for s in res.steps] == ["good", "bad", "bad", "good"]
 
 
 def test_live_bisect_cli_prints_each_step_and_the_prs(binaries, session_and_model):
     path, model = session_and_model
     proc = subprocess.run([sys.executable, "-m", "replayer.cli", "bisect", str(path), "--engine", "live",
-                           "--good", "9940", "--bad", "9917", "--metric", "batches", "--model", str(model),
-                           "-ub", "512", "--json"], capture_output=True, text=True, timeout=900)
+                           "--good", "10001", "--bad", "9859", "--metric", "batches", "--model", str(model),
+                           "--builds", ",".join(map(str, BUILDS)), "--json"],
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     doc = orjson.loads(proc.stdout)
     assert doc["first_good"] == 9940 and doc["last_bad"] == 9934 and doc["prs"] == [25420]
-    steps = [line for line in proc.stderr.splitlines() if line.startswith("b99") and "→" in line]
-    assert [line.split()[0] for line in steps] == ["b9940", "b9917", "b9934"]
+    steps = [line for line in proc.stderr.splitlines() if line.startswith("b") and "→" in line]
+    assert [line.split()[0] for line in steps] == ["b10001", "b9859", "b9934", "b9940"]
     assert doc["threshold"]["rule"].startswith("nearer")

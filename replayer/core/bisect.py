@@ -228,7 +228,7 @@ class BisectResult:
         f = self.found
         new, old = ("bad", "good") if self.forward else ("good", "bad")
         lines = [f"first {new}: b{f.first_new}    last {old}: b{f.last_old}"]
-        gap = [c for c in self.changes()]
+        gap = self.changes()
         if gap:
             lines += [f"  {c.name}: {c.title}" + (f" ({c.generation})" if c.generation else "") for c in gap]
         else:
@@ -403,7 +403,8 @@ def live(path: str | Path, config: ReplayConfig, good: int, bad: int, metric_: M
          ctx_size: int | None = None, timeout: float = 600.0, resume: bool = True,
          on_step: Callable[[StepReport], None] | None = None, on_progress: ProgressFn | None = None,
          cancel: threading.Event | None = None) -> BisectResult:
-    """Bisect over real builds: every index build in the range is a candidate.
+    """Bisect over real builds: every index build in the range, or only ``candidates``
+    (builds already installed, or a user's own from ``builds add``).
 
     Measurements are journaled as they are taken; after an interruption the same command
     takes them up again instead of measuring those builds twice (``resume=False`` starts over).
@@ -417,7 +418,8 @@ def live(path: str | Path, config: ReplayConfig, good: int, bad: int, metric_: M
     cands = [n for n in pool if lo <= n <= hi]
     for end in (good, bad):
         if end not in cands:
-            raise ReplayerError(f"b{end} is not on the package index", hint="pick a build the index has")
+            where = "among the given builds" if candidates is not None else "on the package index"
+            raise ReplayerError(f"b{end} is not {where}", hint="pick a build that is")
     journal = _journal_path({"session": _file_id(Path(path)), "model": _file_id(measure.model),
                              "metric": metric_.name, "backend": backend, "knobs": dataclasses.asdict(measure.knobs),
                              "ctx": ctx_size})
