@@ -253,7 +253,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                           candidates=_bisect_builds(args.builds, backend), ctx_size=args.ctx_size,
                           timeout=args.timeout, resume=not args.fresh, on_step=on_step, on_progress=on_progress)
     else:
-        res = bisect.simulated(args.session, cfg, good, bad, m, thr, on_step=None if args.json else on_step)
+        res = bisect.simulated(args.session, cfg, good, bad, m, thr, on_step=None if args.json else on_step,
+                               candidates=_bisect_builds(args.builds, cfg.backend or "cpu"))
     if args.json:
         _json(res.to_dict())
         return 0 if res.found else 1
@@ -490,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-samples", type=int, default=3, help="live: measurements of one build before giving up")
     p.add_argument("--fresh", action="store_true", help="live: ignore measurements of an interrupted earlier run")
     p.add_argument("--builds", default=None, metavar="N,N,…|installed",
-                   help="live: bisect over these builds only (default: every package-index build in the range)")
+                   help="bisect over these builds only (default: live, every package-index build in the range; "
+                        "simulated, the builds around each known change)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 

@@ -295,8 +295,10 @@ def _signature(run: RunSummary) -> tuple:
 
 def simulated(path: str | Path, config: ReplayConfig, good: int, bad: int, metric_: Metric,
               thr: Threshold = Threshold(), session: Session | None = None,
-              on_step: Callable[[StepReport], None] | None = None) -> BisectResult:
-    """Bisect over the catalog: the ends plus every build that brackets a known change.
+              on_step: Callable[[StepReport], None] | None = None,
+              candidates: Iterable[int] | None = None) -> BisectResult:
+    """Bisect over the catalog: the ends plus every build that brackets a known change
+    (or over ``candidates``: what a live bisection over the same builds should find).
 
     Every change inside the range whose schedule or modelled time differs is reported as
     a boundary, even where the chosen metric does not move.
@@ -304,7 +306,9 @@ def simulated(path: str | Path, config: ReplayConfig, good: int, bad: int, metri
     for n in (good, bad):
         parse_build(n)  # a clear error for a bad number
     s = session or load_session(path, config.format, images=config.images)
-    builds = changes.boundary_builds(good, bad)
+    lo, hi = min(good, bad), max(good, bad)
+    builds = (sorted({n for n in candidates if lo <= n <= hi} | {good, bad}) if candidates is not None
+              else changes.boundary_builds(good, bad))
     runs = {n: _summary(path, config, n, s) for n in builds}
     res = search(builds, good, bad, lambda n: metric_.of(runs[n]), dataclasses.replace(thr, max_samples=1),
                  engine="simulated", metric_=metric_, on_step=on_step)
