@@ -108,3 +108,50 @@ def test_next_step_is_a_function_of_the_measurements():
     assert next_step(cands, 1, 5, {1: [10.0], 5: [20.0], 3: [19.0], 2: [11.0]}, thr) == Found(2, 3)
     assert isinstance(next_step(cands, 1, 5, {1: [10.0], 5: [10.2], 3: [19.0]}, Threshold(max_samples=1)),
                       Undecided)
+
+
+# -- recorded live measurements (fixtures/record_bisect_tps.py; real tok/s of real builds) ---
+
+def _recorded(label: str) -> dict[int, list[float]]:
+    doc = orjson.loads((DATA / "bisect-recorded-tps.json").read_bytes())
+    return {int(b): list(v) for b, v in doc[label]["samples"].items()}
+
+
+def _replay(recorded: dict[int, list[float]]):
+    """A measure function that hands out the recorded values of each build in order."""
+    queues = {b: list(v) for b, v in recorded.items()}
+    return lambda build: queues[build].pop(0)
+
+
+def test_search_on_recorded_live_measurements_finds_the_g1_g2_boundary():
+    rec = _recorded("9859-9934-10001 while b11434 compiled")
+    res = search([9859, 9934, 10001], 10001, 9859, _replay(rec), Threshold(), engine="live",
+                 metric_=bisect.metric("prompt_tps"))
+    assert res.answer() == {"first_good": 10001, "last_bad": 9934}
+    assert [(s.build, s.decision) for s in res.steps] == [(10001, "good"), (9859, "bad"), (9934, "bad")]
+    assert 25420 in [c.pr for c in res.changes()]
+
+
+def test_a_noisy_measurement_is_repeated_and_the_threshold_decides():
+    """b9859 and b10001 measured three times each while another build compiled. The ends'
+    first values are the references; b10001's later two values (a G2 build under load) stand
+    for a middle build: both land inside the band, so it is measured again, and with three
+    samples still undecided the search says so instead of guessing. A narrower band decides."""
+    rec = _recorded("9859-10001 while another build compiled")
+    g, b = rec[10001][0], rec[9859][0]
+    noisy = rec[10001][1:]
+    thr = Threshold(band=0.25, max_samples=3)
+    assert [classify([v], g, b, thr) for v in noisy] == ["unsure", "unsure"]
+    samples = {10001: [g], 9859: [b], 9900: [noisy[0]]}
+    assert next_step([9859, 9900, 10001], 10001, 9859, samples, thr) == Measure(9900, "too close to call: again")
+    samples[9900].append(noisy[1])
+    assert next_step([9859, 9900, 10001], 10001, 9859, samples, Threshold(band=0.25, max_samples=2)) \
+        == Undecided(f"b9900 stays between the ends after 2 samples (median {statistics.median(noisy):,.4g}; "
+                     f"good {g:,.4g}, bad {b:,.4g})")
+    narrow = Threshold(band=0.05)
+    assert next_step([9859, 9900, 10001], 10001, 9859, samples, narrow) == Found(9859, 9900)
+    # the whole drive, replaying the values in the order they were taken
+    res = search([9859, 9900, 10001], 10001, 9859, _replay({10001: [g], 9859: [b], 9900: list(noisy)}),
+                 Threshold(band=0.25, max_samples=2), engine="live", metric_=bisect.metric("prompt_tps"))
+    assert [s.decision for s in res.steps] == ["good", "bad", "unsure", "unsure"]
+    assert res.undecided and res.found is None
