@@ -18,7 +18,8 @@ from replayer.cli_args import MAX_TOKENS, OneLineParser, float_in, int_in, stdou
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
-SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app"}
+SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
+               "bisect", "advise"}
 
 
 def _out(data: bytes | str) -> None:
@@ -215,6 +216,98 @@ def cmd_replay(args: argparse.Namespace) -> int:
     fmt = "json" if args.json else "md" if args.markdown else "text"
     _out(report(prep, out.comparison, fmt).decode())
     return code
+
+
+# -- bisect -------------------------------------------------------------------------------
+
+def _build_number(text: str, what: str) -> int:
+    from replayer.core.builds.catalog import parse_build
+
+    b = parse_build(text)
+    if b.number is None:
+        raise ReplayerError(f"{what} needs a build number, not a generation ({text})")
+    return b.number
+
+
+def _bisect_builds(text: str | None, backend: str) -> list[int] | None:
+    """``--builds``: None (every index build), ``installed``, or a comma list of numbers."""
+    if text is None:
+        return None
+    if text.strip() == "installed":
+        from replayer.core.builds import manager
+
+        return sorted({r.build for r in manager.list_builds() if r.backend == backend})
+    return [_build_number(t, "--builds") for t in text.split(",") if t.strip()]
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from replayer.core import bisect
+
+    m = bisect.metric(args.metric)
+    good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
+    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
+    cfg = _config(args)
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
+
+    def on_step(step) -> None:
+        say(bisect.step_line(step, m))
+
+    if args.engine == "live":
+        progress: dict[int, Any] = {}
+
+        def on_progress(n: int, stage: str, frac: float) -> None:
+            progress.setdefault(n, _progress_printer(f"b{n}"))(stage, frac)
+
+        backend = cfg.backend or "cpu"
+        res = bisect.live(args.session, cfg, good, bad, m, Path(args.model), backend=backend, thr=thr,
+                          candidates=_bisect_builds(args.builds, backend), ctx_size=args.ctx_size,
+                          timeout=args.timeout, resume=not args.fresh, on_step=on_step, on_progress=on_progress)
+    else:
+        res = bisect.simulated(args.session, cfg, good, bad, m, thr, on_step=None if args.json else on_step,
+                               candidates=_bisect_builds(args.builds, cfg.backend or "cpu"))
+    if args.json:
+        _json(res.to_dict())
+        return 0 if res.found else 1
+    if res.found is not None and good in res.samples and bad in res.samples:
+        _out("threshold: " + res.threshold.describe(*res.references()))
+    _out("\n".join(res.summary_lines()))
+    for bd in res.boundaries:
+        names = ", ".join(f"PR #{c['pr']}" if c["pr"] else c["title"] for c in bd["changes"]) or "no known change"
+        _out(f"boundary b{bd['last']} → b{bd['first']} ({' → '.join(bd['generations'])}): "
+             f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
+             f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
+    return 0 if res.found else 1
+
+
+# -- advise -------------------------------------------------------------------------------
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from replayer.core import advise
+
+    settings = advise.Settings(_config(args), swa_full=args.swa_full, cache_ram=args.cache_ram,
+                               n_parallel=args.parallel, kv_unified=args.kv_unified, ctx_size=args.ctx_size)
+    adv = advise.advise(args.session, settings.with_(b=args.a))
+    if args.json:
+        _json(adv.to_dict())
+        return 0
+    d = adv.to_dict()
+    t = d["today"]
+    today = f"{t['prompt_ms'] / 1000:,.1f} s, {t['batches']} batches" if t["error"] is None else t["error"]
+    lines = [f"{d['build']} ({d['generation']}: {d['generation_meaning']}) — today {today} ({d['mode']} mode)",
+             f"  {t['command']}", ""]
+    if not adv.recommendations:
+        lines.append("no change makes this session faster in the model")
+    for i, r in enumerate(adv.recommendations, 1):
+        saving = f"saves {r['saving_ms'] / 1000:,.1f} s ({r['saving_pct']:.0f} %)" if r["saving_pct"] is not None \
+            else "runs where today's setting cannot"
+        lines.append(f"{i:>2}. {r['title']}: {r['prompt_ms'] / 1000:,.1f} s, {saving}")
+        lines.append(f"    {r.get('install') or r['command']}")
+        if r["tradeoff"]:
+            lines.append(f"    trade-off: {r['tradeoff']}")
+    if adv.no_effect:
+        lines += ["", "no effect here:"] + [f"  {n['title']}: {n['reason']}" for n in adv.no_effect]
+    _out("\n".join(lines))
+    return 0
 
 
 # -- presets / builds / models -------------------------------------------------------------
@@ -429,6 +522,50 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("bisect", help="find the build where this session's prefill changed")
+    _common_session(p)
+    p.add_argument("--good", required=True, help="a build that is fast on this session")
+    p.add_argument("--bad", required=True, help="a build that is slow (older or newer than --good)")
+    p.add_argument("--engine", choices=["simulated", "live"], default="simulated",
+                   help="simulated: the catalog's boundary builds; live: every index build, built and run")
+    p.add_argument("--metric", choices=["prompt_tps", "batches", "reprocessed"], default="prompt_tps")
+    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset (simulated) or GGUF path (live)")
+    p.add_argument("--gpu", default="rx9070xt")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--tokenizer", default="estimate")
+    p.add_argument("--template", default=None)
+    p.add_argument("--calibration", default=None)
+    _knobs(p, 512)
+    p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
+    p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
+    p.add_argument("--band", type=float, default=0.25,
+                   help="too close to call: a median within BAND × |good − bad| of the midpoint (default 0.25)")
+    p.add_argument("--max-samples", type=int, default=3, help="live: measurements of one build before giving up")
+    p.add_argument("--fresh", action="store_true", help="live: ignore measurements of an interrupted earlier run")
+    p.add_argument("--builds", default=None, metavar="N,N,…|installed",
+                   help="bisect over these builds only (default: live, every package-index build in the range; "
+                        "simulated, the builds around each known change)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bisect, a="9859", b="10001")
+
+    p = sub.add_parser("advise", help="rank the builds and flags that would make this session faster")
+    _common_session(p)
+    p.add_argument("--build", dest="a", default="9859", help="the build you run today")
+    p.add_argument("--gpu", default="rx9070xt")
+    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--tokenizer", default="estimate")
+    p.add_argument("--template", default=None)
+    p.add_argument("--calibration", default=None)
+    _knobs(p, 512)
+    p.add_argument("--swa-full", action="store_true", help="today's server runs with --swa-full")
+    p.add_argument("--cache-ram", type=int, default=None, metavar="MIB", help="today's --cache-ram")
+    p.add_argument("-c", "--ctx-size", type=int, default=None, help="today's -c (default: fits the prompt)")
+    p.add_argument("-np", "--parallel", type=int, default=1, help="today's -np")
+    p.add_argument("--kv-unified", action="store_true", help="today's server runs with --kv-unified")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
     p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")
     p.add_argument("--json", action="store_true", help="print the presets as JSON")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
+from typing import Any, Sequence
 
 import orjson
 
@@ -38,7 +38,7 @@ def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = ()) -> str:
     return "\n".join(lines)
 
 
-def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None) -> str:
+def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None, advice: Sequence[str] = ()) -> str:
     meta = meta or {}
     a, b = cmp.a, cmp.b
     s = a.settings or b.settings
@@ -57,6 +57,8 @@ def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None) -> str:
         "|---|---:|---:|",
     ]
     lines += [f"| {m} | {x} | {y} |" for m, x, y in cmp.rows()]
+    if advice:  # advise.advice_for: the same lines as the app's verdict
+        lines += ["", "### Advice", ""] + [f"- {line}" for line in advice]
     lines += ["", "<details><summary>First batches of A and B</summary>", "",
               "| # | A start | A tokens | A reason | B start | B tokens | B reason |",
               "|---:|---:|---:|---|---:|---:|---|"]

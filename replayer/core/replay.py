@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Sequence, Any, Callable, Iterator
 
 from replayer.core.compare import Comparison, compare
 from replayer.core.engine import events as ev
@@ -109,15 +109,21 @@ def run_extras(prep: Prepared, cmp: Comparison) -> dict[str, dict[str, Any]]:
 REPORT_FORMATS = ("json", "md", "csv", "text")
 
 
-def report(prep: Prepared, cmp: Comparison, fmt: str) -> bytes:
-    """A finished replay as the CLI prints it and the app exports it (one document per format)."""
+def report(prep: Prepared, cmp: Comparison, fmt: str, advice: Sequence[str] | None = None) -> bytes:
+    """A finished replay as the CLI prints it and the app exports it (one document per format).
+    The Markdown report carries the verdict's advice (``advise.advice_for``; computed when the
+    caller has not already)."""
     from replayer.core import export
 
     meta = prep.meta()
     if fmt == "json":
         return export.to_json(cmp, {"session": meta}, run_extras=run_extras(prep, cmp))
     if fmt in ("md", "markdown"):
-        return export.to_markdown(cmp, meta).encode()
+        if advice is None:
+            from replayer.core.advise import advice_for
+
+            advice = advice_for(prep, cmp)
+        return export.to_markdown(cmp, meta, advice=advice).encode()
     if fmt == "csv":
         return export.to_csv(cmp).encode()
     if fmt == "text":

@@ -169,6 +169,8 @@ class ReplayerApp(App):
         yield SystemCommand("Builds", "install and list llama-server builds", self.action_builds)
         if isinstance(screen, SetupScreen):
             yield SystemCommand("Swap builds A and B", "exchange the two builds", lambda: _swap(screen))
+            yield SystemCommand("Bisect builds A…B", "find the build where this session changed",
+                                screen.action_bisect)
         yield SystemCommand("Help", "keys and colours", self.action_help)
 
 

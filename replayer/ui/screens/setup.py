@@ -50,6 +50,7 @@ class SetupScreen(Screen):
     BINDINGS = [
         Binding("ctrl+r", "start", "Replay", priority=True),
         Binding("ctrl+b", "builds", "builds"),
+        Binding("ctrl+g", "bisect", "bisect A…B", show=False),
         Binding("escape", "back", "sessions"),
     ]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
@@ -250,6 +251,18 @@ class SetupScreen(Screen):
         from replayer.ui.screens.builds import BuildsScreen
 
         self.app.push_screen(BuildsScreen())
+
+    def action_bisect(self) -> None:
+        """Bisect between the two chosen builds; B is taken as the good one (edit on the screen)."""
+        from replayer.ui.screens.bisect import BisectScreen
+
+        try:
+            cfg = self.read_config()
+        except ReplayerError as exc:
+            self.query_one("#setup-error", Static).update(f"[b red]{exc}[/]")
+            return
+        gguf = self.query_one("#gguf", Input).value.strip() or None
+        self.app.push_screen(BisectScreen(self.session, cfg, good=cfg.b, bad=cfg.a, live_model=gguf))
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -1,4 +1,4 @@
-"""The verdict's table: metric, A, B.
+"""The verdict's table (metric, A, B) and, under it, the advice for the slower build.
 
 A ``DataTable`` was used here; it is a scrolling, cursor-driven widget, and its first
 render after the runs finished cost more than the whole last flush. Fifteen rows that
@@ -10,6 +10,8 @@ the panes keep their batch lists. A run that did not complete says so in its col
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from rich.text import Text
 from textual.widget import Widget
@@ -27,8 +29,10 @@ class ComparisonTable(Widget):
         self.rows: list[tuple[str, str, str]] = []
         self.statuses: tuple[str, str] = ("complete", "complete")
         self.max_groups = 2
+        self.advice: list[str] = []
 
-    def show(self, rows: list[tuple[str, str, str]]) -> None:
+    def show(self, rows: list[tuple[str, str, str]], advice: Sequence[str] = ()) -> None:
+        """``advice``: ``advise.advice_for``'s lines, the ones the Markdown report prints."""
         self.rows = list(rows)
         self.refresh(layout=True)
 
@@ -62,6 +66,7 @@ class ComparisonTable(Widget):
         return self._text(self.size.width)
 
     def _text(self, width: int) -> Text:
+        self.advice: list[str] = []
         if not self.rows:
             return Text("")
         w0, wa, wb = self.widths()
