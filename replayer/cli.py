@@ -179,15 +179,18 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 # -- replay -------------------------------------------------------------------------------
 
 def _config(args: argparse.Namespace):
+    """The replay choices from the options a subcommand has (bisect and advise take a subset)."""
     from replayer.core.replay import ReplayConfig
 
-    return ReplayConfig(a=args.a, b=args.b, engine=args.engine, gpu=args.gpu, model=args.model, backend=args.backend,
+    opt = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    return ReplayConfig(a=opt("a", "9859"), b=opt("b", "10001"), engine=opt("engine", "simulated"), gpu=args.gpu,
+                        model=args.model, backend=args.backend,
                         n_batch=args.batch_size, n_ubatch=args.ubatch_size, checkpoint_min_step=args.cms,
                         ctx_checkpoints=args.ctx_checkpoints, tokenizer=args.tokenizer, template=args.template,
                         format=args.format, system_prompt=args.system_prompt, tools=args.tools,
-                        calibration=args.calibration, server=args.server, server_b=args.server_b,
-                        server_log=args.server_log, ctx_size=args.ctx_size, timeout=args.timeout,
-                        parallel_runs=args.parallel_runs, calibrate=args.calibrate)
+                        calibration=opt("calibration"), server=opt("server"), server_b=opt("server_b"),
+                        server_log=opt("server_log"), ctx_size=opt("ctx_size"), timeout=opt("timeout", 600.0),
+                        parallel_runs=opt("parallel_runs", False), calibrate=opt("calibrate", False))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -536,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="estimate")
     p.add_argument("--template", default=None)
     p.add_argument("--calibration", default=None)
-    _knobs(p, 512)
+    _knobs(p)
     p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
     p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
     p.add_argument("--band", type=float, default=0.25,
@@ -558,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default="estimate")
     p.add_argument("--template", default=None)
     p.add_argument("--calibration", default=None)
-    _knobs(p, 512)
+    _knobs(p)
     p.add_argument("--swa-full", action="store_true", help="today's server runs with --swa-full")
     p.add_argument("--cache-ram", type=int, default=None, metavar="MIB", help="today's --cache-ram")
     p.add_argument("-c", "--ctx-size", type=int, default=None, help="today's -c (default: fits the prompt)")

@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import DataTable, Input, Select, Static
 
 from replayer.core.builds import manager, toolchain
-from replayer.core.builds.catalog import GENERATION_RANGES, REPRESENTATIVE_BUILD
+from replayer.core.builds.catalog import GENERATIONS
 from replayer.core.replay import ReplayConfig, demo_session_path
 from replayer.core.session import load_session
 from replayer.ui.app import ReplayerApp
@@ -45,10 +45,11 @@ async def test_builds_screen_catalog_marks_and_a_refused_toolchain():
         await wait_for(pilot, lambda: isinstance(app.screen, BuildsScreen))
         screen = app.screen
         t = screen.query_one("#catalog", DataTable)
-        assert t.row_count == len(GENERATION_RANGES)
-        for gen, first, last in GENERATION_RANGES:
+        assert t.row_count == len(GENERATIONS)
+        for gen in GENERATIONS:
+            first, last = gen.first_build, gen.last_build
             row = t.get_row(gen.value)
-            assert row[2] == f"b{REPRESENTATIVE_BUILD[gen]}"
+            assert row[2] == f"b{gen.representative_build}"
             inside = [n for n in installed if first <= n and (last is None or n <= last)]
             for n in inside:
                 assert f"b{n} ✓" in row[3]
@@ -57,7 +58,7 @@ async def test_builds_screen_catalog_marks_and_a_refused_toolchain():
         # Enter on a generation fills in its example build
         t.move_cursor(row=0)
         await pilot.press("enter")
-        assert screen.query_one("#install-number", Input).value == str(REPRESENTATIVE_BUILD[GENERATION_RANGES[0][0]])
+        assert screen.query_one("#install-number", Input).value == str(GENERATIONS[0].representative_build)
         vulkan = toolchain.check("vulkan")
         screen.query_one("#install-backend", Select).value = "vulkan"
         await pilot.pause()

@@ -30,7 +30,7 @@ async def test_bisect_screen_from_setup_shows_the_cores_steps_and_answer():
     app = ReplayerApp(session=demo_session_path(), default_speed=0.0, deterministic=True)
     async with app.run_test(size=(140, 45)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
-        await pilot.press("ctrl+b")
+        await pilot.press("ctrl+g")
         await wait_for(pilot, lambda: isinstance(app.screen, BisectScreen))
         screen = app.screen
         assert screen.query_one("#bisect-good", Input).value == "10001"  # setup's B

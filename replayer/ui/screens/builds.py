@@ -19,7 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Log, Select, Static
 
-from replayer.core.builds.catalog import GENERATION_LABELS, GENERATION_RANGES, REPRESENTATIVE_BUILD
+from replayer.core.builds.catalog import GENERATIONS
 from replayer.core.errors import BuildError, ReplayerError
 from replayer.ui.widgets.progress_line import ProgressLine
 
@@ -149,20 +149,19 @@ class BuildsScreen(Screen):
         installed = manager.installed_backends()
         t = self.query_one("#catalog", DataTable)
         t.clear()
-        for gen, first, last in GENERATION_RANGES:
+        for gen in GENERATIONS:
+            first, last = gen.first_build, gen.last_build
             rng = f"b{first}–b{last}" if last is not None else f"b{first}–"
             if first == 0:
                 rng = f"≤ b{last}"
             inside = sorted(n for n in installed if first <= n and (last is None or n <= last))
             marks = " ".join(f"b{n} ✓ {','.join(installed[n])}" for n in inside) or "—"
-            t.add_row(gen.value, rng, f"b{REPRESENTATIVE_BUILD[gen]}", marks, GENERATION_LABELS[gen], key=gen.value)
+            t.add_row(gen.value, rng, f"b{gen.representative_build}", marks, gen.label, key=gen.value)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        from replayer.core.builds.catalog import Generation
-
-        gen = Generation(str(event.row_key.value))
+        gen = next(g for g in GENERATIONS if g.value == str(event.row_key.value))
         field = self.query_one("#install-number", Input)
-        field.value = str(REPRESENTATIVE_BUILD[gen])
+        field.value = str(gen.representative_build)
         field.focus()
 
     def on_select_changed(self, event: Select.Changed) -> None:

@@ -34,10 +34,12 @@ class ComparisonTable(Widget):
     def show(self, rows: list[tuple[str, str, str]], advice: Sequence[str] = ()) -> None:
         """``advice``: ``advise.advice_for``'s lines, the ones the Markdown report prints."""
         self.rows = list(rows)
+        self.advice = list(advice)
         self.refresh(layout=True)
 
     def clear(self) -> None:
         self.rows = []
+        self.advice = []
         self.statuses = ("complete", "complete")
         self.refresh(layout=True)
 
@@ -60,13 +62,29 @@ class ComparisonTable(Widget):
         if not self.rows:
             return 0
         g = self.groups(width)
-        return 1 + -(-len(self.rows) // g)
+        height = 1 + -(-len(self.rows) // g)
+        if self.advice:  # a blank line, then the advice wrapped to the width
+            height += 1 + len(self._advice_text().wrap(self.app.console, max(width, 1)))
+        return height
 
     def render(self) -> Text:
-        return self._text(self.size.width)
+        out = self._text(self.size.width)
+        if self.advice:
+            out = Text.assemble(out, "\n\n", self._advice_text())
+        return out
+
+    def _advice_text(self) -> Text:
+        """The advice for the slower build (``advise.advice_for``, as the Markdown report prints it)."""
+        notes = Text()
+        for i, line in enumerate(self.advice):
+            if i:
+                notes.append("\n")
+            head, sep, rest = line.partition(": ")
+            notes.append(head + sep, style="bold")
+            notes.append(rest)
+        return notes
 
     def _text(self, width: int) -> Text:
-        self.advice: list[str] = []
         if not self.rows:
             return Text("")
         w0, wa, wb = self.widths()

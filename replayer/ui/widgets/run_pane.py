@@ -30,11 +30,8 @@ def run_status(s: RunSummary) -> str:
     A run that was stopped after some batches is *partial*: its numbers cover only part of the
     prompt and must never read as a finished run's.
     """
-    status = getattr(s, "status", None)  # the core's own, where it has one
-    if isinstance(status, str) and status:
-        return status
-    if s.finished is not None:
-        return "complete"
+    if s.finished is not None:  # the prefill finished; the core says whether generation did too
+        return "complete" if s.finished.status == ev.STATUS_COMPLETE else "generation failed"
     if s.failed is not None:
         return "partial" if s.batches else "failed"
     return "running"
@@ -137,17 +134,8 @@ class RunPane(Vertical):
                 log_lines.append(f"- {e.n_tokens:>7,}  erased ({e.reason})")
             elif isinstance(e, ev.CheckpointRestored):
                 log_lines.append(f"↺ {e.n_tokens:>7,}  restored, n_past {e.n_past}")
-            elif isinstance(e, ev.RunFinished):
+            elif isinstance(e, (ev.RunFinished, ev.RunFailed)):
                 ended = True
-                self._border("success" if e.status == ev.STATUS_COMPLETE else "warning")
-                if e.status != ev.STATUS_COMPLETE:
-                    self.query_one("#title", Label).update(Text(f"{self.run}: {e.status}", style="bold yellow"),
-                                                           layout=False)
-            elif isinstance(e, ev.RunFailed):
-                ended = True
-                self._border("error")
-                self.query_one("#title", Label).update(Text(f"{self.run}: FAILED — {e.error}", style="bold red"),
-                                                       layout=False)
         if rows:
             log = self.query_one("#batches", Log)
             # follow the newest batch, unless the user scrolled back to read older ones
@@ -172,6 +160,9 @@ class RunPane(Vertical):
         if status == "complete":
             self._border("success")
             self.border_title = Text(f"{self.heading} · done")
+        elif status == "generation failed":  # the prefill facts stand; the run says what happened after
+            self._border("warning")
+            self.border_title = Text(f"{self.run}: {self.summary.status}", style="bold yellow")
         elif status in ("partial", "failed"):
             self._border("error")
             done = f" after {self.summary.n_batches} batches" if status == "partial" else ""
