@@ -38,6 +38,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
+    from replayer.core.session.turns import turns_of_request
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
@@ -56,6 +57,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
         "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
+        "turns": s.stats.entries_total if s.format == "chat-requests" else len(turns_of_request(req)),
     }
     if args.json:
         _json(info)
@@ -67,6 +69,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"{'  (agent ' + s.agent_version + ')' if s.agent_version else ''}",
         f"  model          {s.provider or '?'} / {s.model or '?'}",
         f"  messages       {len(s.messages)}  ({roles})",
+        f"  turns          {info['turns']}  (requests the agent sent; replay --mode session)",
         f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}",
         f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
         f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
@@ -167,6 +170,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.replay import prepare, simulated_events
 
     cfg = _config(args)
+    if args.mode == "session":
+        return cmd_replay_session(args, cfg)
+    if args.freeze_system_prompt:
+        raise ReplayerError("--freeze-system-prompt is a what-if of --mode session")
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
     if args.app or args.screenshot:
@@ -203,6 +210,43 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         _out(export.to_text(cmp, prep.request.notes))
     return 0
+
+
+def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
+    """``replay --mode session``: every turn on A and B, simulated or live, with each miss explained."""
+    from replayer.core.engine import events as ev
+    from replayer.core import session_replay as sr
+
+    if args.app or args.screenshot:
+        raise ReplayerError("the app does not show session replays yet; use --json, --markdown or text")
+    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size)
+    if cfg.engine == "live":
+        from replayer.core.engine.live_session import live_session_events
+
+        streams = {run: live_session_events(prep, run, Path(args.model).expanduser(), backend=cfg.backend or "cpu",
+                                            ctx_size=args.ctx_size or 32768, request_timeout=args.timeout)
+                   for run in ("A", "B")}
+    else:
+        streams = {run: sr.simulated_session_events(prep, run) for run in ("A", "B")}
+    runs = {}
+    for run, stream in streams.items():
+        evs = []
+        for e in stream:
+            evs.append(e)
+            if args.jsonl:
+                _out(ev.to_json(e))
+        runs[run] = sr.session_run(prep, run, evs)
+    failed = any(r.failed for r in runs.values())
+    if args.jsonl:
+        return 1 if failed else 0
+    doc = sr.report(prep, runs["A"], runs["B"])
+    if args.json:
+        _json(doc)
+    elif args.markdown:
+        _out(sr.to_markdown(doc, (runs["A"], runs["B"])))
+    else:
+        _out(sr.to_text(doc, (runs["A"], runs["B"])))
+    return 1 if failed else 0
 
 
 # -- presets / builds / models -------------------------------------------------------------
@@ -349,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--a", default="9859", help="build A (number or generation)")
     p.add_argument("--b", default="10001", help="build B")
     p.add_argument("--engine", choices=["simulated", "live"], default="simulated")
+    p.add_argument("--mode", choices=["resume", "session"], default="resume",
+                   help="resume: one cold prefill of the whole conversation; session: every turn as the agent "
+                        "sent it, with the prompt cache reused or lost")
+    p.add_argument("--freeze-system-prompt", action="store_true",
+                   help="session what-if: every turn keeps the first turn's system prompt")
     p.add_argument("--backend", default=None)
     p.add_argument("--gpu", default="rx9070xt")
     p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset (simulated) or GGUF path (live)")

@@ -148,6 +148,15 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
         from replayer.core.prompt.server_tokenizer import server_layout
 
         return server_layout(tokenizer[len("server:"):], messages, tools, b, template=template)
+    tok_exact, tpl = offline_tokenizer(tokenizer, template)
+    text = templates.render(tpl, messages, tools, add_generation_prompt=True, **(template_kwargs or {}))
+    delims = templates.delimiters_for(tpl, b)
+    return layout_of_text(text, delims, tok_exact, tpl.name, b)
+
+
+def offline_tokenizer(tokenizer: str, template: Template | None) -> tuple[ExactTokenizer | None, Template]:
+    """The exact tokenizer (None for the estimate) and the template to render with: a GGUF's
+    own chat template unless one is given."""
     tok_exact: ExactTokenizer | None = None
     if tokenizer.startswith("gguf:"):
         from replayer.core.prompt import gguf_tokenizer
@@ -159,10 +168,7 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
                                 eos_token=tok_exact.tokens[tok_exact.eos_id] if tok_exact.eos_id is not None else "")
     elif tokenizer != "estimate":
         raise ReplayerError(f"unknown tokenizer {tokenizer!r}: use estimate, gguf:PATH or server:URL")
-    tpl = template or templates.bundled(templates.DEFAULT_TEMPLATE)
-    text = templates.render(tpl, messages, tools, add_generation_prompt=True, **(template_kwargs or {}))
-    delims = templates.delimiters_for(tpl, b)
-    return layout_of_text(text, delims, tok_exact, tpl.name, b)
+    return tok_exact, template or templates.bundled(templates.DEFAULT_TEMPLATE)
 
 
 def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | None, template_name: str,

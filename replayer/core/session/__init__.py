@@ -42,6 +42,10 @@ def load_session(path: str | Path, format: str | None = None, *, images: str = "
             s = codex.load(p, images=images)
         elif fmt == "aider":
             s = aider.load(p)
+        elif fmt == "chat-requests":
+            from replayer.core.session import request_log
+
+            s = request_log.load(p, images=images)
         else:
             try:
                 doc = orjson.loads(p.read_bytes())

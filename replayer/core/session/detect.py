@@ -7,10 +7,10 @@ from pathlib import Path
 import orjson
 
 from replayer.core.errors import FormatUnknown, ImportFailed
-from replayer.core.session import aider, claude_code, codex, llamacpp_webui, openai_body, opencode, pi, sharegpt
+from replayer.core.session import aider, claude_code, codex, llamacpp_webui, openai_body, opencode, pi, request_log, sharegpt
 from replayer.core.session.reader import check_readable_file, head_objects
 
-FORMATS = ["pi", "claude-code", "codex", "opencode", "openai", "sharegpt", "llamacpp-webui", "aider"]
+FORMATS = ["pi", "claude-code", "codex", "opencode", "openai", "sharegpt", "llamacpp-webui", "aider", "chat-requests"]
 _WHOLE_JSON_LIMIT = 64 * 1024 * 1024
 
 
@@ -50,6 +50,8 @@ def detect_format(path: Path) -> str:
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         objs = head_objects(path, 20)
+        if request_log.detect(objs):
+            return request_log.FORMAT
         if (len(objs) >= 2 or (objs and "\n" in stripped.rstrip())) and (found := _jsonl_format(objs)):
             return found
         doc = _whole_json(path)
