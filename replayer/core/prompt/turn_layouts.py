@@ -13,7 +13,9 @@ anyway, so the prefix tokenizes the same alone).
 
 The derivation is checked, not assumed: a few turns of each family (first, last, middle)
 are rendered for real and must be byte-identical (and, for an exact tokenizer, token-
-identical). A template that changes earlier text as the conversation grows (one that drops
+identical); "a few" means the first and last turn of each shape (last role, and whether
+reasoning of the current task precedes the end), where templates decide differently. A
+template that changes earlier text as the conversation grows (one that drops
 reasoning of earlier turns, or numbers messages) fails the check, and that family falls
 back to a real render per turn — slower, always right.
 """
@@ -172,8 +174,7 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     prompts.append(whole)
     # check the derivation on a few turns rendered for real
     derived = prompts[:-1]
-    picks = {0, len(derived) - 1, len(derived) // 2} if verify else set()
-    for i in sorted(picks)[:max(verify, 0)]:
+    for i in _checks(derived) if verify else ():
         p = derived[i]
         real = _render(fam, p.turn, tpl, delims, tok, build, out)[0]
         if real.base != p.text or (tok is not None and real.ids != p.ids):
@@ -181,6 +182,30 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
                                  "conversation grows; this family rendered turn by turn")
             return None
     return prompts
+
+
+def _shape(msgs: list[dict[str, Any]]) -> tuple[str, bool]:
+    """What a template may treat differently at a turn's end: the last role, and whether an
+    assistant message with reasoning follows the last user message (templates that show
+    reasoning only for the current task decide on exactly that)."""
+    shows = False
+    for m in reversed(msgs):
+        if m.get("role") == "user":
+            break
+        if m.get("role") == "assistant" and (m.get("reasoning_content") or m.get("reasoning")):
+            shows = True
+    return (msgs[-1].get("role", "") if msgs else "", shows)
+
+
+def _checks(derived: list[TurnPrompt]) -> list[int]:
+    """Turns to render for real: the first and last of each shape, and the middle turn."""
+    first: dict[tuple[str, bool], int] = {}
+    last: dict[tuple[str, bool], int] = {}
+    for i, p in enumerate(derived):
+        k = _shape(p.turn.messages)
+        first.setdefault(k, i)
+        last[k] = i
+    return sorted({*first.values(), *last.values(), len(derived) // 2})
 
 
 # -- what two prompts share --------------------------------------------------------------
