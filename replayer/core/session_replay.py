@@ -9,6 +9,7 @@ from ``engine.cache`` and the reasons from ``engine.misses``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +19,9 @@ from replayer.core.engine.misses import explain, lost_by_cause
 from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts
 from replayer.core.replay import ReplayConfig, cost_for, run_spec
 from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
+
+__all__ = ["MODES", "SessionPrepared", "load_turns", "prepare_session", "report", "session_run",
+           "simulated_session_events", "to_markdown", "to_text"]
 
 MODES = ("resume", "session")
 
@@ -39,12 +43,13 @@ class SessionPrepared:
 
 
 def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bool = False,
-                    n_ctx: int | None = None) -> SessionPrepared:
-    st = load_turns(path, config.format, system_prompt=config.system_prompt, tools=config.tools,
-                    images=config.images)
+                    n_ctx: int | None = None, turns: SessionTurns | None = None) -> SessionPrepared:
+    """Import (unless ``turns`` is given) and lay out every turn once per span rule."""
+    st = turns or load_turns(path, config.format, system_prompt=config.system_prompt, tools=config.tools,
+                             images=config.images)
     what_if = []
     if freeze_system:
-        st.turns = freeze_system_prompt(st.turns)
+        st = dataclasses.replace(st, turns=freeze_system_prompt(st.turns))
         what_if.append("freeze-system-prompt")
     prep = SessionPrepared(config, st, n_ctx=n_ctx, what_if=what_if)
     tpl = config.template_obj()

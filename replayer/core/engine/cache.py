@@ -13,11 +13,12 @@ facts, so both engines are reported and compared by the same code.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from replayer.core.engine import events as ev
-from replayer.core.engine.schedule import Slot
+from replayer.core.engine.schedule import PromptSpans, Schedule, Slot
 from replayer.core.engine.simulate import RunSpec, schedule_events
 from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
@@ -73,7 +74,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
                                error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
             continue
         reusable = min(common, slot.cached)
-        sched = slot.run(p.spans, common)
+        sched = _run(slot, p.spans, common, reusable)
         full = reusable > 0 and sched.n_past == 0 and sched.restored is None
         turn_ms = 0.0
         for e in schedule_events(spec, sched, cost):
@@ -95,6 +96,29 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
     yield ev.RunFinished(run=run, n_tokens=last, n_processed=processed, prompt_ms=t,
                          tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0, n_batches=n_batches,
                          n_checkpoints=n_ckpt, t_ms=t)
+
+
+def _run(slot: Slot, spans: PromptSpans, common: int, reusable: int) -> Schedule:
+    """``slot.run`` with only the user starts the prefill can reach.
+
+    A turn's prefill covers ``[n_past, n)``; user starts below ``n_past`` take no part in
+    it, but passing a thousand of them each turn makes a session quadratic. So the turn
+    runs with the starts from ``reusable − 1`` on (the last user start is always kept);
+    should the slot roll back further (a checkpoint restore or a full re-processing), the
+    slot is put back and the turn runs again with every start.
+    """
+    lo = max(0, reusable - 1)
+    starts = spans.user_starts
+    i = bisect_left(starts, lo)
+    if i <= 1:
+        return slot.run(spans, common)
+    kept = starts[i:] or starts[-1:]
+    state = (slot.cached, list(slot.checkpoints), slot.task)
+    sched = slot.run(PromptSpans(spans.n_tokens, kept, spans.n_before_user), common)
+    if sched.n_past >= lo:
+        return sched
+    slot.cached, slot.checkpoints, slot.task = state[0], state[1], state[2]
+    return slot.run(spans, common)
 
 
 # -- reading a session run back ----------------------------------------------------------

@@ -82,7 +82,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iter
         yield ev.RunStarted(run=run, label=f"{run}: {build.label}", build=build.label,
                             generation=build.generation.value, engine="live", n_tokens=0,
                             settings={**settings, "binary": str(opts.binary), "model": str(opts.model),
-                                      "ctx_size": n_ctx, "memory": knobs.memory, "mode": "session",
+                                      "ctx_size": n_ctx, "memory": knobs.memory, "n_swa": knobs.n_swa, "mode": "session",
                                       "turns": len(turns)})
         alive = lambda: server.proc is not None and server.proc.poll() is None  # noqa: E731
         t = 0.0

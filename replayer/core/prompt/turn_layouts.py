@@ -11,10 +11,10 @@ assistant marker + the generation prompt; its tokens = the tokens before that ma
 generation prompt's tokens (markers start with a special token, where the tokenizer splits
 anyway, so the prefix tokenizes the same alone).
 
-The derivation is checked, not assumed: a few turns of each family (first, last, middle)
+The derivation is checked, not assumed: a few turns of each family
 are rendered for real and must be byte-identical (and, for an exact tokenizer, token-
-identical); "a few" means the first and last turn of each shape (last role, and whether
-reasoning of the current task precedes the end), where templates decide differently. A
+identical): the first two turns of each *shape* (last role, and whether reasoning of the
+current task precedes the end — what templates decide on). A
 template that changes earlier text as the conversation grows (one that drops
 reasoning of earlier turns, or numbers messages) fails the check, and that family falls
 back to a real render per turn — slower, always right.
@@ -30,7 +30,7 @@ from replayer.core.builds.catalog import Build
 from replayer.core.engine.schedule import PromptSpans
 from replayer.core.prompt import templates
 from replayer.core.prompt.estimate import counts_between
-from replayer.core.prompt.layout import ExactTokenizer, PromptLayout, _scan_text, layout_of_text, offline_tokenizer
+from replayer.core.prompt.layout import ExactTokenizer, PromptLayout, layout_of_text, offline_tokenizer
 from replayer.core.prompt.templates import Template
 from replayer.core.session.turns import Turn, response_starts
 
@@ -108,7 +108,7 @@ def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
     for t in reversed(turns):
         m = len(t.messages)
         if (base is not None and m in starts and _same_request(t.body, base.body)
-                and base.messages[:m] == t.messages):
+                and (t.prefix_of == base.index or base.messages[:m] == t.messages)):
             members.append((t, m))
             continue
         if base is not None:
@@ -121,7 +121,7 @@ def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
 
 
 def turn_layouts(turns: list[Turn], *, template: Template | None = None, tokenizer: str = "estimate",
-                 build: Build, verify: int = 3) -> TurnLayouts:
+                 build: Build, verify: bool = True) -> TurnLayouts:
     tok, tpl = offline_tokenizer(tokenizer, template)
     delims = templates.delimiters_for(tpl, build)
     out = TurnLayouts([], tpl, delims, tok.name if tok else "estimate", tok is not None)
@@ -145,14 +145,14 @@ def _render(fam: int, t: Turn, tpl: Template, delims, tok: ExactTokenizer | None
 
 
 def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template, delims,
-            tok: ExactTokenizer | None, build: Build, out: TurnLayouts, verify: int) -> list[TurnPrompt] | None:
+            tok: ExactTokenizer | None, build: Build, out: TurnLayouts, verify: bool) -> list[TurnPrompt] | None:
     whole, lay = _render(fam, base, tpl, delims, tok, build, out)
     if len(members) == 1:
         return [whole]
     text = whole.base
     msgs = base.messages
     a_roles = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
-    a_chars = [c for role, c in _scan_text(text, delims) if role == "assistant"]
+    a_chars = _marks(text, delims, "assistant")
     a_toks = [s.start for s in lay.spans if s.role == "assistant"]
     if not (len(a_chars) == len(a_toks) == len(a_roles) + 1):
         out.fallbacks.append(f"turns {members[0][0].index}–{members[-1][0].index}: the template does not mark each "
@@ -174,38 +174,63 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     prompts.append(whole)
     # check the derivation on a few turns rendered for real
     derived = prompts[:-1]
-    for i in _checks(derived) if verify else ():
+    shapes = _shapes(msgs)
+    for i in _checks(derived, shapes) if verify else ():
         p = derived[i]
-        real = _render(fam, p.turn, tpl, delims, tok, build, out)[0]
-        if real.base != p.text or (tok is not None and real.ids != p.ids):
+        real = templates.render(tpl, p.turn.messages, p.turn.tools, add_generation_prompt=True)
+        out.renders += 1
+        if real != p.text or (tok is not None and tok.encode(real, add_special=True) != p.ids):
             out.fallbacks.append(f"turn {p.index}: the template renders earlier messages differently as the "
                                  "conversation grows; this family rendered turn by turn")
             return None
     return prompts
 
 
-def _shape(msgs: list[dict[str, Any]]) -> tuple[str, bool]:
-    """What a template may treat differently at a turn's end: the last role, and whether an
-    assistant message with reasoning follows the last user message (templates that show
-    reasoning only for the current task decide on exactly that)."""
+def _marks(text: str, delims: list[templates.Delimiter], role: str) -> list[int]:
+    """Where the delimiters of ``role`` start in ``text``, where no delimiter listed before
+    them also matches (the server's first-in-list rule), by regex search only."""
+    import re
+
+    earlier: set[int] = set()
+    found: set[int] = set()
+    for d in delims:
+        if not d.text:
+            continue
+        hits = {m.start() for m in re.finditer(re.escape(d.text), text)}
+        if d.role == role:
+            found |= hits - earlier
+        earlier |= hits
+    return sorted(found)
+
+
+def _shapes(msgs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """For each message count m, what a template may treat differently at the end of
+    ``msgs[:m]``: the last role, and whether an assistant message with reasoning follows the
+    last user message (templates that show reasoning only for the current task decide on
+    exactly that). One pass over the messages."""
+    out: list[tuple[str, bool]] = [("", False)]
     shows = False
-    for m in reversed(msgs):
-        if m.get("role") == "user":
-            break
-        if m.get("role") == "assistant" and (m.get("reasoning_content") or m.get("reasoning")):
+    for m in msgs:
+        role = m.get("role", "")
+        if role == "user":
+            shows = False
+        elif role == "assistant" and (m.get("reasoning_content") or m.get("reasoning")):
             shows = True
-    return (msgs[-1].get("role", "") if msgs else "", shows)
+        out.append((role, shows))
+    return out
 
 
-def _checks(derived: list[TurnPrompt]) -> list[int]:
-    """Turns to render for real: the first and last of each shape, and the middle turn."""
-    first: dict[tuple[str, bool], int] = {}
-    last: dict[tuple[str, bool], int] = {}
+def _checks(derived: list[TurnPrompt], shapes: list[tuple[str, bool]]) -> list[int]:
+    """Turns to render for real: the first two of each shape. They are the shortest of their
+    kind, so checking costs a fraction of one whole render."""
+    seen: dict[tuple[str, bool], int] = {}
+    picks = []
     for i, p in enumerate(derived):
-        k = _shape(p.turn.messages)
-        first.setdefault(k, i)
-        last[k] = i
-    return sorted({*first.values(), *last.values(), len(derived) // 2})
+        k = shapes[len(p.turn.messages)]
+        if seen.get(k, 0) < 2:
+            seen[k] = seen.get(k, 0) + 1
+            picks.append(i)
+    return picks
 
 
 # -- what two prompts share --------------------------------------------------------------

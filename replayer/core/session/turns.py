@@ -30,6 +30,7 @@ class Turn:
     index: int
     body: dict[str, Any]  # messages, tools and any stored request fields
     notes: list[str] = field(default_factory=list)
+    prefix_of: int | None = None  # a turn whose messages begin with these, by construction
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -58,7 +59,8 @@ def response_starts(messages: list[dict[str, Any]]) -> list[int]:
 def turns_of_request(request: ChatRequest) -> list[Turn]:
     msgs = request.messages
     rest = {k: v for k, v in request.body.items() if k != "messages"}
-    out = [Turn(k, {**rest, "messages": msgs[:i]}) for k, i in enumerate(i for i in response_starts(msgs) if i > 0)]
+    starts = [i for i in response_starts(msgs) if i > 0]
+    out = [Turn(k, {**rest, "messages": msgs[:i]}, prefix_of=len(starts)) for k, i in enumerate(starts)]
     out.append(Turn(len(out), {**rest, "messages": list(msgs)}, notes=["the resume request (whole conversation)"]))
     return out
 
@@ -103,6 +105,6 @@ def freeze_system_prompt(turns: list[Turn]) -> list[Turn]:
     for t in turns:
         msgs = t.messages
         if msgs and msgs[0].get("role") in ("system", "developer") and msgs[0] != first:
-            t = Turn(t.index, {**t.body, "messages": [first, *msgs[1:]]}, t.notes + ["system prompt frozen"])
+            t = Turn(t.index, {**t.body, "messages": [first, *msgs[1:]]}, t.notes + ["system prompt frozen"], t.prefix_of)
         out.append(t)
     return out
