@@ -64,6 +64,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
     t = 0.0
     prev: TurnPrompt | None = None
     n_batches = n_ckpt = processed = 0
+    RunFinished, RunStarted, BatchDone = ev.RunFinished, ev.RunStarted, ev.BatchDone
     for p in prompts:
         common = shared_prefix(prev, p).n_tokens if prev is not None else 0
         n_messages = len(p.turn.messages)
@@ -78,15 +79,14 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
         full = reusable > 0 and sched.n_past == 0 and sched.restored is None
         turn_ms = 0.0
         for e in schedule_events(spec, sched, cost):
-            if isinstance(e, ev.RunFinished):
+            kind = type(e)
+            if kind is RunFinished:
                 turn_ms = e.prompt_ms
-                continue
-            if isinstance(e, ev.RunStarted):
-                continue
-            e.t_ms += t
-            if isinstance(e, ev.BatchDone):
-                e.t_start_ms += t
-            yield e
+            elif kind is not RunStarted:
+                e.t_ms += t
+                if kind is BatchDone:
+                    e.t_start_ms += t
+                yield e
         n_batches += len(sched.batches)
         n_ckpt += len(sched.created)
         processed += p.n_tokens - sched.n_past
@@ -193,33 +193,36 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
     cur: TurnRecord | None = None
     alive: list[tuple[int, int, int]] = []
     for e in events:
+        kind = type(e)
+        if kind is ev.BatchDone:  # most events: first
+            if cur is not None and e.run == run:
+                cur.batches.append(e)
+            continue
         if getattr(e, "run", run) != run:
             continue
-        if isinstance(e, ev.RunStarted):
+        if kind is ev.RunStarted:
             out.label, out.build, out.generation, out.engine = e.label, e.build, e.generation, e.engine
             out.settings = dict(e.settings)
-        elif isinstance(e, TurnStarted):
+        elif kind is TurnStarted:
             cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
                              held=list(alive))
             out.turns.append(cur)
-        elif isinstance(e, ev.RunFailed):
+        elif kind is ev.RunFailed:
             out.failed = e.error
         elif cur is None:
             continue
-        elif isinstance(e, TurnFinished):
+        elif kind is TurnFinished:
             cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
             cur.full_reprocess, cur.error = e.full_reprocess, e.error
-        elif isinstance(e, ev.BatchDone):
-            cur.batches.append(e)
-        elif isinstance(e, ev.CheckpointCreated):
+        elif kind is ev.CheckpointCreated:
             cur.created.append(e)
             alive.append((e.n_tokens, e.pos_min, e.pos_max))
-        elif isinstance(e, ev.CheckpointErased):
+        elif kind is ev.CheckpointErased:
             cur.erased.append(e)
             for i, c in enumerate(alive):
                 if c[0] == e.n_tokens:
                     del alive[i]
                     break
-        elif isinstance(e, ev.CheckpointRestored):
+        elif kind is ev.CheckpointRestored:
             cur.restored = e
     return out
