@@ -82,17 +82,22 @@ def best(fn, repeat: int = 5) -> float:
     return min(times)
 
 
-def bench_core() -> list[tuple]:
+def _big_request():
+    """The 2000-message session, imported, its resume request and the Qwen3-Coder template."""
     from replayer.core.prompt import templates
-    from replayer.core.prompt.layout import compute_layout
-    from replayer.core.replay import ReplayConfig, prepare, simulated_events
     from replayer.core.session import build_request, load_session
 
-    d = Path(tempfile.mkdtemp())
-    p = big_session(d / "big.jsonl")
+    p = big_session(Path(tempfile.mkdtemp()) / "big.jsonl")
     s = load_session(p)
-    req = build_request(s)
-    tpl = templates.bundled("qwen3-coder")
+    return p, s, build_request(s), templates.bundled("qwen3-coder")
+
+
+def bench_core() -> list[tuple]:
+    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.replay import ReplayConfig, prepare, simulated_events
+    from replayer.core.session import load_session
+
+    p, s, req, tpl = _big_request()
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl)
     t_import = best(lambda: load_session(p))
     t_layout = best(lambda: compute_layout(req.messages, req.body.get("tools"), template=tpl))
@@ -249,16 +254,10 @@ def bench_live() -> list[tuple]:
 
 def bench_session() -> list[tuple]:
     from replayer.core import session_replay as sr
-    from replayer.core.prompt import templates
     from replayer.core.prompt.layout import compute_layout
     from replayer.core.replay import ReplayConfig
-    from replayer.core.session import build_request, load_session
 
-    d = Path(tempfile.mkdtemp())
-    p = big_session(d / "big.jsonl")
-    s = load_session(p)
-    req = build_request(s)
-    tpl = templates.bundled("qwen3-coder")
+    p, s, req, tpl = _big_request()
     cfg = ReplayConfig.seed(template="qwen3-coder")
     st = sr.load_turns(p)
 

@@ -30,10 +30,10 @@ from replayer.core.prompt.turn_layouts import turn_layouts
 from replayer.core.replay import ReplayConfig, cost_for
 from replayer.core.session.request import ChatRequest
 from replayer.core.session.turns import turns_of_request
-from replayer.core.tiny_models import make_tiny
 
 from conftest import REPO
 from helpers import agent_conversation
+from test_live import tiny  # noqa: F401  (the tiny models fixture, shared with the resume live tests)
 from test_session_mode import write_log
 
 pytestmark = pytest.mark.live
@@ -46,12 +46,6 @@ CHANGE = 20
 @pytest.fixture(scope="module")
 def binaries():
     return {b: Path(manager.install(b, "cpu").binary) for b in BUILDS}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("session-models")
-    return {arch: make_tiny(arch, d / f"{arch}.gguf") for arch in ARCHS}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import PromptSpans, Schedule, Slot
 from replayer.core.engine.simulate import RunSpec, schedule_events
@@ -164,19 +165,10 @@ class TurnRecord:
 
 
 @dataclass
-class SessionRun:
-    run: str
-    label: str = ""
-    build: str = ""
-    generation: str = ""
-    engine: str = ""
-    settings: dict = field(default_factory=dict)
-    turns: list[TurnRecord] = field(default_factory=list)
-    failed: str | None = None
+class SessionRun(RunSummary):
+    """A run's summary (``compare.RunSummary``, over all turns) with its turns."""
 
-    @property
-    def prompt_ms(self) -> float:
-        return sum(t.prompt_ms for t in self.turns)
+    turns: list[TurnRecord] = field(default_factory=list)
 
     @property
     def prompt_n(self) -> int:
@@ -195,20 +187,19 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
     for e in events:
         kind = type(e)
         if kind is ev.BatchDone:  # most events: first
-            if cur is not None and e.run == run:
-                cur.batches.append(e)
+            if e.run == run:
+                out.batches.append(e)
+                if cur is not None:
+                    cur.batches.append(e)
             continue
         if getattr(e, "run", run) != run:
             continue
-        if kind is ev.RunStarted:
-            out.label, out.build, out.generation, out.engine = e.label, e.build, e.generation, e.engine
-            out.settings = dict(e.settings)
-        elif kind is TurnStarted:
+        if kind not in TURN_EVENTS:
+            out.apply(e)  # the run-level summary
+        if kind is TurnStarted:
             cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
                              held=list(alive))
             out.turns.append(cur)
-        elif kind is ev.RunFailed:
-            out.failed = e.error
         elif cur is None:
             continue
         elif kind is TurnFinished:
