@@ -132,14 +132,17 @@ def test_offline_exact_turn_prompts_equal_the_servers(binaries, tiny, log, build
 
 
 def test_checkpoint_churn_between_builds(binaries, tiny, log):
-    """b9859 makes 1-2 checkpoints per appending turn, b10001 three (previous end, end-516, end-4)."""
+    """On appending turns b9859 makes 1-2 checkpoints; b10001 makes three — at the previous
+    prompt's end, at the last user start and at n − 4 (turns here add < 516 tokens, so the
+    n − 516 cut falls before the previous end) — and evicts the earlier turns' ones as too close."""
     g1 = _live(binaries, tiny, log, 9859, "lfm2")[2]
-    g2 = _live(binaries, tiny, log, 10001, "lfm2")[2]
+    prep, _, g2 = _live(binaries, tiny, log, 10001, "lfm2")
     for t in g1.turns[1:CHANGE]:
         assert 1 <= len(t.created) <= 2
     for prev, t in zip(g2.turns[1:CHANGE], g2.turns[2:CHANGE]):
-        assert [c.n_tokens for c in t.created] == [prev.n_prompt, t.n_prompt - 516, t.n_prompt - 4] or (
-            [c.n_tokens for c in t.created][1:] == [t.n_prompt - 4] and t.n_prompt - 516 <= prev.n_prompt)
+        last_user = prep.layouts["A"].prompts[t.turn].spans.last_user
+        assert t.n_prompt - 516 < prev.n_prompt < last_user
+        assert [c.n_tokens for c in t.created] == [prev.n_prompt, last_user, t.n_prompt - 4]
     assert any(e.reason == "too_close" for t in g2.turns for e in t.erased)
 
 

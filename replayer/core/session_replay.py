@@ -93,17 +93,17 @@ def run_dict(sr: SessionRun) -> dict[str, Any]:
 def verdict(a: SessionRun, b: SessionRun) -> str:
     if a.failed or b.failed:
         return "a run failed: " + (a.failed or b.failed or "")
-    n = len(b.turns)
-    d_tok = a.prompt_n - b.prompt_n
-    d_ms = a.prompt_ms - b.prompt_ms
-    who, other = (b, a) if d_ms >= 0 else (a, b)
-    tok = f"{abs(d_tok):,} {'fewer' if (d_tok >= 0) == (who is b) else 'more'} tokens"
-    text = (f"over {n} turns {who.build} re-processed {tok} and spent {abs(d_ms) / 1000:.2f} s less in prompt "
-            f"processing than {other.build}")
-    causes = lost_by_cause(other)
+    faster, slower = (b, a) if b.prompt_ms <= a.prompt_ms else (a, b)
+    d_tok = slower.prompt_n - faster.prompt_n
+    tokens = (f"re-processed {abs(d_tok):,} {'fewer' if d_tok > 0 else 'more'} tokens" if d_tok
+              else "re-processed as many tokens")
+    text = (f"over {len(b.turns)} turns {faster.build} {tokens} and spent "
+            f"{(slower.prompt_ms - faster.prompt_ms) / 1000:.2f} s less in prompt processing than {slower.build}")
+    causes = lost_by_cause(slower)
     if causes:
         worst = max(causes.items(), key=lambda kv: kv[1]["ms"])
-        text += f"; {other.build} lost most to {worst[0]} ({int(worst[1]['turns'])} turns)"
+        text += (f"; {slower.build} lost {worst[1]['ms'] / 1000:.2f} s to {worst[0]} "
+                 f"({int(worst[1]['turns'])} turn{'s' if worst[1]['turns'] != 1 else ''})")
     return text
 
 

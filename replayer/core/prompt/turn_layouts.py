@@ -264,10 +264,11 @@ def shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     """
     if (old.family == new.family and old.base is new.base and old.cut <= new.cut
             and new.base.startswith(old.suffix, old.cut)):
+        n_chars = old.cut + len(old.suffix)  # len(old.text) without building it
         if old.base_ids is None:
-            return Shared(old.n_tokens, len(old.text))
+            return Shared(old.n_tokens, n_chars)
         if new.base_ids is not None and new.base_ids[old.tcut:old.tcut + len(old.suffix_ids or [])] == old.suffix_ids:
-            return Shared(old.n_tokens, len(old.text))
+            return Shared(old.n_tokens, n_chars)
     a, b = old.text, new.text
     d = _first_difference(a, b)
     ia, ib = old.ids, new.ids
