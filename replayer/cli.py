@@ -229,13 +229,19 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
     else:
         streams = {run: sr.simulated_session_events(prep, run) for run in ("A", "B")}
     runs = {}
-    for run, stream in streams.items():
-        evs = []
-        for e in stream:
-            evs.append(e)
-            if args.jsonl:
-                _out(ev.to_json(e))
-        runs[run] = sr.session_run(prep, run, evs)
+    try:
+        for run, stream in streams.items():
+            evs = []
+            for e in stream:
+                evs.append(e)
+                if args.jsonl:
+                    _out(ev.to_json(e))
+            runs[run] = sr.session_run(prep, run, evs)
+    except KeyboardInterrupt:
+        from replayer.core.engine.live import stop_all
+
+        stop_all()
+        raise
     failed = any(r.failed for r in runs.values())
     if args.jsonl:
         return 1 if failed else 0
