@@ -19,7 +19,7 @@ from replayer.core.prompt.layout import compute_layout
 from replayer.core.prompt.turn_layouts import shared_prefix, turn_layouts
 from replayer.core.replay import ReplayConfig, cost_for
 from replayer.core.session.request import ChatRequest
-from replayer.core.session.turns import Turn, freeze_system_prompt, response_starts, turns_of_bodies, turns_of_request
+from replayer.core.session.turns import freeze_system_prompt, response_starts, turns_of_bodies, turns_of_request
 
 from conftest import REPO
 from helpers import agent_conversation
