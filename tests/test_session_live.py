@@ -34,7 +34,7 @@ from replayer.core.session.turns import turns_of_request
 from conftest import REPO
 from helpers import agent_conversation
 from test_live import tiny  # noqa: F401  (the tiny models fixture, shared with the resume live tests)
-from test_session_mode import write_log
+from test_session_mode import edited_tool_result_turns, write_log
 
 pytestmark = pytest.mark.live
 #: b11434 (G3) joins when the build manager has it (it is compiled for the live suite)
@@ -118,6 +118,9 @@ def test_appending_turns_reuse_everything_and_the_changed_system_prompt_is_named
         assert t.full_reprocess and t.cache_n == 0
         assert "none at or below the change" in c["checkpoint"]
         assert {e.reason for e in t.erased} == {"invalidated"}
+    # every turn says whether a checkpoint had to (and could) be restored
+    assert t.restore == ("not_needed" if arch == "llama" else "none_usable")
+    assert {u.restore for u in live.turns if u.turn != CHANGE} == {"not_needed"}
 
 
 @pytest.mark.parametrize("build", BUILDS)
@@ -144,6 +147,26 @@ def test_checkpoint_churn_between_builds(binaries, tiny, log):
         assert t.n_prompt - 516 < prev.n_prompt < last_user
         assert [c.n_tokens for c in t.created] == [prev.n_prompt, last_user, t.n_prompt - 4]
     assert any(e.reason == "too_close" for t in g2.turns for e in t.erased)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_a_late_edit_restores_a_checkpoint_on_the_hybrid_model(binaries, tiny, tmp_path, build):
+    """The client rewrites the newest tool result from turn 10 on: the server restores the
+    newest checkpoint below the change, as the simulator says."""
+    msgs, tools = agent_conversation(rounds=6)
+    turns = edited_tool_result_turns(turns_of_request(ChatRequest({"messages": msgs, "tools": tools})))
+    log = write_log(tmp_path / "edited.jsonl", turns)
+    cfg = ReplayConfig(a=str(build), b=str(build), model=str(tiny["lfm2"]))
+    prep = sr.prepare_session(log, cfg)
+    live = sr.session_run(prep, "A", live_session_events(prep, "A", tiny["lfm2"], binary=binaries[build]))
+    assert live.failed is None, live.failed
+    knobs = Knobs(memory=live.settings["memory"], n_swa=live.settings["n_swa"])
+    sim = sr.session_run(prep, "A", simulate_session(RunSpec("A", parse_build(str(build)), knobs),
+                                                     prep.layouts["A"].prompts, cost_for(ReplayConfig())))
+    assert _facts(sim) == _facts(live)
+    t = live.turns[10]
+    assert t.restore == "restored" and t.cache_n == t.restored.n_tokens <= t.cause["first_diff_token"]
+    assert t.cause["cause"] == "client_changed" and "(truncated by the client)" in t.cause["new_text"]
 
 
 def test_cli_live_session(binaries, tiny, log):

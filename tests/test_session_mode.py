@@ -37,6 +37,19 @@ def _turns(rounds=6):
     return turns_of_request(ChatRequest({"messages": msgs, "tools": tools})), msgs, tools
 
 
+def edited_tool_result_turns(turns, at=10):
+    """From turn ``at`` on, the client rewrites the newest tool result turn ``at − 1`` had sent."""
+    i = len(turns[at - 1].messages) - 1
+    assert turns[at - 1].messages[i]["role"] == "tool"
+    bodies = []
+    for t in turns:
+        m = list(t.messages)
+        if t.index >= at:
+            m[i] = dict(m[i], content=m[i]["content"] + " (truncated by the client)")
+        bodies.append({**t.body, "messages": m})
+    return turns_of_bodies(bodies)
+
+
 def write_log(path, turns, change_from=None, new_text="Today is 2026-12-01. "):
     """A request log (one body per line); from turn ``change_from`` on the system prompt carries a date."""
     lines = []
@@ -191,6 +204,20 @@ def test_changed_system_prompt_is_the_cause_of_the_miss(tmp_path):
     assert plain.turns[20].cache_n == plain.turns[20].cause["first_diff_token"]
     assert hybrid.turns[20].cache_n == 0 and hybrid.turns[20].full_reprocess
     assert "none at or below the change" in hybrid.turns[20].cause["checkpoint"]
+    assert hybrid.turns[20].to_dict()["checkpoint_restore"] == "none_usable"
+    assert {t.to_dict()["checkpoint_restore"] for t in hybrid.turns[21:]} == {"not_needed"}
+
+
+@pytest.mark.parametrize("build", ["9859", "10001", "11434"])
+def test_a_late_edit_restores_the_newest_checkpoint_below_it(build):
+    turns, _, _ = _turns(8)
+    run, _ = _sim(edited_tool_result_turns(turns), build=build, memory="recurrent")
+    t = run.turns[10]
+    c = t.cause
+    assert c["cause"] == "client_changed" and "(truncated by the client)" in c["new_text"]
+    assert t.restore == "restored" and t.cache_n == t.restored.n_tokens <= c["first_diff_token"]
+    assert c["checkpoint"].startswith(f"restored the checkpoint at {t.restored.n_tokens} tokens")
+    assert not t.full_reprocess and [u.turn for u in run.turns if u.cause] == [10]
 
 
 def test_freeze_system_prompt_removes_the_miss(tmp_path):

@@ -142,6 +142,14 @@ class TurnRecord:
     held: list[tuple[int, int, int]] = field(default_factory=list)  # checkpoints alive when the turn began
     cause: dict[str, Any] | None = None  # filled by misses.explain
 
+    @property
+    def restore(self) -> str:
+        """Whether the slot had to roll back to a checkpoint: ``not_needed`` (the memory kept
+        what was reused), ``restored`` or ``none_usable`` (full re-processing)."""
+        if self.restored is not None:
+            return "restored"
+        return "none_usable" if self.full_reprocess else "not_needed"
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "turn": self.turn, "n_prompt": self.n_prompt, "n_messages": self.n_messages,
@@ -156,6 +164,7 @@ class TurnRecord:
                                      if self.restored else []),
             "checkpoints_erased": [{"n_tokens": e.n_tokens, "reason": e.reason} for e in self.erased],
             "full_reprocess": self.full_reprocess,
+            "checkpoint_restore": self.restore,
         }
         if self.error:
             d["error"] = self.error
