@@ -9,6 +9,9 @@ app:  the app replaying two runs of ~5000 events each, headless, vs the same rep
       CLI's code path. Goals: ≤ 1.5× wall time, no frame gap over 100 ms.
 live: the same request via replayer vs a bare httpx request to the same real server.
       Goal: ≤ 1.05× prompt-eval time.
+session: the same 2000-message session replayed turn by turn (~1000 turns), simulated on
+      both builds (turn prompts, slot cache, per-turn records and misses), vs one resume
+      layout. Goal: ≤ 3× the layout.
 """
 
 from __future__ import annotations
@@ -79,17 +82,22 @@ def best(fn, repeat: int = 5) -> float:
     return min(times)
 
 
-def bench_core() -> list[tuple]:
+def _big_request():
+    """The 2000-message session, imported, its resume request and the Qwen3-Coder template."""
     from replayer.core.prompt import templates
-    from replayer.core.prompt.layout import compute_layout
-    from replayer.core.replay import ReplayConfig, prepare, simulated_events
     from replayer.core.session import build_request, load_session
 
-    d = Path(tempfile.mkdtemp())
-    p = big_session(d / "big.jsonl")
+    p = big_session(Path(tempfile.mkdtemp()) / "big.jsonl")
     s = load_session(p)
-    req = build_request(s)
-    tpl = templates.bundled("qwen3-coder")
+    return p, s, build_request(s), templates.bundled("qwen3-coder")
+
+
+def bench_core() -> list[tuple]:
+    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.replay import ReplayConfig, prepare, simulated_events
+    from replayer.core.session import load_session
+
+    p, s, req, tpl = _big_request()
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl)
     t_import = best(lambda: load_session(p))
     t_layout = best(lambda: compute_layout(req.messages, req.body.get("tools"), template=tpl))
@@ -244,11 +252,37 @@ def bench_live() -> list[tuple]:
             ("ratio", f"{a / b:.3f}× (goal ≤ 1.05×)")]
 
 
+def bench_session() -> list[tuple]:
+    from replayer.core import session_replay as sr
+    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.replay import ReplayConfig
+
+    p, s, req, tpl = _big_request()
+    cfg = ReplayConfig.seed(template="qwen3-coder")
+    st = sr.load_turns(p)
+
+    def replay():
+        prep = sr.prepare_session(p, cfg, turns=st)
+        return prep, [sr.session_run(prep, r, list(sr.simulated_session_events(prep, r))) for r in ("A", "B")]
+
+    prep, runs = replay()
+    t_layout = best(lambda: compute_layout(req.messages, req.body.get("tools"), template=tpl))
+    t_turns = best(lambda: sr.prepare_session(p, cfg, turns=st), 3)
+    t_all = best(replay, 3)
+    return [
+        ("session", f"{len(s.messages)} messages, {len(prep.turns.turns)} turns, "
+                    f"{runs[1].turns[-1].n_prompt:,} tokens at the end, {prep.layouts['A'].renders} renders"),
+        ("resume layout (estimate)", f"{t_layout * 1000:.1f} ms"),
+        ("turn prompts (all turns)", f"{t_turns * 1000:.1f} ms = {t_turns / t_layout:.2f}× layout"),
+        ("session replay, A and B", f"{t_all * 1000:.1f} ms = {t_all / t_layout:.2f}× layout (goal ≤ 3×)"),
+    ]
+
+
 def main(argv: list[str]) -> None:
-    which = argv or ["core", "app", "live"]
+    which = argv or ["core", "app", "live", "session"]
     print(f"machine: {machine()}\n")
     for name in which:
-        rows = {"core": bench_core, "app": bench_app, "live": bench_live}[name]()
+        rows = {"core": bench_core, "app": bench_app, "live": bench_live, "session": bench_session}[name]()
         print(f"## {name}")
         w = max(len(r[0]) for r in rows)
         for k, v in rows:

@@ -50,6 +50,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
+    from replayer.core.session.turns import turns_of_request
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
@@ -70,6 +71,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
         "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
+        "turns": s.stats.entries_total if s.format == "chat-requests" else len(turns_of_request(req)),
     }
     if args.json:
         _json(info)
@@ -81,6 +83,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"{'  (agent ' + s.agent_version + ')' if s.agent_version else ''}",
         f"  model          {s.provider or '?'} / {s.model or '?'}",
         f"  messages       {len(s.messages)}  ({roles})",
+        f"  turns          {info['turns']}  (requests the agent sent; replay --mode session)",
         f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}" + (
             f"  ({s.stats.recovered_tool_calls} calls and {s.stats.recovered_tool_results} results recovered "
             "from parallel branches)" if s.stats.recovered_tool_calls or s.stats.recovered_tool_results else ""),
@@ -197,9 +200,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.engine import events as ev
     from replayer.core.replay import prepare, replay, report
 
+    cfg = _config(args)
+    if args.mode == "session":
+        return cmd_replay_session(args, cfg)
+    if args.freeze_system_prompt:
+        raise ReplayerError("--freeze-system-prompt is a what-if of --mode session")
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
-    prep = prepare(args.session, _config(args))
+    prep = prepare(args.session, cfg)
     if args.app or args.screenshot:
         from replayer.ui.app import run_replay_app
 
@@ -311,6 +319,49 @@ def cmd_advise(args: argparse.Namespace) -> int:
         lines += ["", "no effect here:"] + [f"  {n['title']}: {n['reason']}" for n in adv.no_effect]
     _out("\n".join(lines))
     return 0
+
+
+def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
+    """``replay --mode session``: every turn on A and B, simulated or live, with each miss explained."""
+    from replayer.core.engine import events as ev
+    from replayer.core import session_replay as sr
+
+    if args.app or args.screenshot:
+        raise ReplayerError("the app does not show session replays yet; use --json, --markdown or text")
+    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size)
+    if cfg.engine == "live":
+        from replayer.core.engine.live_session import live_session_events
+
+        streams = {run: live_session_events(prep, run, Path(args.model).expanduser(), backend=cfg.backend or "cpu",
+                                            ctx_size=args.ctx_size or 32768, request_timeout=args.timeout)
+                   for run in ("A", "B")}
+    else:
+        streams = {run: sr.simulated_session_events(prep, run) for run in ("A", "B")}
+    runs = {}
+    try:
+        for run, stream in streams.items():
+            evs = []
+            for e in stream:
+                evs.append(e)
+                if args.jsonl:
+                    _out(ev.to_json(e))
+            runs[run] = sr.session_run(prep, run, evs)
+    except KeyboardInterrupt:
+        from replayer.core.engine.live import stop_all
+
+        stop_all()
+        raise
+    failed = any(r.failed for r in runs.values())
+    if args.jsonl:
+        return 1 if failed else 0
+    doc = sr.report(prep, runs["A"], runs["B"])
+    if args.json:
+        _json(doc)
+    elif args.markdown:
+        _out(sr.to_markdown(doc, (runs["A"], runs["B"])))
+    else:
+        _out(sr.to_text(doc, (runs["A"], runs["B"])))
+    return 1 if failed else 0
 
 
 # -- presets / builds / models -------------------------------------------------------------
@@ -496,6 +547,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b", default=d.b, help="build B (number, generation or llama-server path)")
     p.add_argument("--engine", choices=["simulated", "live"], default=d.engine,
                    help="simulated: the cost model; live: real llama-server builds")
+    p.add_argument("--mode", choices=["resume", "session"], default="resume",
+                   help="resume: one cold prefill of the whole conversation; session: every turn as the agent "
+                        "sent it, with the prompt cache reused or lost")
+    p.add_argument("--freeze-system-prompt", action="store_true",
+                   help="session what-if: every turn keeps the first turn's system prompt")
     p.add_argument("--backend", default=None,
                    help="simulated: the GPU preset's backend unless given; live: the installed build's "
                         "backend (default: cpu)")

@@ -149,6 +149,20 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
         from replayer.core.prompt.server_tokenizer import ServerTokenizer  # httpx: only when asked
 
         return server_layout(ServerTokenizer(tokenizer[len("server:"):]), messages, tools, b, template=template, keep_text=keep_text)
+    tok_exact, tpl = offline_tokenizer(tokenizer, template)
+    # a GGUF alone is a text-only server (a projector is a separate --mmproj file): images refused
+    text = templates.render(tpl, messages, tools, add_generation_prompt=True, build_number=b.effective_number,
+                            allow_media=tok_exact is None, **(template_kwargs or {}))
+    delims = templates.delimiters_for(tpl, b)
+    lay = layout_of_text(text, delims, tok_exact, tpl.name, b)
+    if keep_text:
+        lay.text = text
+    return lay
+
+
+def offline_tokenizer(tokenizer: str, template: Template | None) -> tuple[ExactTokenizer | None, Template]:
+    """The exact tokenizer (None for the estimate) and the template to render with: a GGUF's
+    own chat template unless one is given."""
     tok_exact: ExactTokenizer | None = None
     if tokenizer.startswith("gguf:"):
         from replayer.core.prompt import gguf_tokenizer
@@ -161,15 +175,7 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
                                 add_bos=tok_exact.add_bos)
     elif tokenizer != "estimate":
         raise ReplayerError(f"unknown tokenizer {tokenizer!r}: use estimate, gguf:PATH or server:URL")
-    tpl = template or templates.bundled(templates.DEFAULT_TEMPLATE)
-    # a GGUF alone is a text-only server (a projector is a separate --mmproj file): images refused
-    text = templates.render(tpl, messages, tools, add_generation_prompt=True, build_number=b.effective_number,
-                            allow_media=tok_exact is None, **(template_kwargs or {}))
-    delims = templates.delimiters_for(tpl, b)
-    lay = layout_of_text(text, delims, tok_exact, tpl.name, b)
-    if keep_text:
-        lay.text = text
-    return lay
+    return tok_exact, template or templates.bundled(templates.DEFAULT_TEMPLATE)
 
 
 def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | None, template_name: str,

@@ -1,0 +1,228 @@
+"""The slot's prompt cache across the turns of a session: simulated, and read back from events.
+
+A session run is one server slot receiving every turn in order. Each turn starts where the
+server's ``SLOT_STATE_STARTED`` block starts (``docs/cache-rules.md``): the common prefix of
+the new prompt with the slot's tokens, the checkpoint restore or the full re-processing
+fallback that SWA and recurrent memory need, the invalidated checkpoints erased, the last
+token re-evaluated when everything is cached — all of which ``schedule.Slot`` models —
+and then the prefill with its own checkpoints. Per turn the run emits ``TurnStarted``, the
+usual batch/checkpoint events, and ``TurnFinished``; the live engine emits the same
+events from a real server, and ``turn_records`` reads either stream back into per-turn
+facts, so both engines are reported and compared by the same code.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from replayer.core.compare import RunSummary
+from replayer.core.engine import events as ev
+from replayer.core.engine.schedule import PromptSpans, Schedule, Slot
+from replayer.core.engine.simulate import RunSpec, schedule_events
+from replayer.core.hardware.cost import CostModel
+from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
+
+
+@dataclass(slots=True)
+class TurnStarted:
+    type = "turn_started"
+    run: str
+    turn: int
+    n_tokens: int
+    n_messages: int
+    common_prefix: int  # tokens the prompt shares with what the slot held (client side)
+    t_ms: float
+
+
+@dataclass(slots=True)
+class TurnFinished:
+    type = "turn_finished"
+    run: str
+    turn: int
+    n_tokens: int
+    cache_n: int  # tokens reused (the server's timings.cache_n)
+    prompt_n: int  # tokens processed (timings.prompt_n)
+    prompt_ms: float
+    full_reprocess: bool  # "forcing full prompt re-processing"
+    t_ms: float
+    error: str | None = None
+
+
+TURN_EVENTS = (TurnStarted, TurnFinished)
+
+
+def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
+                     n_ctx: int | None = None) -> Iterator[Any]:
+    """One build's slot through every turn: the events a live session run would emit."""
+    run = spec.run
+    slot = Slot(spec.build, spec.knobs)
+    last = prompts[-1].n_tokens if prompts else 0
+    yield ev.RunStarted(run=run, label=spec.label or spec.build.label, build=spec.build.label,
+                        generation=spec.build.generation.value, engine="simulated", n_tokens=last,
+                        settings=dict(spec.settings, cost_model=cost.name, mode="session", turns=len(prompts)))
+    t = 0.0
+    prev: TurnPrompt | None = None
+    n_batches = n_ckpt = processed = 0
+    RunFinished, RunStarted, BatchDone = ev.RunFinished, ev.RunStarted, ev.BatchDone
+    for p in prompts:
+        common = shared_prefix(prev, p).n_tokens if prev is not None else 0
+        n_messages = len(p.turn.messages)
+        yield TurnStarted(run, p.index, p.n_tokens, n_messages, common, t)
+        if n_ctx is not None and p.n_tokens >= n_ctx:
+            # the server refuses the request before touching the slot
+            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t,
+                               error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
+            continue
+        reusable = min(common, slot.cached)
+        sched = _run(slot, p.spans, common, reusable)
+        full = reusable > 0 and sched.n_past == 0 and sched.restored is None
+        turn_ms = 0.0
+        for e in schedule_events(spec, sched, cost):
+            kind = type(e)
+            if kind is RunFinished:
+                turn_ms = e.prompt_ms
+            elif kind is not RunStarted:
+                e.t_ms += t
+                if kind is BatchDone:
+                    e.t_start_ms += t
+                yield e
+        n_batches += len(sched.batches)
+        n_ckpt += len(sched.created)
+        processed += p.n_tokens - sched.n_past
+        t += turn_ms
+        yield TurnFinished(run, p.index, p.n_tokens, sched.n_past, p.n_tokens - sched.n_past, turn_ms, full, t)
+        prev = p
+    yield ev.RunFinished(run=run, n_tokens=last, n_processed=processed, prompt_ms=t,
+                         tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0, n_batches=n_batches,
+                         n_checkpoints=n_ckpt, t_ms=t)
+
+
+def _run(slot: Slot, spans: PromptSpans, common: int, reusable: int) -> Schedule:
+    """``slot.run`` with only the user starts the prefill can reach.
+
+    A turn's prefill covers ``[n_past, n)``; user starts below ``n_past`` take no part in
+    it, but passing a thousand of them each turn makes a session quadratic. So the turn
+    runs with the starts from ``reusable − 1`` on (the last user start is always kept);
+    should the slot roll back further (a checkpoint restore or a full re-processing), the
+    slot is put back and the turn runs again with every start.
+    """
+    lo = max(0, reusable - 1)
+    starts = spans.user_starts
+    i = bisect_left(starts, lo)
+    if i <= 1:
+        return slot.run(spans, common)
+    kept = starts[i:] or starts[-1:]
+    state = (slot.cached, list(slot.checkpoints), slot.task)
+    sched = slot.run(PromptSpans(spans.n_tokens, kept, spans.n_before_user), common)
+    if sched.n_past >= lo:
+        return sched
+    slot.cached, slot.checkpoints, slot.task = state[0], state[1], state[2]
+    return slot.run(spans, common)
+
+
+# -- reading a session run back ----------------------------------------------------------
+
+@dataclass
+class TurnRecord:
+    turn: int
+    n_prompt: int = 0
+    n_messages: int = 0
+    common_prefix: int = 0
+    cache_n: int = 0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    full_reprocess: bool = False
+    error: str | None = None
+    batches: list[ev.BatchDone] = field(default_factory=list)
+    created: list[ev.CheckpointCreated] = field(default_factory=list)
+    erased: list[ev.CheckpointErased] = field(default_factory=list)
+    restored: ev.CheckpointRestored | None = None
+    held: list[tuple[int, int, int]] = field(default_factory=list)  # checkpoints alive when the turn began
+    cause: dict[str, Any] | None = None  # filled by misses.explain
+
+    @property
+    def restore(self) -> str:
+        """Whether the slot had to roll back to a checkpoint: ``not_needed`` (the memory kept
+        what was reused), ``restored`` or ``none_usable`` (full re-processing)."""
+        if self.restored is not None:
+            return "restored"
+        return "none_usable" if self.full_reprocess else "not_needed"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "turn": self.turn, "n_prompt": self.n_prompt, "n_messages": self.n_messages,
+            "common_prefix": self.common_prefix, "cache_n": self.cache_n, "prompt_n": self.prompt_n,
+            "prompt_ms": round(self.prompt_ms, 3),
+            "batches": [{"start": b.start, "n_tokens": b.n_tokens, "n_ubatches": b.n_ubatches, "reason": b.reason,
+                         "ms": round(b.duration_ms, 3)} for b in self.batches],
+            "checkpoints": [{"n_tokens": c.n_tokens, "pos_min": c.pos_min, "pos_max": c.pos_max}
+                            for c in self.created],
+            "checkpoints_restored": ([{"n_tokens": self.restored.n_tokens, "pos_min": self.restored.pos_min,
+                                       "pos_max": self.restored.pos_max, "n_past": self.restored.n_past}]
+                                     if self.restored else []),
+            "checkpoints_erased": [{"n_tokens": e.n_tokens, "reason": e.reason} for e in self.erased],
+            "full_reprocess": self.full_reprocess,
+            "checkpoint_restore": self.restore,
+        }
+        if self.error:
+            d["error"] = self.error
+        if self.cause:
+            d.update(self.cause)
+        return d
+
+
+@dataclass
+class SessionRun(RunSummary):
+    """A run's summary (``compare.RunSummary``, over all turns) with its turns."""
+
+    turns: list[TurnRecord] = field(default_factory=list)
+
+    @property
+    def prompt_n(self) -> int:
+        return sum(t.prompt_n for t in self.turns)
+
+    @property
+    def cache_n(self) -> int:
+        return sum(t.cache_n for t in self.turns)
+
+
+def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
+    """A session run's events (either engine) → per-turn facts."""
+    out = SessionRun(run)
+    cur: TurnRecord | None = None
+    alive: list[tuple[int, int, int]] = []
+    for e in events:
+        kind = type(e)
+        if kind is ev.BatchDone:  # most events: first
+            if e.run == run:
+                out.batches.append(e)
+                if cur is not None:
+                    cur.batches.append(e)
+            continue
+        if getattr(e, "run", run) != run:
+            continue
+        if kind not in TURN_EVENTS:
+            out.apply(e)  # the run-level summary
+        if kind is TurnStarted:
+            cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
+                             held=list(alive))
+            out.turns.append(cur)
+        elif cur is None:
+            continue
+        elif kind is TurnFinished:
+            cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
+            cur.full_reprocess, cur.error = e.full_reprocess, e.error
+        elif kind is ev.CheckpointCreated:
+            cur.created.append(e)
+            alive.append((e.n_tokens, e.pos_min, e.pos_max))
+        elif kind is ev.CheckpointErased:
+            cur.erased.append(e)
+            for i, c in enumerate(alive):
+                if c[0] == e.n_tokens:
+                    del alive[i]
+                    break
+        elif kind is ev.CheckpointRestored:
+            cur.restored = e
+    return out

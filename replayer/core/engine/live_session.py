@@ -1,0 +1,139 @@
+"""Live session replay: one real llama-server per build, kept up while every turn is sent in order.
+
+Each turn is a chat request with ``max_tokens: 1`` and ``cache_prompt: true`` (the live
+engine's ``_stream`` sends exactly that): the one sampled token is not kept in the slot, so
+the next turn meets exactly the previous prompt in the cache. The turn's prompt is laid out
+by the server itself (``/apply-template`` + ``/tokenize``), so the common prefix the client
+computes is the server's; what the server then did comes from its own reports — the first
+``prompt_progress`` (tokens already there), ``timings.cache_n``/``prompt_n``, the batches of
+the progress stream and the ``-lv 4`` log (checkpoints restored, erased, created, and
+"forcing full prompt re-processing"). They become the same events as the simulated run.
+
+A tiny random model sometimes answers a turn with an error after the prefill (the
+tool-call parser refuses the sampled token); the prefill facts of that turn stand.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from replayer.core.builds.catalog import parse_build
+from replayer.core.engine import events as ev
+from replayer.core.engine.cache import TurnFinished, TurnStarted
+from replayer.core.engine.live import LiveOptions, LiveResult, LiveServer, _server_memory, _stream
+from replayer.core.server_protocol import Clock, Guard
+from replayer.core.errors import ReplayerError, RunError
+from replayer.core.prompt import templates
+from replayer.core.prompt.layout import layout_of_text
+from replayer.core.prompt.server_tokenizer import ServerTokenizer
+from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _Recording, shared_prefix
+
+FULL_REPROCESS = "forcing full prompt re-processing"
+
+
+def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ctx_size: int = 32768,
+                        request_timeout: float = 600.0, binary: Path | None = None) -> Iterator[Any]:
+    """One build's live session run; failures end it with ``RunFailed`` (never raised).
+
+    The server's own per-turn layouts replace ``prep.layouts[run]``, so that misses are
+    explained on the prompts the server really saw.
+    """
+    from replayer.core.builds.manager import resolve_binary
+
+    spec_text = prep.config.a if run == "A" else prep.config.b
+    try:
+        if binary is None:
+            rb = resolve_binary(spec_text, backend)
+            binary, build = Path(rb.binary), parse_build(str(rb.build))
+        else:
+            build = parse_build(spec_text)
+    except ReplayerError as exc:
+        yield ev.RunFailed(run=run, error=str(exc))
+        return
+    cfg = prep.config
+    # a preset's knobs, or the flags alone: the memory kind comes from the server's start-up log
+    knobs = cfg.knobs()
+    settings = {"backend": backend, "n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch}
+    opts = LiveOptions(binary=binary, model=model, ctx_size=ctx_size, request_timeout=request_timeout)
+    t0 = time.monotonic()
+    try:
+        yield from _session(run, build, knobs, opts, prep, settings)
+    except (ReplayerError, httpx.HTTPError, OSError) as exc:
+        msg = str(exc) if isinstance(exc, ReplayerError) else f"{type(exc).__name__}: {exc}"
+        yield ev.RunFailed(run=run, error=msg, t_ms=(time.monotonic() - t0) * 1000)
+
+
+def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iterator[Any]:
+    turns = prep.turns.turns
+    server = LiveServer(opts, knobs, opts.ctx_size or 32768)
+    # the whole session's wall clock: start-up and layout once, then every turn's prefill and token
+    clock = Clock(opts.health_timeout + opts.layout_timeout
+                  + len(turns) * (opts.request_timeout + opts.generation_timeout))
+    guard = Guard(clock)
+    with server, guard.client(opts.request_timeout) as client:
+        server.wait_healthy(client, clock)
+        st = ServerTokenizer(server.url, client)
+        tpl = st.template()
+        delims = templates.delimiters_for(tpl, build)
+        n_ctx = st.n_ctx() or server.n_ctx
+        knobs = _server_memory(knobs, list(server.all_lines))
+        layouts = TurnLayouts([], tpl, delims, "server", True)
+        prep.layouts[run] = layouts
+        yield ev.RunStarted(run=run, label=f"{run}: {build.label}", build=build.label,
+                            generation=build.generation.value, engine="live", n_tokens=0,
+                            settings={**settings, "binary": str(opts.binary), "model": str(opts.model),
+                                      "ctx_size": n_ctx, "memory": knobs.memory, "n_swa": knobs.n_swa, "mode": "session",
+                                      "turns": len(turns)})
+        alive = lambda: server.proc is not None and server.proc.poll() is None  # noqa: E731
+        t = 0.0
+        prev: TurnPrompt | None = None
+        n_batches = n_ckpt = processed = 0
+        for turn in turns:
+            text = st.apply_template(turn.messages, turn.tools)
+            rec = _Recording(st)
+            lay = layout_of_text(text, delims, rec, tpl.name, build)
+            ids = rec.ids or []
+            p = TurnPrompt(turn.index, lay.n_tokens, lay.prompt_spans(), turn, 0, text, len(text), "", ids,
+                           len(ids), [])
+            layouts.prompts.append(p)
+            common = shared_prefix(prev, p).n_tokens if prev is not None else 0
+            yield TurnStarted(run, turn.index, p.n_tokens, len(turn.messages), common, t)
+            if p.n_tokens >= n_ctx:
+                yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, t,
+                                   error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
+                continue
+            while not server.lines.empty():  # what the previous turn logged after its prefill
+                server.lines.get_nowait()
+            first_line = len(server.all_lines)
+            result = LiveResult(layout=lay)
+            turn_ms = 0.0
+            for e in _stream(run, server.url, client, turn.body, knobs, lay, server.lines, alive,
+                             server.last_error, server.all_lines, result, clock, guard,
+                             (opts.request_timeout, opts.generation_timeout)):
+                if isinstance(e, ev.RunFinished):
+                    turn_ms = e.prompt_ms
+                    continue
+                e.t_ms += t
+                if isinstance(e, ev.BatchDone):
+                    e.t_start_ms += t
+                    n_batches += 1
+                elif isinstance(e, ev.CheckpointCreated):
+                    n_ckpt += 1
+                yield e
+            tm = result.timings
+            cache_n = int(tm["cache_n"]) if "cache_n" in tm else (result.progress[0] if result.progress else 0)
+            prompt_n = int(tm["prompt_n"]) if "prompt_n" in tm else p.n_tokens - cache_n
+            full = any(FULL_REPROCESS in line for line in server.all_lines[first_line:])
+            processed += prompt_n
+            t += turn_ms
+            yield TurnFinished(run, turn.index, p.n_tokens, cache_n, prompt_n, turn_ms, full, t)
+            prev = p
+        if not alive():
+            raise RunError(f"llama-server died during the session: {server.last_error()}")
+        yield ev.RunFinished(run=run, n_tokens=prev.n_tokens if prev else 0, n_processed=processed, prompt_ms=t,
+                             tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0, n_batches=n_batches,
+                             n_checkpoints=n_ckpt, t_ms=t)

@@ -1,0 +1,282 @@
+"""Every turn's prompt, rendered and tokenized as the server would, without one render per turn.
+
+A session of 2,000 messages sends ~1,000 requests; rendering and tokenizing each from
+scratch costs O(turns × prompt). Most templates are *prefix-stable*: the prompt of a turn
+that stops before an assistant response is the whole conversation's text up to that
+response's header, followed by the generation prompt (which is that same header). So the
+turns that are prefixes of one later request (a *family*: the session's turns all belong to
+the resume request's family, a request log starts a new family at each edit) are derived
+from that request's single render and tokenization: turn *k* = text before the *k*-th
+assistant marker + the generation prompt; its tokens = the tokens before that marker + the
+generation prompt's tokens (markers start with a special token, where the tokenizer splits
+anyway, so the prefix tokenizes the same alone).
+
+The derivation is checked, not assumed: a few turns of each family
+are rendered for real and must be byte-identical (and, for an exact tokenizer, token-
+identical): the first two turns of each *shape* (last role, and whether reasoning of the
+current task precedes the end — what templates decide on). A
+template that changes earlier text as the conversation grows (one that drops
+reasoning of earlier turns, or numbers messages) fails the check, and that family falls
+back to a real render per turn — slower, always right.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Any
+
+from replayer.core.builds.catalog import Build
+from replayer.core.engine.schedule import PromptSpans
+from replayer.core.prompt import templates
+from replayer.core.prompt.estimate import counts_between
+from replayer.core.prompt.layout import ExactTokenizer, PromptLayout, layout_of_text, offline_tokenizer
+from replayer.core.prompt.templates import Template
+from replayer.core.session.turns import Turn, response_starts
+
+
+@dataclass
+class TurnPrompt:
+    """One turn's prompt. Text and ids are kept as (shared base, cut, suffix): a thousand
+    turns of a 128k-token session would otherwise hold gigabytes of copies."""
+
+    index: int
+    n_tokens: int
+    spans: PromptSpans
+    turn: Turn
+    family: int
+    base: str
+    cut: int
+    suffix: str
+    base_ids: list[int] | None = None
+    tcut: int = 0
+    suffix_ids: list[int] | None = None
+    derived: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.base[:self.cut] + self.suffix
+
+    @property
+    def ids(self) -> list[int] | None:
+        if self.base_ids is None or self.suffix_ids is None:
+            return None
+        return self.base_ids[:self.tcut] + self.suffix_ids
+
+
+@dataclass
+class TurnLayouts:
+    prompts: list[TurnPrompt]
+    template: Template
+    delimiters: list[templates.Delimiter]
+    tokenizer: str
+    exact: bool
+    renders: int = 0  # real renders done (the cost this module exists to keep low)
+    fallbacks: list[str] = field(default_factory=list)  # why a family was rendered turn by turn
+
+
+class _Recording:
+    """An exact tokenizer that keeps the ids of the first whole-prompt encode (layout_of_text's)."""
+
+    def __init__(self, tok: ExactTokenizer) -> None:
+        self.tok = tok
+        self.name = tok.name
+        self.ids: list[int] | None = None
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        ids = self.tok.encode(text, add_special=add_special)
+        if add_special and self.ids is None:
+            self.ids = ids
+        return ids
+
+
+def _same_request(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Everything but the messages that a render depends on."""
+    return a.get("tools") == b.get("tools") and a.get("chat_template_kwargs") == b.get("chat_template_kwargs")
+
+
+def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
+    """Group turns under the latest request they are a response-boundary prefix of.
+
+    Returns (base turn, [(member turn, message count)]) with members in turn order; the base
+    is its own last member.
+    """
+    out: list[tuple[Turn, list[tuple[Turn, int]]]] = []
+    base: Turn | None = None
+    starts: set[int] = set()
+    members: list[tuple[Turn, int]] = []
+    for t in reversed(turns):
+        m = len(t.messages)
+        if (base is not None and m in starts and _same_request(t.body, base.body)
+                and (t.prefix_of == base.index or base.messages[:m] == t.messages)):
+            members.append((t, m))
+            continue
+        if base is not None:
+            out.append((base, members[::-1]))
+        base, members = t, [(t, m)]
+        starts = set(response_starts(t.messages))
+    if base is not None:
+        out.append((base, members[::-1]))
+    return out[::-1]
+
+
+def turn_layouts(turns: list[Turn], *, template: Template | None = None, tokenizer: str = "estimate",
+                 build: Build, verify: bool = True) -> TurnLayouts:
+    tok, tpl = offline_tokenizer(tokenizer, template)
+    delims = templates.delimiters_for(tpl, build)
+    out = TurnLayouts([], tpl, delims, tok.name if tok else "estimate", tok is not None)
+    for fam, (base, members) in enumerate(families(turns)):
+        prompts = _derive(fam, base, members, tpl, delims, tok, build, out, verify)
+        if prompts is None:
+            prompts = [_render(fam, t, tpl, delims, tok, build, out)[0] for t, _ in members]
+        out.prompts.extend(prompts)
+    return out
+
+
+def _render(fam: int, t: Turn, tpl: Template, delims, tok: ExactTokenizer | None, build: Build,
+            out: TurnLayouts) -> tuple[TurnPrompt, PromptLayout]:
+    text = templates.render(tpl, t.messages, t.tools, add_generation_prompt=True)
+    out.renders += 1
+    rec = _Recording(tok) if tok is not None else None
+    lay = layout_of_text(text, delims, rec, tpl.name, build)
+    ids = rec.ids if rec is not None else None
+    return TurnPrompt(t.index, lay.n_tokens, lay.prompt_spans(), t, fam, text, len(text), "",
+                      ids, len(ids) if ids is not None else 0, [] if ids is not None else None), lay
+
+
+def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template, delims,
+            tok: ExactTokenizer | None, build: Build, out: TurnLayouts, verify: bool) -> list[TurnPrompt] | None:
+    whole, lay = _render(fam, base, tpl, delims, tok, build, out)
+    if len(members) == 1:
+        return [whole]
+    text = whole.base
+    msgs = base.messages
+    a_roles = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
+    a_chars = _marks(text, delims, "assistant")
+    a_toks = [s.start for s in lay.spans if s.role == "assistant"]
+    if not (len(a_chars) == len(a_toks) == len(a_roles) + 1):
+        out.fallbacks.append(f"turns {members[0][0].index}–{members[-1][0].index}: the template does not mark each "
+                             "assistant message once; rendered turn by turn")
+        return None
+    gen_c, gen_t = a_chars[-1], a_toks[-1]
+    suffix = text[gen_c:]
+    suffix_ids = whole.base_ids[gen_t:] if whole.base_ids is not None else None
+    n_suffix = whole.n_tokens - gen_t
+    users = whole.spans.user_starts
+    rank = {i: k for k, i in enumerate(a_roles)}
+    prompts = []
+    for t, m in members[:-1]:
+        k = rank[m]
+        cut_t = a_toks[k]
+        spans = PromptSpans(cut_t + n_suffix, users[:bisect_left(users, cut_t)])
+        prompts.append(TurnPrompt(t.index, spans.n_tokens, spans, t, fam, text, a_chars[k], suffix,
+                                  whole.base_ids, cut_t, suffix_ids, derived=True))
+    prompts.append(whole)
+    # check the derivation on a few turns rendered for real
+    derived = prompts[:-1]
+    shapes = _shapes(msgs)
+    for i in _checks(derived, shapes) if verify else ():
+        p = derived[i]
+        real = templates.render(tpl, p.turn.messages, p.turn.tools, add_generation_prompt=True)
+        out.renders += 1
+        if real != p.text or (tok is not None and tok.encode(real, add_special=True) != p.ids):
+            out.fallbacks.append(f"turn {p.index}: the template renders earlier messages differently as the "
+                                 "conversation grows; this family rendered turn by turn")
+            return None
+    return prompts
+
+
+def _marks(text: str, delims: list[templates.Delimiter], role: str) -> list[int]:
+    """Where the delimiters of ``role`` start in ``text``, where no delimiter listed before
+    them also matches (the server's first-in-list rule), by regex search only."""
+    import re
+
+    earlier: set[int] = set()
+    found: set[int] = set()
+    for d in delims:
+        if not d.text:
+            continue
+        hits = {m.start() for m in re.finditer(re.escape(d.text), text)}
+        if d.role == role:
+            found |= hits - earlier
+        earlier |= hits
+    return sorted(found)
+
+
+def _shapes(msgs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """For each message count m, what a template may treat differently at the end of
+    ``msgs[:m]``: the last role, and whether an assistant message with reasoning follows the
+    last user message (templates that show reasoning only for the current task decide on
+    exactly that). One pass over the messages."""
+    out: list[tuple[str, bool]] = [("", False)]
+    shows = False
+    for m in msgs:
+        role = m.get("role", "")
+        if role == "user":
+            shows = False
+        elif role == "assistant" and (m.get("reasoning_content") or m.get("reasoning")):
+            shows = True
+        out.append((role, shows))
+    return out
+
+
+def _checks(derived: list[TurnPrompt], shapes: list[tuple[str, bool]]) -> list[int]:
+    """Turns to render for real: the first two of each shape. They are the shortest of their
+    kind, so checking costs a fraction of one whole render."""
+    seen: dict[tuple[str, bool], int] = {}
+    picks = []
+    for i, p in enumerate(derived):
+        k = shapes[len(p.turn.messages)]
+        if seen.get(k, 0) < 2:
+            seen[k] = seen.get(k, 0) + 1
+            picks.append(i)
+    return picks
+
+
+# -- what two prompts share --------------------------------------------------------------
+
+def _first_difference(a, b) -> int:
+    """Index of the first differing element of two sequences (C-speed slice compares)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class Shared:
+    n_tokens: int  # tokens the new prompt shares with the old one (the server's common prefix)
+    n_chars: int  # characters they share
+
+
+def shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
+    """The common prefix of two turn prompts, in tokens and characters.
+
+    Same family and the old turn ends where the new one goes on: the old prompt is all
+    shared without looking at a character. Otherwise the texts (and ids) are compared.
+    """
+    if (old.family == new.family and old.base is new.base and old.cut <= new.cut
+            and new.base.startswith(old.suffix, old.cut)):
+        n_chars = old.cut + len(old.suffix)  # len(old.text) without building it
+        if old.base_ids is None:
+            return Shared(old.n_tokens, n_chars)
+        if new.base_ids is not None and new.base_ids[old.tcut:old.tcut + len(old.suffix_ids or [])] == old.suffix_ids:
+            return Shared(old.n_tokens, n_chars)
+    a, b = old.text, new.text
+    d = _first_difference(a, b)
+    ia, ib = old.ids, new.ids
+    if ia is not None and ib is not None:
+        return Shared(_first_difference(ia, ib), d)
+    if d == len(a):
+        return Shared(old.n_tokens, d)
+    # the estimate has no ids: count the shared text, cut back to a word boundary so that a
+    # token spanning the change is not counted as shared
+    cut = max(b.rfind(" ", 0, d), b.rfind("\n", 0, d), 0)
+    return Shared(min(counts_between(b, [cut])[0], old.n_tokens, new.n_tokens), d)

@@ -1,0 +1,110 @@
+"""The requests an agent sent during a session, in order: the input of a session replay.
+
+From an imported session, request *k* holds every message before the *k*-th assistant
+response (system prompt and tools as for the resume request), and a last request holds the
+whole conversation (the resume). A run of consecutive assistant messages is one response:
+the agent sent one request before it, not one per message.
+
+What the importers keep decides what can be rebuilt. They reduce a session to its active
+branch after the *latest* compaction (pi, Claude Code, Codex, OpenCode): turns before that
+compaction, and turns on abandoned branches, are not in the ``Session`` and cannot be
+replayed; the first turn then starts with the compaction summary, as the agent's next
+request really did. A stored system prompt is one text for the whole session, so turns
+rebuilt from a session never change it. A JSONL log of request bodies
+(``request_log``) has none of these limits: its lines are the turns exactly as sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replayer.core.errors import ReplayerError
+from replayer.core.session import Session, load_session
+from replayer.core.session.request import ChatRequest, request_from_files
+
+
+@dataclass
+class Turn:
+    index: int
+    body: dict[str, Any]  # messages, tools and any stored request fields
+    notes: list[str] = field(default_factory=list)
+    prefix_of: int | None = None  # a turn whose messages begin with these, by construction
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.body["messages"]
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return self.body.get("tools")
+
+
+@dataclass
+class SessionTurns:
+    session: Session
+    request: ChatRequest  # the resume request (= the last turn's body)
+    turns: list[Turn]
+    exact: bool  # True for a request log: the turns are what was sent, not a reconstruction
+    notes: list[str] = field(default_factory=list)
+
+
+def response_starts(messages: list[dict[str, Any]]) -> list[int]:
+    """Indices of the assistant messages that begin a response (one request was sent before each)."""
+    return [i for i, m in enumerate(messages)
+            if m.get("role") == "assistant" and (i == 0 or messages[i - 1].get("role") != "assistant")]
+
+
+def turns_of_request(request: ChatRequest) -> list[Turn]:
+    msgs = request.messages
+    rest = {k: v for k, v in request.body.items() if k != "messages"}
+    starts = [i for i in response_starts(msgs) if i > 0]
+    out = [Turn(k, {**rest, "messages": msgs[:i]}, prefix_of=len(starts)) for k, i in enumerate(starts)]
+    out.append(Turn(len(out), {**rest, "messages": list(msgs)}, notes=["the resume request (whole conversation)"]))
+    return out
+
+
+def turns_of_bodies(bodies: list[dict[str, Any]]) -> list[Turn]:
+    out = []
+    for k, b in enumerate(bodies):
+        t = Turn(k, dict(b))
+        if k and len(b["messages"]) < len(bodies[k - 1]["messages"]):
+            t.notes.append("fewer messages than the previous request: history replaced (compaction or rewind)")
+        out.append(t)
+    return out
+
+
+def load_turns(path: str | Path, format: str | None = None, *, system_prompt: str | None = None,
+               tools: str | None = None, images: str = "omit") -> SessionTurns:
+    s = load_session(path, format, images=images)
+    req = request_from_files(s, system_prompt, tools)
+    notes: list[str] = []
+    if s.format == "chat-requests":
+        from replayer.core.session import request_log
+
+        bodies, _ = request_log.read_bodies(Path(path).expanduser())
+        turns, exact = turns_of_bodies(bodies), True
+    else:
+        turns, exact = turns_of_request(req), False
+        if s.stats.compactions_applied:
+            notes.append(f"{s.stats.compactions_total} compaction(s) in the file: turns start after the latest "
+                         "one (the importer keeps only the history the agent sent from then on)")
+    if not turns:
+        raise ReplayerError(f"{s.path}: no turns to replay")
+    return SessionTurns(s, req, turns, exact, notes)
+
+
+def freeze_system_prompt(turns: list[Turn]) -> list[Turn]:
+    """What-if: every turn carries the first turn's system prompt (a client that never changed it)."""
+    first = next((t.messages[0] for t in turns if t.messages and t.messages[0].get("role") in ("system", "developer")),
+                 None)
+    if first is None:
+        return turns
+    out = []
+    for t in turns:
+        msgs = t.messages
+        if msgs and msgs[0].get("role") in ("system", "developer") and msgs[0] != first:
+            t = Turn(t.index, {**t.body, "messages": [first, *msgs[1:]]}, t.notes + ["system prompt frozen"], t.prefix_of)
+        out.append(t)
+    return out

@@ -1,0 +1,151 @@
+"""``replay --mode session``: every turn of a session on builds A and B, with the cache reused or lost.
+
+The resume mode asks how one cold prefill of the whole conversation is batched. This mode
+asks the question users bring from long agent sessions: turn after turn, what did the
+server reuse, what did it re-process, and why. It takes the same ``ReplayConfig``; the turns
+come from ``session.turns``, their prompts from ``prompt.turn_layouts``, the simulated slot
+from ``engine.cache`` and the reasons from ``engine.misses``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from replayer.core.engine.cache import SessionRun, simulate_session, turn_records
+from replayer.core.engine.misses import explain, lost_by_cause
+from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts
+from replayer.core.replay import ReplayConfig, cost_for, run_spec
+from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
+
+__all__ = ["MODES", "SessionPrepared", "load_turns", "prepare_session", "report", "session_run",
+           "simulated_session_events", "to_markdown", "to_text"]
+
+MODES = ("resume", "session")
+
+
+@dataclass
+class SessionPrepared:
+    config: ReplayConfig
+    turns: SessionTurns
+    layouts: dict[str, TurnLayouts] = field(default_factory=dict)
+    n_ctx: int | None = None
+    what_if: list[str] = field(default_factory=list)
+
+    def meta(self) -> dict[str, Any]:
+        s = self.turns.session
+        return {"session": s.path, "format": s.format, "turns": len(self.turns.turns),
+                "turns_exact": self.turns.exact, "what_if": self.what_if,
+                "notes": self.turns.notes + self.turns.request.notes
+                + [f for lay in {id(v): v for v in self.layouts.values()}.values() for f in lay.fallbacks]}
+
+
+def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bool = False,
+                    n_ctx: int | None = None, turns: SessionTurns | None = None) -> SessionPrepared:
+    """Import (unless ``turns`` is given) and lay out every turn once per span rule."""
+    st = turns or load_turns(path, config.format, system_prompt=config.system_prompt, tools=config.tools,
+                             images=config.images)
+    what_if = []
+    if freeze_system:
+        st = dataclasses.replace(st, turns=freeze_system_prompt(st.turns))
+        what_if.append("freeze-system-prompt")
+    prep = SessionPrepared(config, st, n_ctx=n_ctx, what_if=what_if)
+    tpl = config.template_obj()
+    cache: dict[tuple, TurnLayouts] = {}
+    for run, build in zip(("A", "B"), config.builds()):
+        key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
+        if key not in cache:
+            cache[key] = turn_layouts(st.turns, template=tpl, tokenizer=config.tokenizer, build=build)
+        prep.layouts[run] = cache[key]
+    return prep
+
+
+def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
+    a, b = prep.config.builds()
+    spec = run_spec(run, a if run == "A" else b, prep.config)
+    yield from simulate_session(spec, prep.layouts[run].prompts, cost_for(prep.config), n_ctx=prep.n_ctx)
+
+
+def session_run(prep: SessionPrepared, run: str, events) -> SessionRun:
+    """Per-turn facts of one run with every miss explained."""
+    sr = turn_records(run, events)
+    lay = prep.layouts[run]
+    explain(sr, lay.prompts, lay.delimiters)
+    return sr
+
+
+# -- reports -----------------------------------------------------------------------------
+
+def run_dict(sr: SessionRun) -> dict[str, Any]:
+    misses = [t for t in sr.turns if t.cause]
+    return {
+        "run": sr.run, "label": sr.label, "build": sr.build, "generation": sr.generation, "engine": sr.engine,
+        "error": sr.failed, "n_turns": len(sr.turns), "cache_n": sr.cache_n, "prompt_n": sr.prompt_n,
+        "prompt_ms": round(sr.prompt_ms, 3), "n_batches": sr.n_batches, "n_checkpoints": len(sr.created),
+        "full_reprocess_turns": [t.turn for t in sr.turns if t.full_reprocess],
+        "misses": [t.turn for t in misses], "lost_by_cause": lost_by_cause(sr),
+        "turns": [t.to_dict() for t in sr.turns],
+    }
+
+
+def verdict(a: SessionRun, b: SessionRun) -> str:
+    if a.failed or b.failed:
+        return "a run failed: " + (a.failed or b.failed or "")
+    faster, slower = (b, a) if b.prompt_ms <= a.prompt_ms else (a, b)
+    d_tok = slower.prompt_n - faster.prompt_n
+    tokens = (f"re-processed {abs(d_tok):,} {'fewer' if d_tok > 0 else 'more'} tokens" if d_tok
+              else "re-processed as many tokens")
+    text = (f"over {len(b.turns)} turns {faster.build} {tokens} and spent "
+            f"{(slower.prompt_ms - faster.prompt_ms) / 1000:.2f} s less in prompt processing than {slower.build}")
+    causes = lost_by_cause(slower)
+    if causes:
+        worst = max(causes.items(), key=lambda kv: kv[1]["ms"])
+        text += (f"; {slower.build} lost {worst[1]['ms'] / 1000:.2f} s to {worst[0]} "
+                 f"({int(worst[1]['turns'])} turn{'s' if worst[1]['turns'] != 1 else ''})")
+    return text
+
+
+def report(prep: SessionPrepared, a: SessionRun, b: SessionRun) -> dict[str, Any]:
+    return {"mode": "session", "session": prep.meta(), "verdict": verdict(a, b), "runs": [run_dict(a), run_dict(b)]}
+
+
+def _miss_line(t) -> str:
+    c = t.cause
+    line = f"turn {t.turn}: {c['cause']}, {c['lost_tokens']:,} tokens re-processed ({c['lost_ms']:.1f} ms)"
+    if c.get("where"):
+        line += f" — {c['where']}: `{c['old_text'].strip()[:70]}` → `{c['new_text'].strip()[:70]}`"
+    if c.get("checkpoint"):
+        line += f" [{c['checkpoint']}]"
+    return line
+
+
+def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
+    lines = [f"session replay: {doc['session']['turns']} turns"
+             + (f" (what-if: {', '.join(doc['session']['what_if'])})" if doc["session"]["what_if"] else "")]
+    for r, sr in zip(doc["runs"], runs):
+        lines.append(f"{r['label']}: reused {r['cache_n']:,}, processed {r['prompt_n']:,} tokens in "
+                     f"{r['prompt_ms'] / 1000:.2f} s, {r['n_batches']} batches, {r['n_checkpoints']} checkpoints, "
+                     f"{len(r['misses'])} misses")
+        lines += ["  " + _miss_line(t) for t in sr.turns if t.cause][:20]
+    lines.append(doc["verdict"])
+    lines += [f"note: {n}" for n in doc["session"]["notes"]]
+    return "\n".join(lines)
+
+
+def to_markdown(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
+    out = [f"### Session replay ({doc['session']['turns']} turns, {doc['session']['format']})", "",
+           f"**{doc['verdict']}**", "",
+           "| run | reused | processed | prompt time | batches | checkpoints | misses |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in doc["runs"]:
+        out.append(f"| {r['label']} | {r['cache_n']:,} | {r['prompt_n']:,} | {r['prompt_ms'] / 1000:.2f} s | "
+                   f"{r['n_batches']} | {r['n_checkpoints']} | {len(r['misses'])} |")
+    for r, sr in zip(doc["runs"], runs):
+        missed = [t for t in sr.turns if t.cause]
+        if missed:
+            out += ["", f"**{r['label']}** misses:", ""] + [f"- {_miss_line(t)}" for t in missed[:30]]
+    if doc["session"]["notes"]:
+        out += [""] + [f"> {n}" for n in doc["session"]["notes"]]
+    return "\n".join(out)
