@@ -350,9 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b", default="10001", help="build B")
     p.add_argument("--engine", choices=["simulated", "live"], default="simulated")
     p.add_argument("--backend", default=None)
-    p.add_argument("--gpu", default="rx9070xt")
-    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset (simulated) or GGUF path (live)")
-    p.add_argument("--tokenizer", default="estimate")
+    p.add_argument("--gpu", default="rx9070xt",
+                   help="GPU preset (replayer presets) or custom:vram=GB,bw=GB/s,tflops=TFLOPS,pcie=GB/s")
+    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0",
+                   help="model preset, or a GGUF path (simulated: its header only; live: the model served)")
+    p.add_argument("--tokenizer", default=None,
+                   help="estimate | gguf:PATH | server:URL (default: the GGUF model's own, else estimate)")
     p.add_argument("--template", default=None)
     _knobs(p, 512)
     p.add_argument("--server", help="live: run A against this already running server (http://127.0.0.1:PORT)")

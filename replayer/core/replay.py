@@ -49,7 +49,7 @@ class ReplayConfig:
     checkpoint_min_step: int | None = None
     ctx_checkpoints: int = 32
     memory: str | None = None  # override the model preset's memory kind
-    tokenizer: str = "estimate"
+    tokenizer: str | None = None  # None: the GGUF model's own, else "estimate"
     template: str | None = None
     format: str | None = None
     calibration: str | None = None  # a line fitted by `replay --engine live --calibrate`
@@ -65,8 +65,20 @@ class ReplayConfig:
     def builds(self) -> tuple[Build, Build]:
         return parse_build(self.a), parse_build(self.b)
 
+    def model_preset(self) -> presets.ModelPreset:
+        """The model preset, or the profile read from the header of the user's GGUF."""
+        return presets.model(self.model)
+
+    @property
+    def tokenizer_eff(self) -> str:
+        """The tokenizer asked for; a GGUF model brings its own vocabulary and template by default."""
+        if self.tokenizer:
+            return self.tokenizer
+        mp = self.model_preset()
+        return f"gguf:{mp.id}" if mp.gguf is not None else "estimate"
+
     def knobs(self) -> Knobs:
-        mp = presets.model(self.model)
+        mp = self.model_preset()
         return Knobs(n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_ctx_checkpoints=self.ctx_checkpoints,
                      checkpoint_min_step=self.checkpoint_min_step, memory=self.memory or mp.memory,
                      n_swa=mp.n_swa or 256).validate()
@@ -74,7 +86,7 @@ class ReplayConfig:
     def template_obj(self) -> templates.Template | None:
         if self.template:
             return templates.resolve(self.template)
-        if self.tokenizer.startswith(("gguf:", "server:")):
+        if self.tokenizer_eff.startswith(("gguf:", "server:")):
             return None  # the model's / server's own template
         return templates.bundled(MODEL_TEMPLATE.get(self.model, templates.DEFAULT_TEMPLATE))
 
@@ -83,7 +95,7 @@ class ReplayConfig:
         tpl = self.template_obj()
         return {"gpu": self.gpu, "backend": self.backend or g.backend, "model": self.model,
                 "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "ctx_checkpoints": self.ctx_checkpoints,
-                "checkpoint_min_step": self.checkpoint_min_step, "tokenizer": self.tokenizer,
+                "checkpoint_min_step": self.checkpoint_min_step, "tokenizer": self.tokenizer_eff,
                 "template": self.template or (tpl.name if tpl else "model")}
 
 
@@ -115,25 +127,21 @@ def prepare(path: str | Path, config: ReplayConfig, session: Session | None = No
         key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
         if key not in cache:
             cache[key] = compute_layout(req.messages, req.body.get("tools"), template=tpl,
-                                        tokenizer=config.tokenizer, build=build)
+                                        tokenizer=config.tokenizer_eff, build=build)
         prep.layouts[run] = cache[key]
     return prep
 
 
 def run_spec(run: str, build: Build, config: ReplayConfig) -> RunSpec:
-    mp = presets.model(config.model)
     return RunSpec(run=run, build=build, knobs=config.knobs(), label=f"{run}: {build.label}",
-                   checkpoint_mib=mp.checkpoint_mib, settings=config.settings())
+                   checkpoint_mib=config.model_preset().checkpoint_mib, settings=config.settings())
 
 
 def cost_for(config: ReplayConfig) -> costmod.CostModel:
     if config.calibration:
         return calibrated_cost(config.calibration)
     g = presets.gpu(config.gpu)
-    backend = presets.backend(config.backend) if config.backend else g.backend
-    if backend not in g.backends:
-        raise ReplayerError(f"{g.name} does not run the {backend} backend; choose one of {', '.join(g.backends)}")
-    return costmod.cost_model(g, presets.model(config.model), backend)
+    return costmod.cost_model(g, config.model_preset(), presets.check_backend(g, config.backend))
 
 
 def _presets_doc() -> dict[str, Any]:
