@@ -365,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
     p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
+    p.add_argument("--holdout", nargs="+", metavar="SESSION",
+                   help="with --calibrate: run these sessions live too and report the line's error on them")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float, default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "

@@ -112,8 +112,12 @@ class Prepared:
 
     def meta(self) -> dict[str, Any]:
         """What a report says about the session (CLI output and the app's exports)."""
-        return {"session": self.session.path, "format": self.session.format,
+        meta = {"session": self.session.path, "format": self.session.format,
                 "user_starts": len(self.layouts["A"].user_starts), "notes": self.request.notes}
+        mp = self.config.model_preset()
+        if mp.gguf is not None:
+            meta["model"] = mp.gguf.summary()  # what the header said: memory kind, window, experts…
+        return meta
 
 
 def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None) -> Prepared:

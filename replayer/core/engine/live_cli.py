@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 from replayer.core.builds.catalog import parse_build
-from replayer.core.compare import compare
+from replayer.core.compare import Comparison, compare
 from replayer.core.engine import events as ev
 from replayer.core.engine.live import LiveResult, installed_run_events, stop_all
 from replayer.core.errors import ReplayerError
@@ -71,22 +71,12 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, 
     return float(coef[0]), float(coef[1]), float(coef[2])
 
 
-def replay_live(args: argparse.Namespace, cfg) -> int:
-    from replayer.core import export
-    from replayer.core.session import load_session
-    from replayer.core.session.request import request_from_files
-
-    s = load_session(args.session, cfg.format)
-    req = request_from_files(s, cfg.system_prompt, cfg.tools)
-    model = Path(args.model).expanduser()
+def _live_runs(args: argparse.Namespace, cfg, body: dict, model: Path, backend: str, knobs,
+               jsonl: bool = False) -> dict[str, list[ev.Event]]:
+    """Runs A and B of one request on real servers (spawned, or attached with --server)."""
     attached = {"A": args.server, "B": getattr(args, "server_b", None)}
-    if not all(attached.values()) and not model.suffix == ".gguf" and not model.exists():
-        raise ReplayerError(f"--model must be a GGUF file for live replays, got {args.model!r}")
-    backend = cfg.backend or "cpu"
-    knobs = cfg.knobs() if cfg.model in _preset_ids() else _knobs(cfg)
     runs: dict[str, list[ev.Event]] = {"A": [], "B": []}
     results = {"A": LiveResult(), "B": LiveResult()}
-    jsonl = bool(args.jsonl)
     lock = threading.Lock()
 
     def emit(run: str, evs) -> None:
@@ -102,13 +92,13 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
             from replayer.core.engine.live import attach_events
 
             build = parse_build(spec)
-            evs = attach_events(run, build, knobs, attached[run], req.body,
+            evs = attach_events(run, build, knobs, attached[run], body,
                                 log_file=Path(args.server_log) if args.server_log and run == "A" else None,
                                 label=f"{run}: {build.label}", result=results[run], timeout=args.timeout,
                                 settings={"n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch})
             emit(run, evs)
             return
-        emit(run, installed_run_events(run, spec, backend, knobs, model, req.body, ctx_size=args.ctx_size,
+        emit(run, installed_run_events(run, spec, backend, knobs, model, body, ctx_size=args.ctx_size,
                                        request_timeout=args.timeout, result=results[run],
                                        settings={"backend": backend, "n_batch": knobs.n_batch,
                                                  "n_ubatch": knobs.n_ubatch}))
@@ -126,6 +116,55 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
     except KeyboardInterrupt:
         stop_all()
         raise
+    return runs
+
+
+def held_out(line, cfg, live: Comparison, session: str, model: Path) -> list[dict]:
+    """The calibrated line's error on a session it was not fitted on: the simulated prompt time
+    (the GGUF's own layout, header memory kind, exact schedule) against the live run's."""
+    import dataclasses
+
+    from replayer.core.engine.simulate import simulate
+    from replayer.core.replay import prepare, run_spec
+
+    sim_cfg = dataclasses.replace(cfg, engine="simulated", model=str(model), calibration=None)
+    prep = prepare(session, sim_cfg)
+    out = []
+    for run, build, lv in (("A", parse_build(cfg.a), live.a), ("B", parse_build(cfg.b), live.b)):
+        if lv.failed or lv.finished is None:
+            continue
+        evs = list(simulate(run_spec(run, build, sim_cfg), prep.layouts[run].prompt_spans(), line))
+        sim_ms = evs[-1].prompt_ms
+        sim_batches = [(b.start, b.n_tokens) for b in evs if isinstance(b, ev.BatchDone)]
+        live_ms = lv.finished.prompt_ms
+        out.append({"session": str(session), "build": build.label, "live_ms": round(live_ms, 1),
+                    "simulated_ms": round(sim_ms, 1), "error": round(sim_ms / live_ms - 1, 4),
+                    "batches_match": sim_batches == [(b.start, b.n_tokens) for b in lv.batches]})
+    return out
+
+
+def replay_live(args: argparse.Namespace, cfg) -> int:
+    from replayer.core import export
+    from replayer.core.hardware.cost import LineCost
+    from replayer.core.session import load_session
+    from replayer.core.session.request import request_from_files
+
+    s = load_session(args.session, cfg.format)
+    req = request_from_files(s, cfg.system_prompt, cfg.tools)
+    model = Path(args.model).expanduser()
+    attached = {"A": args.server, "B": getattr(args, "server_b", None)}
+    if not all(attached.values()) and not model.suffix == ".gguf" and not model.exists():
+        raise ReplayerError(f"--model must be a GGUF file for live replays, got {args.model!r}")
+    holdout = list(getattr(args, "holdout", None) or [])
+    if holdout and not args.calibrate:
+        raise ReplayerError("--holdout checks a calibration: give it with --calibrate")
+    if holdout and model.suffix != ".gguf":
+        raise ReplayerError("--holdout simulates the held-out sessions with the model's GGUF: give --model PATH.gguf")
+    held_reqs = [request_from_files(load_session(h, cfg.format), cfg.system_prompt, cfg.tools) for h in holdout]
+    backend = cfg.backend or "cpu"
+    knobs = cfg.knobs() if _resolvable(cfg.model) else _knobs(cfg)
+    jsonl = bool(args.jsonl)
+    runs = _live_runs(args, cfg, req.body, model, backend, knobs, jsonl=jsonl)
     if jsonl:
         return 0 if not any(isinstance(e, ev.RunFailed) for r in runs.values() for e in r) else 1
     cmp = compare(runs["A"] + runs["B"])
@@ -134,10 +173,26 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
         timed = [b for r in (cmp.a, cmp.b) if not r.failed for b in r.batches]
         fixed, per, attn = fit_cost(timed, knobs.n_ubatch_eff)
         name = f"{backend}-{model.stem}"
+        line = LineCost(name=f"calibration {name}", fixed_ms=fixed, per_token_ms=per, attn_ms=attn)
+        checks = []
+        for h, hreq in zip(holdout, held_reqs):  # sequential, after the fit: one server at a time
+            hruns = _live_runs(args, cfg, hreq.body, model, backend, knobs)
+            checks += held_out(line, cfg, compare(hruns["A"] + hruns["B"]), h, model)
         f = save_calibration(name, fixed, per, {"attn_ms": attn, "backend": backend, "model": str(model),
-                                                "n_ubatch": knobs.n_ubatch_eff, "batches": len(timed)})
-        print(f"calibrated {name}: {fixed:.3f} ms per ubatch + {per * 1000:.3f} µs per token "
+                                                "n_ubatch": knobs.n_ubatch_eff, "batches": len(timed),
+                                                "fitted_on": str(s.path), "holdout": checks})
+        print(f"calibrated {name} on {Path(s.path).name}: {fixed:.3f} ms per ubatch + {per * 1000:.3f} µs per token "
               f"+ {attn * 1e6:.4f} ns per token×depth → {f}", file=sys.stderr)
+        for c in checks:
+            print(f"  held out {Path(c['session']).name} {c['build']}: simulated {c['simulated_ms'] / 1000:.2f} s, "
+                  f"live {c['live_ms'] / 1000:.2f} s, error {c['error'] * 100:+.1f} %"
+                  + ("" if c["batches_match"] else " (simulated batches differ from the live run's)"), file=sys.stderr)
+        if checks:
+            worst = max(abs(c["error"]) for c in checks)
+            print(f"  held-out error: at most {worst * 100:.1f} % over {len(checks)} runs", file=sys.stderr)
+        else:
+            print("  held-out error: not measured (check the line on other sessions with --holdout SESSION …)",
+                  file=sys.stderr)
     meta = {"session": s.path, "format": s.format}
     if args.json:
         sys.stdout.buffer.write(export.to_json(cmp, {"session": meta}, redacted=False) + b"\n")
@@ -146,6 +201,12 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
     else:
         print(export.to_text(cmp))
     return 1 if (cmp.a.failed or cmp.b.failed) else 0
+
+
+def _resolvable(model: str) -> bool:
+    from replayer.core.hardware import gguf_model
+
+    return model in _preset_ids() or gguf_model.is_gguf_path(model) and Path(model).expanduser().is_file()
 
 
 def _preset_ids() -> set[str]:
