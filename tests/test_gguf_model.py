@@ -212,3 +212,44 @@ def test_bad_gguf_is_one_clear_line(tiny, tmp_path, kind):
     r = _replay_cli(FIXTURES / "pi/small-v3.jsonl", f)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert (f.read_bytes() if f.exists() else None) == before  # never modified
+
+
+# -- the held-out check of --calibrate ------------------------------------------------------------
+
+def test_held_out_check_compares_simulated_with_measured(tiny, tmp_path):
+    """``held_out`` simulates the session from the GGUF with the fitted line; given runs timed by
+    that same line (standing in for the live ones) its error is 0 and the batches match, and a
+    run measured 20 % slower shows as −1/6."""
+    import dataclasses
+
+    from replayer.core.engine.live_cli import held_out
+    from replayer.core.hardware.cost import LineCost
+
+    msgs, tools = agent_conversation(rounds=12, seed=3)
+    f = tmp_path / "other.json"
+    f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
+    line = LineCost(name="fit", fixed_ms=3.0, per_token_ms=0.05, attn_ms=1e-6)
+    cfg = ReplayConfig(model=str(tiny["gemma2"]), gpu="cpu")
+    measured = compare([e for run in ("A", "B") for e in _timed(prepare(f, cfg), run, line)])
+    checks = held_out(line, cfg, measured, str(f), tiny["gemma2"])
+    assert [(c["build"], c["error"], c["batches_match"]) for c in checks] == [("b9859", 0.0, True),
+                                                                               ("b10001", 0.0, True)]
+    slow = dataclasses.replace(measured.a, finished=dataclasses.replace(
+        measured.a.finished, prompt_ms=measured.a.finished.prompt_ms * 1.2))
+    check = held_out(line, cfg, dataclasses.replace(measured, a=slow), str(f), tiny["gemma2"])[0]
+    assert check["error"] == pytest.approx(1 / 1.2 - 1, abs=1e-4)
+
+
+def _timed(prep, run, line):
+    from replayer.core.engine.simulate import simulate
+    from replayer.core.replay import run_spec
+
+    build = prep.config.builds()[0 if run == "A" else 1]
+    return simulate(run_spec(run, build, prep.config), prep.layouts[run].prompt_spans(), line)
+
+
+def test_holdout_needs_calibrate_and_a_gguf(tiny):
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(FIXTURES / "pi/small-v3.jsonl"),
+                        "--engine", "live", "--model", str(tiny["llama"]), "--holdout",
+                        str(FIXTURES / "pi/small-v3.jsonl")], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "give it with --calibrate" in r.stderr and r.stderr.count("\n") == 1
