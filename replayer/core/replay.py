@@ -184,6 +184,7 @@ def calibrated_cost(name: str) -> costmod.CostModel:
     c = cal[name]
     return costmod.LineCost(name=f"calibration {name}", fixed_ms=float(c["fixed_ms"]),
                             per_token_ms=float(c["per_token_ms"]), attn_ms=float(c.get("attn_ms", 0.0)),
+                            kv_ms=float(c.get("kv_ms", 0.0)),
                             source=str(c.get("model", "")))
 
 

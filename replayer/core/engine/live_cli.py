@@ -18,18 +18,19 @@ from replayer.core.compare import Comparison, compare
 from replayer.core.engine import events as ev
 from replayer.core.engine.live import LiveResult, installed_run_events, stop_all
 from replayer.core.errors import ReplayerError
-from replayer.core.hardware.cost import ubatches
+from replayer.core.hardware.cost import LineCost, ubatches
 from replayer.core.replay import save_calibration
 
 
-def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float]:
-    """(ubatches, tokens, Σ b·(depth + (b+1)/2)) of one batch: the terms of ``LineCost``."""
+def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float, float]:
+    """(ubatches, tokens, Σ b·(depth + (b+1)/2), Σ depth) of one batch: the terms of ``LineCost``."""
     parts = list(ubatches(b.start, b.n_tokens, n_ubatch))
-    return float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts)
+    return (float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts),
+            float(sum(depth for _, depth in parts)))
 
 
-def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, float]:
-    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth.
+def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, name: str = "fit") -> LineCost:
+    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth + kv·Σdepth.
 
     Pool batches of several runs of one server and model: a run whose batches all have the
     same size cannot tell fixed from per-token cost on its own. Each run's total also enters
@@ -37,7 +38,8 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, 
     (and so the speed-up). Fitted on batches alone, the few long batches of a well-batched
     run outweigh the hundreds of short ones of a fragmented run, and on a CPU, where big
     batches are more efficient per token than the line allows, the fragmented run came out
-    7-18 % short.
+    7-18 % short. The per-ubatch KV read (``kv·depth``) is what a fragmented run pays more of
+    at depth; without it a line fitted on one session missed another by 50 % (docs/benchmarks.md).
     """
     import itertools
 
@@ -54,21 +56,22 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, 
         mask = [np.array([r[2] == run for r in rows]) for run in runs]
         a = np.vstack([a, *[weight * a[m].sum(axis=0) for m in mask]])
         y = np.concatenate([y, [weight * y[m].sum() for m in mask]])
+    n = a.shape[1]
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
-    a = a / scale  # the three features differ by orders of magnitude
-    best, best_err = np.zeros(3), float(np.sum(y * y))
-    for k in (1, 2, 3):  # exact NNLS for three unknowns: the best non-negative fit on any subset
-        for cols in itertools.combinations(range(3), k):
+    a = a / scale  # the features differ by orders of magnitude
+    best, best_err = np.zeros(n), float(np.sum(y * y))
+    for k in range(1, n + 1):  # exact NNLS for four unknowns: the best non-negative fit on any subset
+        for cols in itertools.combinations(range(n), k):
             sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
             if (sol < 0).any():
                 continue
             err = float(np.sum((a[:, cols] @ sol - y) ** 2))
             if err < best_err - 1e-12 * best_err:
-                best, best_err = np.zeros(3), err
+                best, best_err = np.zeros(n), err
                 best[list(cols)] = sol
-    coef = best / scale
-    return float(coef[0]), float(coef[1]), float(coef[2])
+    fixed, per, attn, kv = (float(x) for x in best / scale)
+    return LineCost(name=name, fixed_ms=fixed, per_token_ms=per, attn_ms=attn, kv_ms=kv)
 
 
 def _live_runs(args: argparse.Namespace, cfg, body: dict, model: Path, backend: str, knobs,
@@ -145,7 +148,6 @@ def held_out(line, cfg, live: Comparison, session: str, model: Path) -> list[dic
 
 def replay_live(args: argparse.Namespace, cfg) -> int:
     from replayer.core import export
-    from replayer.core.hardware.cost import LineCost
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
 
@@ -171,18 +173,19 @@ def replay_live(args: argparse.Namespace, cfg) -> int:
     if args.calibrate:
         # the cost belongs to the hardware and model, not the build: fit both runs together
         timed = [b for r in (cmp.a, cmp.b) if not r.failed for b in r.batches]
-        fixed, per, attn = fit_cost(timed, knobs.n_ubatch_eff)
         name = f"{backend}-{model.stem}"
-        line = LineCost(name=f"calibration {name}", fixed_ms=fixed, per_token_ms=per, attn_ms=attn)
+        line = fit_cost(timed, knobs.n_ubatch_eff, name=f"calibration {name}")
         checks = []
         for h, hreq in zip(holdout, held_reqs):  # sequential, after the fit: one server at a time
             hruns = _live_runs(args, cfg, hreq.body, model, backend, knobs)
             checks += held_out(line, cfg, compare(hruns["A"] + hruns["B"]), h, model)
-        f = save_calibration(name, fixed, per, {"attn_ms": attn, "backend": backend, "model": str(model),
+        f = save_calibration(name, line.fixed_ms, line.per_token_ms,
+                             {"attn_ms": line.attn_ms, "kv_ms": line.kv_ms, "backend": backend, "model": str(model),
                                                 "n_ubatch": knobs.n_ubatch_eff, "batches": len(timed),
                                                 "fitted_on": str(s.path), "holdout": checks})
-        print(f"calibrated {name} on {Path(s.path).name}: {fixed:.3f} ms per ubatch + {per * 1000:.3f} µs per token "
-              f"+ {attn * 1e6:.4f} ns per token×depth → {f}", file=sys.stderr)
+        print(f"calibrated {name} on {Path(s.path).name}: {line.fixed_ms:.3f} ms per ubatch "
+              f"+ {line.per_token_ms * 1000:.3f} µs per token + {line.attn_ms * 1e6:.4f} ns per token×depth "
+              f"+ {line.kv_ms * 1e6:.2f} ns per depth → {f}", file=sys.stderr)
         for c in checks:
             print(f"  held out {Path(c['session']).name} {c['build']}: simulated {c['simulated_ms'] / 1000:.2f} s, "
                   f"live {c['live_ms'] / 1000:.2f} s, error {c['error'] * 100:+.1f} %"

@@ -125,11 +125,13 @@ class RooflineCost:
 
 @dataclass
 class LineCost:
-    """``fixed_ms + per_token_ms·b + attn_ms·b·(depth + (b+1)/2)`` per ubatch.
+    """``fixed_ms + per_token_ms·b + attn_ms·b·(depth + (b+1)/2) + kv_ms·depth`` per ubatch.
 
-    The attention term is the roofline's ``T_att`` with one fitted constant; it is 0 for the
-    seed line (whose per-token cost already averages the depth of that session). Small
-    ubatches take the CPU path when the model is partially offloaded.
+    The attention term is the roofline's ``T_att`` with one fitted constant, the last one its
+    ``kv·depth/BW``: every ubatch reads the whole KV cache once, however few tokens it has (on
+    a CPU without flash attention this is what makes a fragmented prefill slow at depth).
+    Both are 0 for the seed line (whose per-token cost already averages the depth of that
+    session). Small ubatches take the CPU path when the model is partially offloaded.
     """
 
     name: str
@@ -138,11 +140,13 @@ class LineCost:
     small_batch: RooflineCost | None = None
     source: str = ""
     attn_ms: float = 0.0
+    kv_ms: float = 0.0
 
     def ubatch_ms(self, b: int, depth: int) -> float:
         if self.small_batch is not None and b < OP_OFFLOAD_MIN_BATCH:
             return self.small_batch.ubatch_ms(b, depth)
-        return self.fixed_ms + self.per_token_ms * b + self.attn_ms * b * (depth + (b + 1) / 2)
+        return (self.fixed_ms + self.per_token_ms * b + self.attn_ms * b * (depth + (b + 1) / 2)
+                + self.kv_ms * depth)
 
     def checkpoint_ms(self, size_mib: float) -> float:
         return size_mib * 2**20 / CHECKPOINT_COPY_BPS * 1000.0
