@@ -45,9 +45,21 @@ def _replay(conv, model, *extra) -> dict:
     return orjson.loads(r.stdout)
 
 
+def _tiny(arch: str, template: str, path):
+    """The tiny model with replayer's ChatML template, or with Qwen2.5-7B-Instruct's (from the
+    sdist, with the real Qwen2 vocabulary): that one renders tool-call arguments with ``tojson``,
+    so the layout is right only when arguments are rendered as the server passes them."""
+    if template == "chatml":
+        return make_tiny(arch, path)
+    models = manager.sdist_models_dir(9859)
+    src = (models / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text(encoding="utf-8")
+    return make_tiny(arch, path, vocab=str(models / "ggml-vocab-qwen2.gguf"), chat_template=src)
+
+
+@pytest.mark.parametrize("template", ["chatml", "qwen2.5"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_simulated_gguf_matches_the_live_server(builds, conversation, tmp_path, arch):
-    model = make_tiny(arch, tmp_path / f"{arch}.gguf")
+def test_simulated_gguf_matches_the_live_server(builds, conversation, tmp_path, arch, template):
+    model = _tiny(arch, template, tmp_path / f"{arch}-{template}.gguf")
     sim = _replay(conversation, model, "--gpu", "cpu")
     live = _replay(conversation, model, "--engine", "live")
     for s, lv in zip(sim["runs"], live["runs"]):
