@@ -72,7 +72,7 @@ def test_simulated_gguf_matches_the_live_server(builds, conversation, tmp_path, 
         if arch == "llama":
             assert s["checkpoints"] == []  # a plain KV cache never checkpoints
         else:
-            assert len(s["checkpoints"]) >= 3
+            assert s["checkpoints"]
             # the size the header predicts is the size the server copies
             sizes = {round(c["size_mib"], 3) for c in lv["checkpoints"]}
             assert {round(c["size_mib"], 3) for c in s["checkpoints"]} == sizes
