@@ -555,9 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None,
                    help="simulated: the GPU preset's backend unless given; live: the installed build's "
                         "backend (default: cpu)")
-    p.add_argument("--gpu", default=d.gpu, help="GPU preset of the cost model (replayer presets)")
-    p.add_argument("--model", default=d.model, help="model preset (simulated) or GGUF path (live)")
-    p.add_argument("--tokenizer", default=d.tokenizer, help="estimate | gguf:PATH | server:URL")
+    p.add_argument("--gpu", default=d.gpu,
+                   help="GPU preset (replayer presets) or custom:vram=GB,bw=GB/s,tflops=TFLOPS,pcie=GB/s")
+    p.add_argument("--model", default=d.model,
+                   help="model preset, or a GGUF path (simulated: its header only; live: the model served)")
+    p.add_argument("--tokenizer", default=None, help="estimate | gguf:PATH | server:URL (default: a GGUF model's own, else estimate)")
     p.add_argument("--template", default=None, help="bundled template name or a .jinja file "
                    "(default: the model preset's)")
     _knobs(p)

@@ -76,8 +76,8 @@ def test_presets_json_has_required_ids():
 
 
 def test_unknown_gpu_did_you_mean():
-    r = cli("replay", str(FIXTURES / "pi/small-v3.jsonl"), "--gpu", "rtx4080")
-    assert r.returncode == 2 and "did you mean rtx4090" in r.stderr
+    r = cli("replay", str(FIXTURES / "pi/small-v3.jsonl"), "--gpu", "rtx5099")
+    assert r.returncode == 2 and "did you mean rtx5090" in r.stderr
 
 
 def test_core_never_imports_textual():

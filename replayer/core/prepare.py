@@ -48,7 +48,7 @@ class ReplayConfig:
     checkpoint_min_step: int | None = None
     ctx_checkpoints: int = DEFAULT_KNOBS.n_ctx_checkpoints
     memory: str | None = None  # override the model preset's memory kind
-    tokenizer: str = "estimate"
+    tokenizer: str | None = None  # None: the GGUF model's own (simulated --model PATH.gguf), else estimate
     template: str | None = None
     format: str | None = None
     calibration: str | None = None  # a line fitted by `replay --engine live --calibrate`
@@ -89,10 +89,19 @@ class ReplayConfig:
         return self.a if run == "A" else self.b
 
     def model_preset(self) -> presets.ModelPreset | None:
-        """The model preset, or None for a live run's GGUF file."""
+        """The model preset, or the profile read from the header of the user's GGUF; None for a
+        live run's GGUF (the server reports what the model is)."""
         if self.engine == "live" and self.model.lower() not in presets.MODELS:
             return None
         return presets.model(self.model)
+
+    @property
+    def tokenizer_eff(self) -> str:
+        """The tokenizer asked for; a GGUF model brings its own vocabulary and template by default."""
+        if self.tokenizer:
+            return self.tokenizer
+        mp = self.model_preset()
+        return f"gguf:{mp.id}" if mp is not None and mp.gguf is not None else "estimate"
 
     def knobs(self) -> Knobs:
         mp = self.model_preset()
@@ -105,7 +114,7 @@ class ReplayConfig:
     def template_obj(self) -> templates.Template | None:
         if self.template:
             return templates.resolve(self.template)
-        if self.tokenizer.startswith(("gguf:", "server:")):
+        if self.tokenizer_eff.startswith(("gguf:", "server:")):
             return None  # the model's / server's own template
         return templates.bundled(MODEL_TEMPLATE.get(self.model, templates.DEFAULT_TEMPLATE))
 
@@ -114,7 +123,7 @@ class ReplayConfig:
         tpl = self.template_obj()
         return {"gpu": self.gpu, "backend": self.backend or g.backend, "model": self.model,
                 "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "ctx_checkpoints": self.ctx_checkpoints,
-                "checkpoint_min_step": self.checkpoint_min_step, "tokenizer": self.tokenizer,
+                "checkpoint_min_step": self.checkpoint_min_step, "tokenizer": self.tokenizer_eff,
                 "template": self.template or (tpl.name if tpl else "model")}
 
     def live_target(self, run: str) -> LiveTarget:
@@ -130,10 +139,7 @@ class ReplayConfig:
 
             return calibrated_cost(self.calibration)
         g = presets.gpu(self.gpu)
-        backend = presets.backend(self.backend) if self.backend else g.backend
-        if backend not in g.backends:
-            raise ReplayerError(f"{g.name} does not run the {backend} backend; choose one of {', '.join(g.backends)}")
-        return costmod.cost_model(g, presets.model(self.model), backend)
+        return costmod.cost_model(g, presets.model(self.model), presets.check_backend(g, self.backend))
 
     def check(self) -> None:
         """Refuse a config that cannot run, before any work: the same errors in the CLI and the app."""
@@ -154,7 +160,7 @@ def run_spec(run: str, config: ReplayConfig) -> RunSpec:
     build = config.builds()[RUNS.index(run)]
     knobs = config.knobs()
     if config.engine == "simulated":
-        mp = presets.model(config.model)
+        mp = config.model_preset()
         return RunSpec(run=run, build=build, knobs=knobs, label=f"{run}: {build.label}",
                        checkpoint_mib=mp.checkpoint_mib, settings=config.settings())
     target = config.live_target(run)
@@ -182,8 +188,12 @@ class Prepared:
 
     def meta(self) -> dict[str, Any]:
         """What a report says about the session (CLI output and the app's exports)."""
-        return {"session": self.session.path, "format": self.session.format,
+        meta = {"session": self.session.path, "format": self.session.format,
                 "user_starts": len(self.layouts["A"].user_starts), "notes": self.request.notes}
+        mp = self.config.model_preset()
+        if mp is not None and mp.gguf is not None:
+            meta["model"] = mp.gguf.summary()  # what the header said: memory kind, window, experts…
+        return meta
 
 
 def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None) -> Prepared:
@@ -198,7 +208,7 @@ def prepare(path: str | Path, config: ReplayConfig, session: Session | None = No
         key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
         if key not in cache:
             cache[key] = compute_layout(req.messages, req.body.get("tools"), template=tpl,
-                                        tokenizer=config.tokenizer, build=build)
+                                        tokenizer=config.tokenizer_eff, build=build)
         prep.layouts[run] = cache[key]
     return prep
 

@@ -57,7 +57,7 @@ def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bo
     for run, build in zip(("A", "B"), config.builds()):
         key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
         if key not in cache:
-            cache[key] = turn_layouts(st.turns, template=tpl, tokenizer=config.tokenizer, build=build)
+            cache[key] = turn_layouts(st.turns, template=tpl, tokenizer=config.tokenizer_eff, build=build)
         prep.layouts[run] = cache[key]
     return prep
 

@@ -83,6 +83,8 @@ class RooflineCost:
         m = self.model
         L, n_ne, n_e_tot, n_e_act = m["L"], m["N_ne"], m["N_e_tot"], m["N_e_act"]
         w_ne, w_e, kv, att = m["W_ne"], m["W_e"], m["kv"], m["att"]
+        if self.w_host and not w_e:
+            return self._dense_offload_ms(b, depth)
         u = _u(b, m["k"], m["E"]) if m.get("moe") else 0.0
         host_frac = min(1.0, self.w_host / w_e) if w_e and self.w_host else 0.0
         w_e_dev = w_e * (1 - host_frac)
@@ -101,17 +103,35 @@ class RooflineCost:
                 t += self.w_host * u / self.host_bps + 2 * n_e_act * host_frac * b / self.cpu_flops
         return t * self.h * 1000.0
 
+    def _dense_offload_ms(self, b: int, depth: int) -> float:
+        """A dense model with whole layers in host RAM: from 32 tokens their weights are copied
+        to the GPU and computed there; below, the CPU computes those layers."""
+        m = self.model
+        frac = min(1.0, self.w_host / m["W_ne"])
+        big = b >= OP_OFFLOAD_MIN_BATCH
+        n_gpu = m["N_ne"] * (1.0 if big else 1 - frac)
+        t_mem = (m["W_ne"] * (1 - frac) + m["kv"] * depth) / self.bw
+        t_mm = 2 * n_gpu * (b if b <= self.b_mv else b + self.bh) / (self.p_mv if b <= self.b_mv else self.p)
+        t = self.tau * m["L"] + math.hypot(t_mem, t_mm) + m["att"] * b * (depth + (b + 1) / 2) / self.p_a
+        if big:
+            t += self.w_host / self.h2d_bps
+        else:
+            t += self.w_host / self.host_bps + 2 * m["N_ne"] * frac * b / self.cpu_flops
+        return t * self.h * 1000.0
+
     def checkpoint_ms(self, size_mib: float) -> float:
         return size_mib * 2**20 / CHECKPOINT_COPY_BPS * 1000.0
 
 
 @dataclass
 class LineCost:
-    """``fixed_ms + per_token_ms·b + attn_ms·b·(depth + (b+1)/2)`` per ubatch.
+    """``fixed_ms + per_token_ms·b + attn_ms·b·(depth + (b+1)/2) + kv_ms·depth`` per ubatch.
 
-    The attention term is the roofline's ``T_att`` with one fitted constant; it is 0 for the
-    seed line (whose per-token cost already averages the depth of that session). Small
-    ubatches take the CPU path when the model is partially offloaded.
+    The attention term is the roofline's ``T_att`` with one fitted constant, the last one its
+    ``kv·depth/BW``: every ubatch reads the whole KV cache once, however few tokens it has (on
+    a CPU without flash attention this is what makes a fragmented prefill slow at depth).
+    Both are 0 for the seed line (whose per-token cost already averages the depth of that
+    session). Small ubatches take the CPU path when the model is partially offloaded.
     """
 
     name: str
@@ -120,24 +140,27 @@ class LineCost:
     small_batch: RooflineCost | None = None
     source: str = ""
     attn_ms: float = 0.0
+    kv_ms: float = 0.0
 
     def ubatch_ms(self, b: int, depth: int) -> float:
         if self.small_batch is not None and b < OP_OFFLOAD_MIN_BATCH:
             return self.small_batch.ubatch_ms(b, depth)
-        return self.fixed_ms + self.per_token_ms * b + self.attn_ms * b * (depth + (b + 1) / 2)
+        return (self.fixed_ms + self.per_token_ms * b + self.attn_ms * b * (depth + (b + 1) / 2)
+                + self.kv_ms * depth)
 
     def checkpoint_ms(self, size_mib: float) -> float:
         return size_mib * 2**20 / CHECKPOINT_COPY_BPS * 1000.0
 
 
 def host_bytes(gpu: GPUPreset, model: ModelPreset) -> float:
-    """Expert bytes that ``--fit`` leaves in host RAM when the model does not fit the GPU."""
+    """Weight bytes that ``--fit`` leaves in host RAM when the model does not fit the GPU:
+    experts first for a MoE model, whole layers of a dense one."""
     if gpu.unified:
         return 0.0
     c = model.c
     total = c["W_ne"] + c["W_e"]
     spill = total - (gpu.memory_bytes - OFFLOAD_RESERVE_BYTES)
-    return max(0.0, min(spill, c["W_e"]))
+    return max(0.0, min(spill, c["W_e"] if c["W_e"] else c["W_ne"]))
 
 
 def _line_record(record_id: str) -> dict:
@@ -168,11 +191,12 @@ def seed_line(record_id: str = "vulkan_rx9070xt_qwen36_35B_A3B_Q8_seed") -> tupl
 
 def cost_model(gpu: GPUPreset, model: ModelPreset, backend: str | None = None) -> CostModel:
     backend = backend or gpu.backend
-    prof = presets.profile(gpu.moe_profile if model.moe else gpu.dense_profile)
-    pp = prof["params"]
-    comp, mem = (1.0, 1.0)
+    pid = gpu.moe_profile if model.moe else gpu.dense_profile
+    pp = presets.profile(pid)["params"]
+    comp, mem = presets.scale(gpu, pid)  # 1, 1 on the device the profile was fitted on
     if backend != gpu.backend:
-        comp, mem = gpu.backend_factors.get(backend, (1.0, 1.0))
+        f_comp, f_mem = gpu.backend_factors.get(backend, (1.0, 1.0))
+        comp, mem = comp * f_comp, mem * f_mem
     h = pp.get("hybrid_gdn_factor", 1.0)
     if model.c.get("hybrid") and h == 1.0:
         h = 1.29  # gated-delta-net hybrids vs their active parameters (vulkan_8060s fit, §5)

@@ -83,14 +83,19 @@ class SetupScreen(Screen):
                 yield Select([("simulated (cost model)", "simulated"), ("live (real llama-server)", "live")],
                              value=c.engine, allow_blank=False, id="engine")
                 yield Label("GPU")
-                yield Select([(g.name, g.id) for g in presets.GPUS.values()], value=c.gpu, allow_blank=False, id="gpu")
+                gpus = [(g.name, g.id) for g in presets.GPUS.values()]
+                if c.gpu not in presets.GPUS:  # an alias or custom:… from the command line
+                    gpus.append((presets.gpu(c.gpu).name, c.gpu))
+                yield Select(gpus, value=c.gpu, allow_blank=False, id="gpu")
                 yield Label("backend")
                 yield Select([(v, k) for k, v in presets.BACKENDS.items()],
                              value=c.backend or (LIVE_BACKEND if c.engine == "live" else presets.gpu(c.gpu).backend),
                              allow_blank=False, id="backend")
                 yield Label("model")
-                yield Select([(m.name, m.id) for m in presets.MODELS.values()], value=c.model, allow_blank=False,
-                             id="model")
+                models = [(m.name, m.id) for m in presets.MODELS.values()]
+                if c.model not in presets.MODELS:  # the user's GGUF, simulated from its header
+                    models.append((f"GGUF: {presets.model(c.model).name}", c.model))
+                yield Select(models, value=c.model, allow_blank=False, id="model")
                 yield Label("GGUF (live)")
                 yield Input(placeholder="path to a .gguf model for live runs", id="gguf")
                 yield Label("-b / -ub")

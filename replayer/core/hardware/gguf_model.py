@@ -1,0 +1,298 @@
+"""A model profile from a GGUF header: what a simulated replay needs to know of the user's model.
+
+Only the header is read (``gguf.GGUFReader`` memory-maps the file; tensor data stays on
+disk, untouched): the hyper-parameters, the tensor table (names, element counts, bytes)
+and the tokenizer fields. From these come
+
+* the memory kind the server builds, as ``llama_model::create_memory`` chooses it
+  (``src/llama-model.cpp``): ``recurrent`` for the archs of ``llm_arch_is_recurrent``,
+  hybrid (replayer's ``recurrent``: checkpoints of the recurrent state) for
+  ``llm_arch_is_hybrid``, ``swa`` when the arch's ``load_hparams`` (``src/models/<arch>.cpp``)
+  sets a sliding-window type, else ``plain`` (a KV cache, no checkpoints);
+* the checkpoint size: the recurrent state of the recurrent layers (``n_embd_r`` +
+  ``n_embd_s`` f32 values each, ``src/llama-hparams.cpp``) or the SWA layers' cache;
+* the cost-model constants of ``perf-calibration.json``'s ``models`` table (layers,
+  parameters read per call, expert split, attention FLOPs and KV bytes per context token).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from replayer.core.errors import ReplayerError
+
+# llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp, b9859 and b10001 alike)
+RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHS = frozenset({"jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+                          "nemotron_h_moe", "qwen3next", "kimi-linear", "qwen35", "qwen35moe"})
+#: hybrids whose recurrent layers are gated delta nets: the cost model's hybrid factor applies
+GATED_DELTA_NET_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe", "kimi-linear"})
+#: archs whose load_hparams sets a sliding window: (n_swa when the key is absent, SWA pattern
+#: period). A default of None: SWA only when ``attention.sliding_window`` is present and > 0.
+SWA_ARCHS: dict[str, tuple[int | None, int]] = {
+    "gemma2": (4096, 2), "gemma3": (None, 6), "gemma3n": (None, 5), "gemma4": (None, 6), "cohere2": (None, 4),
+    "cohere2moe": (None, 4), "exaone-moe": (128, 4), "exaone4": (None, 4), "gpt-oss": (None, 2),
+    "olmo2": (None, 4), "plamo3": (None, 8), "smallthinker": (None, 4), "llama4": (8192, 4), "afmoe": (None, 4),
+    "mellum": (None, 4), "mimo2": (None, 4), "step35": (None, 4), "deepseek4": (None, 0), "lfm2": (None, 1),
+}
+#: not language models a chat server can prefill (vision/audio projectors, encoders)
+NOT_LM_ARCHS = frozenset({"clip", "mmproj", "whisper", "bert", "nomic-bert", "jina-bert-v2", "modern-bert",
+                          "gemma-embedding", "t5encoder", "wavtokenizer-dec"})
+EXPERT_MARK = "_exps"  # blk.N.ffn_{gate,up,down,gate_up}_exps.weight: routed experts
+
+
+def _quant_name(file_type: int | None) -> str:
+    import gguf
+
+    try:
+        return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_") if file_type is not None else "?"
+    except ValueError:
+        return f"type {file_type}"
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """The header facts of one GGUF and what follows from them."""
+
+    path: str
+    arch: str
+    name: str
+    n_layer: int
+    n_embd: int
+    n_head: tuple[int, ...]  # per layer (0 on recurrent layers)
+    n_head_kv: tuple[int, ...]
+    head_dim_k: int
+    head_dim_v: int
+    n_ctx_train: int
+    n_swa: int  # 0 when the model has no sliding window
+    swa_layers: tuple[bool, ...]
+    recurrent_layers: tuple[bool, ...]
+    n_expert: int
+    n_expert_used: int
+    file_type: str
+    weight_bytes: int
+    expert_bytes: int
+    params: int
+    expert_params: int
+    matmul_params: int  # non-expert parameters multiplied per token (all but the embedding lookup)
+    matmul_bytes: int
+    state_floats_per_layer: int  # n_embd_r + n_embd_s of one recurrent layer
+    has_chat_template: bool
+    n_vocab: int
+    memory: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.arch in RECURRENT_ARCHS or self.arch in HYBRID_ARCHS:
+            kind = "recurrent"  # hybrids checkpoint their recurrent state like pure recurrent models
+        elif self.n_swa > 0:
+            kind = "swa"
+        else:
+            kind = "plain"
+        object.__setattr__(self, "memory", kind)
+
+    @property
+    def kind_label(self) -> str:
+        """The memory kind as llama.cpp names the cache it builds."""
+        if self.arch in HYBRID_ARCHS:
+            return "hybrid"
+        return {"plain": "kv", "swa": "iswa", "recurrent": "recurrent"}[self.memory]
+
+    @property
+    def attn_layers(self) -> list[int]:
+        return [i for i in range(self.n_layer) if not self.recurrent_layers[i] and self.n_head_kv[i] > 0]
+
+    def kv_bytes_per_cell(self, layers: list[int]) -> int:
+        """f16 K and V of one context cell over ``layers`` (llama-server's default cache types)."""
+        return sum(self.n_head_kv[i] * (self.head_dim_k + self.head_dim_v) * 2 for i in layers)
+
+    def checkpoint_mib(self) -> float:
+        """Size of one context checkpoint as the server logs it: ``llama_state_seq_get_size`` of
+        the partial state, i.e. the recurrent cells of the recurrent layers, or the n_swa
+        unmasked cells of the SWA cache (``state_write`` in ``llama-memory-recurrent.cpp`` and
+        ``llama-kv-cache.cpp``: a few headers, 12 bytes of metadata per cell, then the rows)."""
+        head = 8 + 4  # io magic + seq id, cell count
+        if self.memory == "recurrent":
+            n_recr = sum(self.recurrent_layers)
+            size = head + 12 + 8 + n_recr * (24 + self.state_floats_per_layer * 4)
+        elif self.memory == "swa":
+            cells = self.n_swa
+            swa = [i for i in self.attn_layers if self.swa_layers[i]]
+            size = head + 4 + cells * 12 + 8 + 24 * len(swa) + cells * self.kv_bytes_per_cell(swa)
+        else:
+            return 0.0
+        return size / 2**20
+
+    def constants(self) -> dict[str, Any]:
+        """The cost model's per-model constants (``perf-calibration.json`` → ``models_fields``)."""
+        moe = self.n_expert > 1 and self.expert_params > 0
+        full = [i for i in self.attn_layers if not self.swa_layers[i]]
+        att = 4 * sum(self.n_head[i] * self.head_dim_k for i in full)
+        return {
+            "name": f"{self.arch} {self.name} {self.file_type}", "L": self.n_layer, "moe": moe,
+            "N_ne": float(self.matmul_params), "N_e_tot": float(self.expert_params),
+            "N_e_act": float(self.expert_params * self.n_expert_used / self.n_expert) if moe else 0.0,
+            "E": self.n_expert if moe else 1, "k": self.n_expert_used if moe else 1,
+            "W_ne": float(self.matmul_bytes), "W_e": float(self.expert_bytes),
+            "att": att, "kv": self.kv_bytes_per_cell(full), "hybrid": self.arch in GATED_DELTA_NET_ARCHS,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """What ``presets``/``replay`` report about the model."""
+        heads = sorted({h for h in self.n_head if h})
+        kv_heads = sorted({h for h in self.n_head_kv if h})
+        return {"path": self.path, "arch": self.arch, "name": self.name, "layers": self.n_layer,
+                "n_embd": self.n_embd, "n_head": heads[0] if len(heads) == 1 else heads,
+                "n_head_kv": kv_heads[0] if len(kv_heads) == 1 else kv_heads, "head_dim": self.head_dim_k,
+                "context_length": self.n_ctx_train, "memory": self.kind_label, "n_swa": self.n_swa,
+                "swa_layers": sum(self.swa_layers), "recurrent_layers": sum(self.recurrent_layers),
+                "experts": self.n_expert, "experts_used": self.n_expert_used, "file_type": self.file_type,
+                "weight_gib": round(self.weight_bytes / 2**30, 3), "params": self.params,
+                "checkpoint_mib": round(self.checkpoint_mib(), 3)}
+
+
+def is_gguf_path(text: str) -> bool:
+    """``--model`` names a GGUF file (rather than a preset) when it ends in .gguf or is a file."""
+    return text.lower().endswith(".gguf") or os.sep in text or Path(text).expanduser().is_file()
+
+
+def read(path: str | Path) -> GGUFModel:
+    """The profile of a GGUF file; ReplayerError (one line) when it is missing, damaged or no LM."""
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except OSError:
+        raise ReplayerError(f"no such GGUF file: {p}") from None
+    return _read(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=16)
+def _read(path: str, _mtime: int, _size: int) -> GGUFModel:
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except Exception as exc:  # bad magic, truncated header, tensor data past the end of the file
+        raise ReplayerError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+    try:
+        return _profile(path, reader)
+    except ReplayerError:
+        raise
+    except Exception as exc:  # a field of the wrong type or shape: a damaged header
+        raise ReplayerError(f"{path} has a damaged GGUF header ({type(exc).__name__}: {exc})") from None
+
+
+def _profile(path: str, reader: Any) -> GGUFModel:
+    from replayer.core.prompt.gguf_tokenizer import _field
+
+    def get(key: str, default: Any = None) -> Any:
+        return _field(reader, key, default)
+
+    arch = get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ReplayerError(f"{path} has no general.architecture: not a model GGUF")
+    if arch in NOT_LM_ARCHS:
+        raise ReplayerError(f"{path} is a {arch!r} GGUF, not a language model llama-server can chat with")
+    n_layer = get(f"{arch}.block_count")
+    n_embd = get(f"{arch}.embedding_length")
+    if not n_layer or not n_embd:
+        raise ReplayerError(f"{path} has no {arch}.block_count / embedding_length: not a language model")
+    n_layer, n_embd = int(n_layer), int(n_embd)
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise ReplayerError(f"{path} has no tokenizer vocabulary: not a language model llama-server can serve")
+
+    def per_layer(key: str, default: int) -> tuple[int, ...]:
+        v = get(key, default)
+        if isinstance(v, list):
+            if len(v) != n_layer:
+                raise ReplayerError(f"{path}: {key} has {len(v)} values for {n_layer} layers (damaged header)")
+            return tuple(int(x) for x in v)
+        return (int(v if v is not None else default),) * n_layer
+
+    n_head = per_layer(f"{arch}.attention.head_count", 0)
+    n_head_kv = per_layer(f"{arch}.attention.head_count_kv", max(n_head) if n_head else 0)
+    h0 = max(n_head) if n_head else 0
+    head_k = int(get(f"{arch}.attention.key_length", n_embd // h0 if h0 else 0) or 0)
+    head_v = int(get(f"{arch}.attention.value_length", head_k) or 0)
+
+    # recurrent layers
+    if arch in RECURRENT_ARCHS:
+        recurrent = (True,) * n_layer
+    elif arch in ("qwen3next", "qwen35", "qwen35moe"):
+        interval = int(get(f"{arch}.full_attention_interval", 4) or 4)
+        recurrent = tuple((i + 1) % interval != 0 for i in range(n_layer))
+    elif arch == "falcon-h1":
+        recurrent = (True,) * n_layer
+    elif arch in HYBRID_ARCHS:
+        recurrent = tuple(h == 0 for h in n_head_kv)
+    else:
+        recurrent = (False,) * n_layer
+
+    # sliding window, as the arch's load_hparams decides
+    n_swa, swa_layers = 0, (False,) * n_layer
+    if arch in SWA_ARCHS:
+        default, period = SWA_ARCHS[arch]
+        key = get(f"{arch}.attention.sliding_window")
+        value = int(key) if key is not None else default
+        if value and value > 0:
+            n_swa = value
+            pattern = get(f"{arch}.attention.sliding_window_pattern")
+            if isinstance(pattern, list):
+                swa_layers = tuple(bool(x) for x in pattern[:n_layer])
+            elif arch == "lfm2":
+                swa_layers = tuple(not r for r in recurrent)
+            else:
+                period = int(pattern) if pattern is not None else period
+                swa_layers = tuple(period == 0 or i % period < period - 1 for i in range(n_layer))
+
+    # recurrent state per layer: n_embd_r + n_embd_s (src/llama-hparams.cpp)
+    state = 0
+    if any(recurrent):
+        wkv = int(get(f"{arch}.wkv.head_size", 0) or 0)
+        l_cache = int(get(f"{arch}.shortconv.l_cache", 0) or 0)
+        d_conv = int(get(f"{arch}.ssm.conv_kernel", 0) or 0)
+        d_inner = int(get(f"{arch}.ssm.inner_size", 0) or 0)
+        d_state = int(get(f"{arch}.ssm.state_size", 0) or 0)
+        n_group = int(get(f"{arch}.ssm.group_count", 0) or 0)
+        if wkv:
+            state = int(get(f"{arch}.token_shift_count", 2) or 2) * n_embd + n_embd * wkv
+        elif l_cache:
+            state = n_embd * (l_cache - 1)
+        else:
+            state = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
+
+    # the tensor table: bytes and parameters, experts apart (no tensor data is touched)
+    weight = expert_b = params = expert_p = mm_p = mm_b = 0
+    has_output = any(t.name == "output.weight" for t in reader.tensors)
+    for t in reader.tensors:
+        n, b = int(t.n_elements), int(t.n_bytes)
+        weight += b
+        params += n
+        if EXPERT_MARK in t.name:
+            expert_b += b
+            expert_p += n
+        elif t.name != "token_embd.weight" or not has_output:  # the embedding is a row lookup
+            if len(t.shape) >= 2:
+                mm_p += n
+                mm_b += b
+    if weight == 0:
+        raise ReplayerError(f"{path} holds no tensors: not a model GGUF")
+    n_expert = int(get(f"{arch}.expert_count", 0) or 0)
+    n_used = int(get(f"{arch}.expert_used_count", 0) or 0)
+    if expert_p and (n_expert < 1 or not 0 < n_used <= n_expert):
+        raise ReplayerError(f"{path}: expert tensors but expert_count {n_expert} / used {n_used} (damaged header)")
+    return GGUFModel(
+        path=path, arch=arch, name=str(get("general.name", Path(path).stem)), n_layer=n_layer, n_embd=n_embd,
+        n_head=n_head, n_head_kv=n_head_kv, head_dim_k=head_k, head_dim_v=head_v,
+        n_ctx_train=int(get(f"{arch}.context_length", 0) or 0), n_swa=n_swa, swa_layers=swa_layers,
+        recurrent_layers=recurrent, n_expert=n_expert, n_expert_used=n_used,
+        file_type=_quant_name(get("general.file_type")), weight_bytes=weight, expert_bytes=expert_b,
+        params=params, expert_params=expert_p, matmul_params=mm_p, matmul_bytes=mm_b,
+        state_floats_per_layer=state, has_chat_template=get("tokenizer.chat_template") is not None,
+        n_vocab=len(tokens.data),
+    )
+
