@@ -303,8 +303,9 @@ async def test_live_pause_holds_events_and_cancel_stops_that_runs_server(tmp_pat
     msgs, tools = agent_conversation(rounds=40, tool_result_words=80)
     body = tmp_path / "body.json"
     body.write_text(json.dumps({"messages": msgs, "tools": tools}))
-    prep = prepare(body, ReplayConfig(a="9859", b="10001", engine="live", backend="cpu", n_batch=64, n_ubatch=64))
-    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep, live_model=str(model))
+    prep = prepare(body, ReplayConfig(a="9859", b="10001", engine="live", backend="cpu", n_batch=64, n_ubatch=64,
+                                      model=str(model)))
+    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         await wait_for(pilot, lambda: screen.pane("A").summary.n_batches > 0

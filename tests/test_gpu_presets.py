@@ -11,7 +11,7 @@ import pytest
 
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import cost, presets
-from replayer.core.replay import ReplayConfig, cost_for
+from replayer.core.replay import ReplayConfig
 
 from conftest import FIXTURES, REPO
 
@@ -40,7 +40,7 @@ def test_fitted_devices_are_not_rescaled():
 
 
 def _ms(gpu: str, model: str = "llama-8b-q4_0", b: int = 512, depth: int = 8192) -> float:
-    return cost_for(ReplayConfig(gpu=gpu, model=model)).ubatch_ms(b, depth)
+    return ReplayConfig(gpu=gpu, model=model).cost().ubatch_ms(b, depth)
 
 
 def test_scaled_devices_follow_their_specs():
@@ -67,7 +67,7 @@ def test_custom_gpu():
     assert g.h2d_bps == pytest.approx(min(16.7e9, 0.52 * 32e9))
     # the same numbers as a preset's give that preset's speed
     same = presets.gpu("custom:vram=24,bw=1008,tflops=330.3,pcie=32,backend=cuda")
-    assert cost_for(ReplayConfig(gpu=same.id, model="llama-8b-q4_0")).ubatch_ms(512, 0) == pytest.approx(_ms("rtx4090", b=512, depth=0))
+    assert ReplayConfig(gpu=same.id, model="llama-8b-q4_0").cost().ubatch_ms(512, 0) == pytest.approx(_ms("rtx4090", b=512, depth=0))
     r = cli("replay", str(FIXTURES / "pi/small-v3.jsonl"), "--gpu", "custom:vram=16,bw=500,tflops=80,pcie=16", "--json")
     assert r.returncode == 0, r.stderr
     assert orjson.loads(r.stdout)["runs"][0]["prompt_ms"] > 0
@@ -97,6 +97,6 @@ def test_a_backend_the_gpu_cannot_run_is_refused_with_the_choices(gpu, backend, 
 
 
 def test_rocm_on_an_amd_card_is_faster_than_vulkan():
-    vk = cost_for(ReplayConfig(gpu="rx7900xtx", model="qwen3-8b-q4_k_m")).ubatch_ms(512, 0)
-    hip = cost_for(ReplayConfig(gpu="rx7900xtx", model="qwen3-8b-q4_k_m", backend="rocm")).ubatch_ms(512, 0)
+    vk = ReplayConfig(gpu="rx7900xtx", model="qwen3-8b-q4_k_m").cost().ubatch_ms(512, 0)
+    hip = ReplayConfig(gpu="rx7900xtx", model="qwen3-8b-q4_k_m", backend="rocm").cost().ubatch_ms(512, 0)
     assert hip < vk

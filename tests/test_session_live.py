@@ -27,7 +27,7 @@ from replayer.core.engine.live_session import live_session_events
 from replayer.core.engine.schedule import Knobs
 from replayer.core.engine.simulate import RunSpec
 from replayer.core.prompt.turn_layouts import turn_layouts
-from replayer.core.replay import ReplayConfig, cost_for
+from replayer.core.replay import ReplayConfig
 from replayer.core.session.request import ChatRequest
 from replayer.core.session.turns import turns_of_request
 
@@ -90,7 +90,7 @@ def test_simulated_turns_equal_the_live_server(binaries, tiny, log, build, arch)
     s = live.settings
     knobs = Knobs(memory=s["memory"], n_swa=s["n_swa"])
     sim_events = simulate_session(RunSpec("A", parse_build(str(build)), knobs), prep.layouts["A"].prompts,
-                                  cost_for(ReplayConfig()))
+                                  ReplayConfig().cost())
     sim = sr.session_run(prep, "A", sim_events)
     assert _facts(sim) == _facts(live)
     # the server's own numbers: timings.cache_n, and the progress stream's first value
@@ -162,7 +162,7 @@ def test_a_late_edit_restores_a_checkpoint_on_the_hybrid_model(binaries, tiny, t
     assert live.failed is None, live.failed
     knobs = Knobs(memory=live.settings["memory"], n_swa=live.settings["n_swa"])
     sim = sr.session_run(prep, "A", simulate_session(RunSpec("A", parse_build(str(build)), knobs),
-                                                     prep.layouts["A"].prompts, cost_for(ReplayConfig())))
+                                                     prep.layouts["A"].prompts, ReplayConfig().cost()))
     assert _facts(sim) == _facts(live)
     t = live.turns[10]
     assert t.restore == "restored" and t.cache_n == t.restored.n_tokens <= t.cause["first_diff_token"]

@@ -17,7 +17,7 @@ from replayer.core.engine.simulate import RunSpec
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import compute_layout
 from replayer.core.prompt.turn_layouts import shared_prefix, turn_layouts
-from replayer.core.replay import ReplayConfig, cost_for
+from replayer.core.replay import ReplayConfig
 from replayer.core.session.request import ChatRequest
 from replayer.core.session.turns import freeze_system_prompt, response_starts, turns_of_bodies, turns_of_request
 
@@ -66,7 +66,7 @@ def _sim(turns, build="10001", memory="plain", template=None, tokenizer="estimat
     b = parse_build(build)
     lay = turn_layouts(turns, template=template or templates.bundled("chatml"), tokenizer=tokenizer, build=b)
     spec = RunSpec("A", b, Knobs(memory=memory))
-    run = turn_records("A", simulate_session(spec, lay.prompts, cost_for(ReplayConfig()), n_ctx=n_ctx))
+    run = turn_records("A", simulate_session(spec, lay.prompts, ReplayConfig().cost(), n_ctx=n_ctx))
     explain(run, lay.prompts, lay.delimiters)
     return run, lay
 
