@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-LIVE_BUILDS ?= 9859 10001
+LIVE_BUILDS ?= 9859 10001 9934 11434
 
 .PHONY: demo test setup system-deps live-builds bench lint clean
 

@@ -314,7 +314,8 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
             args = cmake_args_for(build, backend)
             if shutil.which("ccache"):
                 env["CCACHE_DIR"] = str(root / "ccache")
-                env["CCACHE_BASEDIR"] = str(work)
+                env["CCACHE_BASEDIR"] = str(work)  # paths under the work folder hash as relative ones
+                env["CCACHE_NOHASHDIR"] = "1"
                 env.setdefault("CCACHE_MAXSIZE", "2G")
                 args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
             else:
@@ -367,7 +368,11 @@ def _extract(tarball: Path, dest: Path) -> Path:
     hits = list(dest.glob("*/llama.cpp/CMakeLists.txt"))
     if not hits:
         raise BuildError(f"{tarball.name} has no llama.cpp/ source tree")
-    return hits[0].parent
+    # one folder name for every build: the compile commands of two builds then differ only where
+    # their sources do, and ccache reuses the objects of every unchanged file (a bisect's neighbours)
+    src = dest / "llama.cpp"
+    hits[0].parent.rename(src)
+    return src
 
 
 def sdist_models_dir(build: int) -> Path:
