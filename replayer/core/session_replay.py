@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from replayer.core.engine.cache import SessionRun, simulate_session, turn_records
 from replayer.core.engine.misses import explain, lost_by_cause
 from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts
-from replayer.core.replay import ReplayConfig, cost_for, run_spec
+from replayer.core.replay import ReplayConfig, run_spec
 from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
 
 __all__ = ["MODES", "SessionPrepared", "load_turns", "prepare_session", "report", "session_run",
@@ -63,9 +63,8 @@ def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bo
 
 
 def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
-    a, b = prep.config.builds()
-    spec = run_spec(run, a if run == "A" else b, prep.config)
-    yield from simulate_session(spec, prep.layouts[run].prompts, cost_for(prep.config), n_ctx=prep.n_ctx)
+    spec = run_spec(run, prep.config)
+    yield from simulate_session(spec, prep.layouts[run].prompts, prep.config.cost(), n_ctx=prep.n_ctx)
 
 
 def session_run(prep: SessionPrepared, run: str, events) -> SessionRun:
