@@ -142,17 +142,7 @@ def _fromjson(value: str) -> Any:
         return {}
 
 
-def _text(value: Any) -> str:
-    """``{{ a }}{{ b|text }}`` renders what ``{{ a + b }}`` does without building ``a + b``
-    (a copy of every message until the prompt is joined): the bundled templates use it. Like
-    ``+``, it refuses what is not a string, so the message-shape retries still happen."""
-    if isinstance(value, str):
-        return value
-    raise TypeError(f"can only concatenate str (not {type(value).__name__!r}) to str")
-
-
 def _with_helpers(env: jinja2.Environment) -> jinja2.Environment:
-    env.filters["text"] = _text
     env.filters["tojson"] = _tojson
     env.filters["fromjson"] = _fromjson
     env.globals["raise_exception"] = _raise_exception
