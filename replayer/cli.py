@@ -495,6 +495,22 @@ def _knobs(p: argparse.ArgumentParser) -> None:
                    help="llama-server --ctx-checkpoints")
 
 
+def _model_options(p: argparse.ArgumentParser, model_help: str) -> None:
+    """The cost model's and layout's choices, as ``replay`` takes them (bisect and advise)."""
+    from replayer.core.replay import ReplayConfig
+
+    d = ReplayConfig()
+    p.add_argument("--model", default=d.model, help=model_help)
+    p.add_argument("--gpu", default=d.gpu,
+                   help="GPU preset (replayer presets) or custom:vram=GB,bw=GB/s,tflops=TFLOPS,pcie=GB/s")
+    p.add_argument("--backend", default=None, help="the GPU preset's backend unless given")
+    p.add_argument("--tokenizer", default=None,
+                   help="estimate | gguf:PATH | server:URL (default: a GGUF model's own, else estimate)")
+    p.add_argument("--template", default=None, help="bundled template name or a .jinja file")
+    p.add_argument("--calibration", default=None, help="time with a line saved by --calibrate")
+    _knobs(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from replayer.core.replay import ReplayConfig
 
@@ -590,42 +606,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bad", required=True, help="a build that is slow (older or newer than --good)")
     p.add_argument("--engine", choices=["simulated", "live"], default="simulated",
                    help="simulated: the catalog's boundary builds; live: every index build, built and run")
-    p.add_argument("--metric", choices=["prompt_tps", "batches", "reprocessed"], default="prompt_tps")
-    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset (simulated) or GGUF path (live)")
-    p.add_argument("--gpu", default="rx9070xt")
-    p.add_argument("--backend", default=None)
-    p.add_argument("--tokenizer", default="estimate")
-    p.add_argument("--template", default=None)
-    p.add_argument("--calibration", default=None)
-    _knobs(p)
-    p.add_argument("--ctx-size", type=int, default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float, default=600.0, help="live: seconds per run")
-    p.add_argument("--band", type=float, default=0.25,
-                   help="too close to call: a median within BAND × |good − bad| of the midpoint (default 0.25)")
-    p.add_argument("--max-samples", type=int, default=3, help="live: measurements of one build before giving up")
+    p.add_argument("--metric", choices=["prompt_tps", "batches", "reprocessed"], default="prompt_tps",
+                   help="what tells a good build from a bad one: prompt tokens/s, decode calls, re-processed tokens")
+    _model_options(p, "model preset, or a GGUF path (simulated: its header; live: the model served)")
+    p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
+    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0,
+                   help="live: wall-clock seconds for each build's prefill")
+    p.add_argument("--band", type=float_in(0, 1), default=0.25,
+                   help="too close to call: a median within BAND × |good − bad| of the midpoint")
+    p.add_argument("--max-samples", type=int_in(1, 100), default=3,
+                   help="live: measurements of one build before giving up")
     p.add_argument("--fresh", action="store_true", help="live: ignore measurements of an interrupted earlier run")
     p.add_argument("--builds", default=None, metavar="N,N,…|installed",
                    help="bisect over these builds only (default: live, every package-index build in the range; "
                         "simulated, the builds around each known change)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (steps go to stderr)")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 
     p = sub.add_parser("advise", help="rank the builds and flags that would make this session faster")
     _common_session(p)
     p.add_argument("--build", dest="a", default="9859", help="the build you run today")
-    p.add_argument("--gpu", default="rx9070xt")
-    p.add_argument("--model", default="qwen3.6-35b-a3b-q8_0", help="model preset")
-    p.add_argument("--backend", default=None)
-    p.add_argument("--tokenizer", default="estimate")
-    p.add_argument("--template", default=None)
-    p.add_argument("--calibration", default=None)
-    _knobs(p)
+    _model_options(p, "model preset, or a GGUF path (its header only)")
     p.add_argument("--swa-full", action="store_true", help="today's server runs with --swa-full")
-    p.add_argument("--cache-ram", type=int, default=None, metavar="MIB", help="today's --cache-ram")
-    p.add_argument("-c", "--ctx-size", type=int, default=None, help="today's -c (default: fits the prompt)")
-    p.add_argument("-np", "--parallel", type=int, default=1, help="today's -np")
+    p.add_argument("--cache-ram", type=int_in(-1, 10**9), default=None, metavar="MIB", help="today's --cache-ram")
+    p.add_argument("-c", "--ctx-size", type=int_in(1, MAX_TOKENS), default=None,
+                   help="today's -c (default: fits the prompt)")
+    p.add_argument("-np", "--parallel", type=int_in(1, 256), default=1, help="today's -np")
     p.add_argument("--kv-unified", action="store_true", help="today's server runs with --kv-unified")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
     p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")

@@ -3,7 +3,7 @@
 Each candidate change (a newer build, ``-b``/``-ub``, the checkpoint flags, ``--swa-full``,
 ``--cache-ram``, ``-np``/``--kv-unified``, and client-side switches) is a ``Variant``: a
 set of setting overrides. An ``Evaluator`` prices a setting on the session; the resume
-evaluator here simulates the one resume request (``replay.run_events``). A session
+evaluator here simulates the one resume request (the pipeline's engine for run A). A session
 evaluator (per-turn cache) can price the same variants, including those that only matter
 across turns (``modes``), without changing the ranking code.
 
@@ -24,7 +24,8 @@ from replayer.core.builds.catalog import GENERATIONS, REPRESENTATIVE_BUILD, Buil
 from replayer.core.compare import Comparison, RunSummary
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
-from replayer.core.replay import Prepared, ReplayConfig, prepare, run_events
+from replayer.core.engine.base import engine_for
+from replayer.core.prepare import Prepared, ReplayConfig, prepare, run_spec
 from replayer.core.session import Session, load_session
 
 #: a change must save at least this share of today's time to be recommended
@@ -139,7 +140,8 @@ class ResumeEvaluator:
             if n >= per_slot:
                 return Outcome(float("inf"), 0, 0, f"the {n:,}-token prompt does not fit a slot's "
                                                     f"{per_slot:,} cells (-c {s.ctx_size} / -np {s.n_parallel})")
-        run = RunSummary.from_events("A", run_events(prep, "A"))
+        spec = run_spec("A", prep.config)
+        run = RunSummary.from_events("A", engine_for(spec.engine).events(spec, prep))
         return Outcome(run.prompt_ms, run.n_batches, len(run.created))
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replayer.core.builds.catalog import Build
-from replayer.core.engine.schedule import PromptSpans
+from replayer.core.runspec import PromptSpans
 from replayer.core.prompt import templates
 from replayer.core.prompt.estimate import counts_between
 from replayer.core.prompt.layout import ExactTokenizer, PromptLayout, layout_of_text, offline_tokenizer
