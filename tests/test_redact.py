@@ -12,7 +12,7 @@ import re
 import pytest
 
 from replayer.cli import main
-from replayer.core import export, redact
+from replayer.core import redact
 from replayer.core.compare import compare
 from replayer.core.replay import ReplayConfig, all_simulated, prepare
 
