@@ -304,6 +304,7 @@ async def test_live_pause_holds_events_and_cancel_stops_that_runs_server(tmp_pat
     body = tmp_path / "body.json"
     body.write_text(json.dumps({"messages": msgs, "tools": tools}))
     prep = prepare(body, ReplayConfig(a="9859", b="10001", engine="live", backend="cpu", n_batch=64, n_ubatch=64,
+                                      parallel_runs=True,  # both servers at once: cancel must stop only A's
                                       model=str(model)))
     app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
     async with app.run_test(size=(120, 40)) as pilot:
