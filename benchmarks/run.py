@@ -94,7 +94,7 @@ def _big_request():
 
 def bench_core() -> list[tuple]:
     from replayer.core.prompt.layout import compute_layout
-    from replayer.core.replay import ReplayConfig, prepare, simulated_events
+    from replayer.core.replay import ReplayConfig, prepare, run_events
     from replayer.core.session import load_session
 
     p, s, req, tpl = _big_request()
@@ -102,7 +102,7 @@ def bench_core() -> list[tuple]:
     t_import = best(lambda: load_session(p))
     t_layout = best(lambda: compute_layout(req.messages, req.body.get("tools"), template=tpl))
     prep = prepare(p, ReplayConfig.seed(), session=s)
-    t_sim = best(lambda: (list(simulated_events(prep, "A")), list(simulated_events(prep, "B"))))
+    t_sim = best(lambda: (list(run_events(prep, "A")), list(run_events(prep, "B"))))
     rows = [
         ("session", f"{len(s.messages)} messages, {lay.n_tokens:,} tokens (estimate), {len(lay.user_starts)} user starts"),
         ("import", f"{t_import * 1000:.1f} ms"),
@@ -114,7 +114,7 @@ def bench_core() -> list[tuple]:
 
 def bench_app() -> list[tuple]:
     from replayer.core.compare import compare
-    from replayer.core.replay import ReplayConfig, prepare, simulated_events
+    from replayer.core.replay import ReplayConfig, prepare, run_events
     from replayer.ui.app import ReplayerApp
     from replayer.ui.screens.replay import ReplayScreen
 
@@ -124,7 +124,7 @@ def bench_app() -> list[tuple]:
     prep = prepare(p, cfg)
 
     def cli() -> int:
-        evs = list(simulated_events(prep, "A")) + list(simulated_events(prep, "B"))
+        evs = list(run_events(prep, "A")) + list(run_events(prep, "B"))
         compare(evs).to_dict()
         return len(evs)
 

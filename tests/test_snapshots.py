@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from replayer.core.replay import ReplayConfig, demo_session_path, prepare, simulated_events
+from replayer.core.replay import ReplayConfig, demo_session_path, prepare, run_events
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.replay import ReplayScreen
 
@@ -31,7 +31,7 @@ def test_mid_replay(snap_compare):
         await app.push_screen(screen)
         await pilot.pause()
         for run, k in (("A", 240), ("B", 60)):
-            events = list(simulated_events(prep, run))[:k]
+            events = list(run_events(prep, run))[:k]
             screen.buffers[run].extend(events)
         screen.flush()
         await pilot.pause()

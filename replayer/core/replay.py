@@ -34,10 +34,6 @@ def run_events(prep: Prepared, run: str) -> Iterator[ev.Event]:
     return engine_for(spec.engine).events(spec, prep)
 
 
-#: the name the simulated-only callers used (benchmarks, snapshot tests)
-simulated_events = run_events
-
-
 def all_simulated(prep: Prepared) -> list[ev.Event]:
     return list(run_events(prep, "A")) + list(run_events(prep, "B"))
 
