@@ -50,7 +50,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
-    from replayer.core.session.turns import turns_of_request
+    from replayer.core.session.turns import count_turns
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
@@ -71,7 +71,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
         "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format == "chat-requests" else len(turns_of_request(req)),
+        "turns": s.stats.entries_total if s.format == "chat-requests" else count_turns(req),
     }
     if args.json:
         _json(info)
