@@ -62,9 +62,12 @@ def test_each_build_says_its_generation_the_pr_and_the_fix():
     assert a.startswith("A b9859 is G1 (b9771–b9934, PR #24176: ")
     assert "upgrade to ≥ b9940 (PR #25420)" in a
     assert b.startswith("B b10001 is G2b (b9981–b10852, PR #25472: ") and "-cms" in b and "-ub 2048" in b
+    assert generation_line(prepare(SEED, ReplayConfig(a="9763")), "A") == \
+        "A b9763 is G0 (≤ b9763: pre-regression: break before the last user message only) — -ub 2048 makes " \
+        "each batch one ubatch"
     old = prepare(SEED, ReplayConfig(a="9763", b="11434", n_ubatch=2048))
     assert generation_line(old, "A").startswith("A b9763 is G0 (≤ b9763: ")
-    assert "-ub" not in generation_line(old, "B")  # one ubatch per batch already
+    assert "-ub" not in generation_line(old, "B") and "-ub" not in generation_line(old, "A")  # one ubatch already
 
 
 def test_the_app_markdown_and_json_carry_the_same_lines(seed_run):

@@ -315,7 +315,7 @@ class BatchingLoss:
         return 100 * self.lost_ms / self.run_ms if self.run_ms else 0.0
 
     def line(self) -> str:
-        lost = (f"nothing" if self.lost_pct < 1  # within the model's rounding: nothing to win
+        lost = ("nothing" if self.lost_pct < 1  # within the model's rounding: nothing to win
                 else f"{self.lost_ms / 1000:,.1f} s ({self.lost_pct:.0f} %)")
         return (f"{self.run} {self.build} lost {lost} vs ideal batching: {self.n_batches} decode calls; "
                 f"{self.ideal_batches} full -b {self.n_batch} batches take {self.ideal_ms / 1000:,.1f} s")
@@ -396,13 +396,15 @@ def generation_line(prep: Prepared, run: str) -> str | None:
         span = f"≤ b{g.last_build}"
     line = f"{run} {b.label} is {g.value} ({span}{', ' + ch.name if ch else ''}: {g.label})"
     knobs = prep.config.knobs()
-    ub = f"; -ub {knobs.n_batch} makes each batch one ubatch" if knobs.n_ubatch_eff < knobs.n_batch else ""
+    helps = []
     if g.user_breaks == "every_user":
         fix = changes.introducing("G2a")
-        return line + f" — fix: upgrade to ≥ b{fix.first_with} ({fix.name})"
+        return line + f" — fix: upgrade to ≥ b{fix.first_with} ({fix.name})"  # no flag avoids the breaks
     if g.user_breaks == "where_checkpoint_due":
-        return line + f" — a larger -cms means fewer checkpoint breaks{ub}"
-    return line
+        helps.append("a larger -cms means fewer checkpoint breaks")
+    if knobs.n_ubatch_eff < knobs.n_batch:
+        helps.append(f"-ub {knobs.n_batch} makes each batch one ubatch")
+    return line + (" — " + "; ".join(helps) if helps else "")
 
 
 def verdict_advice(prep: Prepared, slower: str) -> list[str]:
