@@ -3,6 +3,7 @@ lost against ideal batching, the best change; the same text in the app, Markdown
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from replayer.core.advise import advice_for, batching_loss, generation_line
-from replayer.core.compare import compare
+from replayer.core.compare import Comparison, compare
 from replayer.core.engine import events as ev
 from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare, report
 
@@ -93,3 +94,17 @@ def test_a_run_that_did_not_finish_its_prefill_gets_no_ideal(seed_run):
     assert set(batching_loss(prep, cmp)) == {"B"}
     doc = orjson.loads(report(prep, cmp, "json"))
     assert doc["runs"][0]["ideal_batching"] is None and doc["runs"][1]["ideal_batching"]["ideal_ms"] > 0
+
+
+def test_live_runs_are_priced_by_a_line_fitted_to_both_when_neither_batched_ideally(seed_run):
+    """The same runs read as live ones (no cost model): the line fitted to their batches must give
+    the ideal the cost model that timed those batches gives."""
+    prep, cmp = seed_run
+    modelled = batching_loss(prep, cmp)
+    live_prep = dataclasses.replace(prep, config=dataclasses.replace(prep.config, engine="live"))
+    live = Comparison(dataclasses.replace(cmp.a, engine="live"), dataclasses.replace(cmp.b, engine="live"))
+    fitted = batching_loss(live_prep, live)
+    for run in ("A", "B"):
+        assert fitted[run].cost == "a line fitted to both runs' batches"
+        assert fitted[run].ideal_ms == pytest.approx(modelled[run].ideal_ms, rel=0.03)
+    assert fitted["A"].lost_pct > 50 and fitted["B"].lost_pct < 15  # the line is within 3 % of the model

@@ -292,6 +292,10 @@ def settings_from(config: ReplayConfig, build: str) -> Settings:
     return Settings(dataclasses.replace(config, a=str(build), b=str(build)))
 
 
+#: the cost named by a loss whose ideal was measured: a run that batched ideally
+MEASURED = "measured in run"
+
+
 @dataclass(frozen=True)
 class BatchingLoss:
     """A run's prompt time against the same prompt in full ``n_batch`` batches, priced by the
@@ -317,8 +321,11 @@ class BatchingLoss:
     def line(self) -> str:
         lost = ("nothing" if self.lost_pct < 1  # within the model's rounding: nothing to win
                 else f"{self.lost_ms / 1000:,.1f} s ({self.lost_pct:.0f} %)")
-        return (f"{self.run} {self.build} lost {lost} vs ideal batching: {self.n_batches} decode calls; "
-                f"{self.ideal_batches} full -b {self.n_batch} batches take {self.ideal_ms / 1000:,.1f} s")
+        full = f"{self.ideal_batches} full -b {self.n_batch} batch{'es' if self.ideal_batches != 1 else ''}"
+        took = (f"took {self.ideal_ms / 1000:,.1f} s in run {self.cost[-1]}" if self.cost.startswith(MEASURED)
+                else f"take {self.ideal_ms / 1000:,.1f} s")
+        return (f"{self.run} {self.build} lost {lost} vs ideal batching: {self.n_batches} decode "
+                f"call{'s' if self.n_batches != 1 else ''}; {full} {took}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"ideal_ms": round(self.ideal_ms, 1), "lost_ms": round(self.lost_ms, 1),
@@ -334,37 +341,52 @@ def batching_loss(prep: Prepared, cmp: Comparison) -> dict[str, BatchingLoss]:
     is priced by the replay's cost model (or ``--calibration``). A live run without a
     calibration is priced by a line fitted to both runs' batches: the cost belongs to the
     machine and the model, not to the build, so one line prices both runs and their ideals.
-    The run's checkpoint copies are added to the ideal too: only the batching differs.
+    A live run that already batched ideally measured the ideal, for itself and for the other
+    run of the same prompt: a fitted line can be far off on a few tiny batches.
+    The run's checkpoint copies are added to a modelled ideal: only the batching differs.
     """
-    from replayer.core.hardware.cost import batch_ms
+    from replayer.core.hardware.cost import CostModel, LineCost, batch_ms
 
     cfg = prep.config
     knobs = cfg.knobs()
     runs = [r for r in (cmp.a, cmp.b) if r.prefill_complete and r.batches]
-    if not runs:
-        return {}
-    if cfg.engine == "simulated" or cfg.calibration:
-        cost = prep.cost
-    else:
+
+    def prompt(r: RunSummary) -> range:
+        """The ideal batches' starts over the tokens ``r`` processed."""
+        n_tokens = r.finished.n_tokens if r.finished else r.n_tokens
+        first = n_tokens - (r.finished.n_processed if r.finished else n_tokens - r.n_past)
+        return range(first, n_tokens, knobs.n_batch)
+
+    def priced() -> CostModel | None:
+        if cfg.engine == "simulated" or cfg.calibration:
+            return prep.cost
         from replayer.core import calibration
-        from replayer.core.hardware.cost import LineCost
 
         try:
             fixed, per, attn = calibration.fit_cost([b for r in runs for b in r.batches], knobs.n_ubatch_eff)
         except ReplayerError:
-            return {}  # too few timed batches to price anything
-        cost = LineCost(name="a line fitted to both runs' batches", fixed_ms=fixed, per_token_ms=per,
-                        attn_ms=attn)
-    out = {}
+            return None  # too few timed batches to price anything
+        return LineCost(name="a line fitted to both runs' batches", fixed_ms=fixed, per_token_ms=per, attn_ms=attn)
+
+    # a run that batched ideally measured the ideal: for itself, and (live) for the other run
+    # of the same prompt, better than a line fitted to both
+    measured = {(p.start, p.stop): r for r in runs if [b.start for b in r.batches] == list(p := prompt(r))}
+    out: dict[str, BatchingLoss] = {}
+    cost: CostModel | None = None
     for r in runs:
-        n_tokens = r.finished.n_tokens if r.finished else r.n_tokens
-        start = n_tokens - (r.finished.n_processed if r.finished else n_tokens - r.n_past)
-        starts = range(start, n_tokens, knobs.n_batch)
-        ideal = sum(batch_ms(cost, s, min(knobs.n_batch, n_tokens - s), knobs.n_ubatch_eff) for s in starts)
-        if r.engine == "simulated":
-            ideal += sum(cost.checkpoint_ms(c.size_mib) for c in r.created)
-        out[r.run] = BatchingLoss(r.run, r.build, r.prompt_ms, ideal, r.n_batches, len(starts), knobs.n_batch,
-                                  cost.name)
+        starts = prompt(r)
+        best = measured.get((starts.start, starts.stop))
+        if best is not None and (r.engine != "simulated" or best is r):
+            ideal, name = best.prompt_ms, f"{MEASURED} {best.run}"
+        else:
+            cost = cost or priced()
+            if cost is None:
+                continue
+            ideal = sum(batch_ms(cost, s, min(knobs.n_batch, starts.stop - s), knobs.n_ubatch_eff) for s in starts)
+            if r.engine == "simulated":
+                ideal += sum(cost.checkpoint_ms(c.size_mib) for c in r.created)
+            name = cost.name
+        out[r.run] = BatchingLoss(r.run, r.build, r.prompt_ms, ideal, r.n_batches, len(starts), knobs.n_batch, name)
     return out
 
 
