@@ -371,8 +371,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
     from replayer.core import calibration
 
+    from replayer.ui import themes
+
     data = presets.listing()
     data["calibrations"] = calibration.listing()
+    data["themes"] = themes.listing()
     if args.json:
         _json(data)
         return 0
@@ -385,6 +388,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
         lines += ["", "calibrations (replay --calibration ID):"]
         lines += [f"  {c['id']:<30} {c['fixed_ms']:.3f} ms/ubatch + {c['per_token_ms'] * 1000:.3f} µs/token"
                   for c in data["calibrations"]]
+    th = data["themes"]
+    lines += ["", f"themes (settings.json \"theme\"; your own in {th['user_dir']}):"]
+    lines += [f"  {t['name']:<22} {t['source']}" for t in th["themes"]]
+    lines += [f"  skipped: {e}" for e in th["errors"]]
     _out("\n".join(lines))
     return 0
 
@@ -636,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
-    p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")
+    p = sub.add_parser("presets", help="backends, GPUs and models of the cost model, saved calibrations and themes")
     p.add_argument("--json", action="store_true", help="print the presets as JSON")
     p.set_defaults(func=cmd_presets)
 
