@@ -71,7 +71,7 @@ def test_each_build_says_its_generation_the_pr_and_the_fix():
     assert "-ub" not in generation_line(old, "B") and "-ub" not in generation_line(old, "A")  # one ubatch already
 
 
-def test_the_app_markdown_and_json_carry_the_same_lines(seed_run):
+def test_the_app_markdown_text_and_json_carry_the_same_lines(seed_run):
     prep, cmp = seed_run
     lines = advice_for(prep, cmp)
     loss = batching_loss(prep, cmp)
@@ -80,6 +80,8 @@ def test_the_app_markdown_and_json_carry_the_same_lines(seed_run):
     assert lines[4].startswith("advice: upgrade to ")  # the best change for the slower build
     md = report(prep, cmp, "md").decode()
     assert all(f"- {line}" in md for line in lines)
+    text = report(prep, cmp, "text").decode()  # the CLI's plain output
+    assert all(f"• {line}" in text for line in lines)
     doc = orjson.loads(report(prep, cmp, "json"))
     assert [r["ideal_batching"]["text"] for r in doc["runs"]] == [loss["A"].line(), loss["B"].line()]
     assert doc["runs"][0]["ideal_batching"]["lost_ms"] == round(loss["A"].lost_ms, 1)

@@ -112,23 +112,23 @@ REPORT_FORMATS = ("json", "md", "csv", "text")
 
 def report(prep: Prepared, cmp: Comparison, fmt: str, advice: Sequence[str] | None = None) -> bytes:
     """A finished replay as the CLI prints it and the app exports it (one document per format).
-    The Markdown report carries the verdict's advice (``advise.advice_for``; computed when the
-    caller has not already)."""
+    The Markdown and terminal reports carry the verdict's advice (``advise.advice_for``;
+    computed when the caller has not already)."""
     from replayer.core import export
 
     meta = prep.meta()
     if fmt == "json":
         return export.to_json(cmp, {"session": meta}, run_extras=run_extras(prep, cmp))
-    if fmt in ("md", "markdown"):
-        if advice is None:
-            from replayer.core.advise import advice_for
-
-            advice = advice_for(prep, cmp)
-        return export.to_markdown(cmp, meta, advice=advice).encode()
     if fmt == "csv":
         return export.to_csv(cmp).encode()
+    if advice is None and fmt in ("md", "markdown", "text"):
+        from replayer.core.advise import advice_for
+
+        advice = advice_for(prep, cmp)
+    if fmt in ("md", "markdown"):
+        return export.to_markdown(cmp, meta, advice=advice or ()).encode()
     if fmt == "text":
-        return export.to_text(cmp, prep.request.notes).encode()
+        return export.to_text(cmp, prep.request.notes, advice=advice or ()).encode()
     raise ValueError(f"unknown report format {fmt!r}; known: {', '.join(REPORT_FORMATS)}")
 
 
