@@ -147,7 +147,7 @@ class ReplayScreen(Screen):
         try:
             # a few ms even for thousands of batches; in a thread it would hold the GIL
             # against the UI for longer than that (the render it overlaps took 3x as long)
-            events = list(run_events(self.prep, run))
+            events = list(self.events_of(run))
             # thousands of long-lived events: keep them (and the app's own start-up objects)
             # out of the garbage collector's full passes, one of which cost ~80 ms mid-replay
             gc.freeze()
@@ -166,6 +166,13 @@ class ReplayScreen(Screen):
         except Exception as exc:  # a failing run is shown, never crashes the app
             buf.append(ev.RunFailed(run=run, error=f"{type(exc).__name__}: {exc}"))
 
+    def events_of(self, run: str):
+        """One run's event stream (the session screen streams turns instead)."""
+        return run_events(self.prep, run)
+
+    def headline(self) -> str:
+        return f"{self.prep.n_tokens:,} tokens"
+
     def show_state(self) -> None:
         """Speed and pause in the header: visible at any terminal size, no extra row."""
         live = self.prep.config.engine == "live"
@@ -173,7 +180,7 @@ class ReplayScreen(Screen):
         if self.paused:
             state += " · ⏸ PAUSED — " + ("the servers keep running; events are held back (space resumes)"
                                           if live else "space resumes")
-        self.sub_title = f"{self.prep.n_tokens:,} tokens · {state}"
+        self.sub_title = f"{self.headline()} · {state}"
         for run in ("A", "B"):
             try:
                 self.pane(run).query_one("#progress").note = "paused" if self.paused else ""
@@ -188,7 +195,7 @@ class ReplayScreen(Screen):
         buf = self.buffers[run]
         worker = get_current_worker()
         self.live_threads[run] = threading.get_ident()  # cancel stops this run's server, not the other's
-        gen = run_events(self.prep, run)
+        gen = self.events_of(run)
         try:
             for e in gen:
                 buf.append(e)
@@ -329,10 +336,13 @@ class ReplayScreen(Screen):
         self.pause.set()
         self.remove_class("-verdict")
         self.query_one("#summary").display = False
-        self.query_one("#verdict", Static).update("")
-        self.query_one("#comparison", ComparisonTable).clear()
+        self.clear_summary()
         self.show_state()
         self.call_after_refresh(self.start_runs)
+
+    def clear_summary(self) -> None:
+        self.query_one("#verdict", Static).update("")
+        self.query_one("#comparison", ComparisonTable).clear()
 
     def action_back(self) -> None:
         for run in ("A", "B"):
@@ -342,7 +352,10 @@ class ReplayScreen(Screen):
             self.app.pop_screen()
             return
         # opened straight on this replay (replay --app): go to its setup instead of a blank screen
-        self.app.switch_screen(self.app.setup_screen(self.prep.session, self.prep.config))
+        self.app.switch_screen(self.setup_screen())
+
+    def setup_screen(self) -> Screen:
+        return self.app.setup_screen(self.prep.session, self.prep.config)
 
     def export_path(self, suffix: str) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -355,11 +368,14 @@ class ReplayScreen(Screen):
         try:
             dest = self.export_path(fmt)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(report(self.prep, self.comparison, fmt, advice=self.advice))
+            dest.write_bytes(self.export_bytes(fmt))
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return
         self.notify(f"exported {dest.resolve()}", timeout=10)
+
+    def export_bytes(self, fmt: str) -> bytes:
+        return report(self.prep, self.comparison, fmt, advice=self.advice)
 
     def action_screenshot(self) -> None:
         self.app.deliver_screenshot(self.export_path("svg").name)
