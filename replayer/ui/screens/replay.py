@@ -67,6 +67,7 @@ class ReplayScreen(Screen):
         Binding("greater_than_sign,full_stop", "pan(1)", "pan", show=False),
         Binding("escape", "back", "setup"),
     ]
+    PANE = RunPane  # one build's column
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-tiny"), (28, "-short"), (40, "-tall")]
 
@@ -91,13 +92,17 @@ class ReplayScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="panes"):
-            yield RunPane("A", id="pane-A")
-            yield RunPane("B", id="pane-B")
+            yield self.PANE("A", id="pane-A")
+            yield self.PANE("B", id="pane-B")
         # takes no room until there is a verdict; scrolls when the terminal is short
         with VerticalScroll(id="summary"):
             yield Static("", id="verdict")
-            yield ComparisonTable(id="comparison")
+            yield from self.summary_widgets()
         yield Footer()
+
+    def summary_widgets(self) -> ComposeResult:
+        """What the verdict explains itself with (the session screen shows the turns behind it)."""
+        yield ComparisonTable(id="comparison")
 
     def on_mount(self) -> None:
         gc.freeze()  # the prepared session is long-lived: no full GC pass should scan it again

@@ -23,9 +23,8 @@ import orjson
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from replayer.core.compare import Comparison
@@ -60,15 +59,10 @@ class SessionScreen(ReplayScreen):
         self.runs: tuple[Any, Any] | None = None
         self.prepare_error: str | None = None
 
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal(id="panes"):
-            yield SessionPane("A", id="pane-A")
-            yield SessionPane("B", id="pane-B")
-        with VerticalScroll(id="summary"):
-            yield Static("", id="verdict")
-            yield Static("", id="session-report")
-        yield Footer()
+    PANE = SessionPane
+
+    def summary_widgets(self) -> ComposeResult:
+        yield Static("", id="session-report")
 
     def on_mount(self, event: events.Mount) -> None:
         event.prevent_default()  # Textual calls every class's handler: not the resume screen's

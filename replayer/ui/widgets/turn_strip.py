@@ -18,6 +18,7 @@ from textual.widget import Widget
 
 from replayer.core.engine.cache import TurnRecord
 from replayer.core.engine.misses import CAUSES
+from replayer.ui.widgets.timeline import theme_color
 
 #: cause → (letter, theme variable, fallback colour, legend text)
 CAUSE_MARKS: dict[str, tuple[str, str, str, str]] = {
@@ -61,10 +62,7 @@ class TurnStrip(Widget):
         self.refresh()
 
     def _color(self, name: str, default: str) -> str:
-        try:
-            return self.app.theme_variables.get(name, default)
-        except Exception:  # no app yet
-            return default
+        return theme_color(self, name, default)
 
     def cell_ranges(self, width: int) -> list[tuple[int, int]]:
         """The turns ``[a, b)`` each column covers: several when the session has more turns than
