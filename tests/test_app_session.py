@@ -198,3 +198,29 @@ def test_session_screen_snapshot(snap_compare, changed_log, size):
 
     assert snap_compare(session_app(changed_log, ReplayConfig(model=HYBRID)), terminal_size=size,
                         run_before=run_before)
+
+
+@pytest.mark.live
+async def test_live_session_in_the_app_marks_the_real_servers_miss(changed_log, tmp_path):
+    """Real b9859 and b10001 with a tiny hybrid model: the strip's miss at turn 20 is the servers'
+    own report (``cache_n``, "forcing full prompt re-processing"), explained by the core."""
+    from replayer.core.builds import manager
+    from replayer.core.engine.live import live_processes
+    from replayer.core.tiny_models import make_tiny
+
+    for b in (9859, 10001):
+        manager.install(b, "cpu")
+    model = make_tiny("lfm2", tmp_path / "lfm2.gguf")
+    cfg = ReplayConfig(a="9859", b="10001", engine="live", backend="cpu", model=str(model))
+    app = session_app(changed_log, cfg)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.comparison is not None, timeout=600)
+        await pilot.pause()
+        for run in ("A", "B"):
+            facts = screen.pane(run).facts
+            assert facts.engine == "live" and len(facts.turns) == 23 and not facts.failed
+            missed = [t for t in facts.turns if t.cause]
+            assert [t.turn for t in missed] == [CHANGE_AT] and missed[0].full_reprocess
+            assert cell_at(strip_of(screen, run), CHANGE_AT) == ("C", "client_changed")
+    assert live_processes() == []
