@@ -224,3 +224,21 @@ async def test_live_session_in_the_app_marks_the_real_servers_miss(changed_log, 
             assert [t.turn for t in missed] == [CHANGE_AT] and missed[0].full_reprocess
             assert cell_at(strip_of(screen, run), CHANGE_AT) == ("C", "client_changed")
     assert live_processes() == []
+
+
+async def test_a_session_that_cannot_be_replayed_is_a_message_not_a_crash(tmp_path):
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text("{not json\n")
+    app = session_app(bad, ReplayConfig())
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.prepare_error is not None)
+        await pilot.pause()
+        shown = str(screen.query_one("#verdict", Static).render())
+        assert shown == screen.prepare_error and "broken.jsonl" in shown
+        assert screen.query_one("#verdict").region.height > 0
+        await pilot.press("r")  # nothing to restart: no crash, still the message
+        await pilot.press("escape")  # no session to set up: it says so and stays
+        await pilot.pause()
+        assert app.screen is screen
+    assert bad.read_text() == "{not json\n"

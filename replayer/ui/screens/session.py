@@ -51,6 +51,8 @@ class SessionSpec:
 
 
 class SessionScreen(ReplayScreen):
+    PANE = SessionPane
+
     def __init__(self, spec: SessionSpec, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
         self.spec = spec
@@ -58,8 +60,6 @@ class SessionScreen(ReplayScreen):
         self.doc: dict[str, Any] | None = None
         self.runs: tuple[Any, Any] | None = None
         self.prepare_error: str | None = None
-
-    PANE = SessionPane
 
     def summary_widgets(self) -> ComposeResult:
         yield Static("", id="session-report")
@@ -175,15 +175,18 @@ class SessionScreen(ReplayScreen):
 
     def action_back(self) -> None:
         self.workers.cancel_group(self, "prepare")
+        if self.session is None and len(self.app.screen_stack) <= 2:  # opened straight on this replay
+            from replayer.core.session import load_session
+
+            try:
+                self.spec.session = load_session(self.spec.path, self.spec.config.format)
+            except ReplayerError as exc:  # no setup to go back to: say why, stay
+                self.notify(str(exc), title="cannot open session", severity="error")
+                return
         super().action_back()
 
     def setup_screen(self) -> Screen:
-        session = self.session
-        if session is None:
-            from replayer.core.session import load_session
-
-            session = load_session(self.spec.path, self.spec.config.format)
-        return self.app.setup_screen(session, self.spec.config, mode="session",
+        return self.app.setup_screen(self.session, self.spec.config, mode="session",
                                      what_if="freeze-system-prompt" if self.spec.freeze_system else "none")
 
     def export_bytes(self, fmt: str) -> bytes:
