@@ -205,18 +205,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return cmd_replay_session(args, cfg)
     if args.freeze_system_prompt:
         raise ReplayerError("--freeze-system-prompt is a what-if of --mode session")
-    if args.screenshot and (args.json or args.jsonl or args.markdown):
-        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
     prep = prepare(args.session, cfg)
     if args.app or args.screenshot:
-        from replayer.ui.app import run_replay_app
-
-        from replayer.ui.app import DEFAULT_APP_SPEED
-
-        # a headless picture has nobody to watch the animation: instant unless --speed says otherwise
-        speed = (0.0 if args.screenshot else DEFAULT_APP_SPEED) if args.speed is None else args.speed
-        return run_replay_app(prep, speed,
-                              screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
+        return _replay_app(args, prep)
     out = replay(prep, on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
                  speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
     for note in out.notes:
@@ -321,13 +312,31 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay_app(args: argparse.Namespace, target) -> int:
+    """``replay … --app`` / ``--screenshot``: the app opened on a resume (``Prepared``) or a session
+    replay (``SessionSpec``)."""
+    if args.screenshot and (args.json or args.jsonl or args.markdown):
+        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
+    from replayer.ui.app import DEFAULT_APP_SPEED, run_replay_app
+
+    # a headless picture has nobody to watch the animation: instant unless --speed says otherwise
+    speed = (0.0 if args.screenshot else DEFAULT_APP_SPEED) if args.speed is None else args.speed
+    return run_replay_app(target, speed, screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
+
+
 def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
     """``replay --mode session``: every turn on A and B, simulated or live, with each miss explained."""
     from replayer.core.engine import events as ev
     from replayer.core import session_replay as sr
 
     if args.app or args.screenshot:
-        raise ReplayerError("the app does not show session replays yet; use --json, --markdown or text")
+        from replayer.core.session import load_session
+        from replayer.ui.screens.session import SessionSpec
+
+        # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
+        session = load_session(args.session, cfg.format, images=cfg.images)
+        return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
+                                             session=session))
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size)
     if cfg.engine == "live":
         from replayer.core.engine.live_session import live_session_events

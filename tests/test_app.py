@@ -135,6 +135,7 @@ async def test_small_terminal_stays_readable():
         await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.comparison is not None)
+        await pilot.pause()  # the verdict's room exists after the next layout, not at once
         for run in ("A", "B"):
             pane = app.screen.pane(run)
             assert pane.region.width >= 45 and pane.region.height >= 10

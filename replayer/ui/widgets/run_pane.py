@@ -8,6 +8,8 @@ lists are outside the scrolling part, so they stay visible.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -48,6 +50,16 @@ def run_status(s: RunSummary) -> str:
     if s.failed is not None:
         return "partial" if s.batches else "failed"
     return "running"
+
+
+@dataclass
+class Applied:
+    """What one ``apply`` collected: rows for the two lists, the newest progress, a title change."""
+
+    rows: list[str] = field(default_factory=list)
+    log_lines: list[str] = field(default_factory=list)
+    progress: int | None = None
+    ended: bool = False
 
 
 class RunPane(Vertical):
@@ -121,52 +133,54 @@ class RunPane(Vertical):
         if not batch:
             return
         tl = self.query_one(Timeline)
-        rows, log_lines = [], []
-        progress = None
-        ended = False
+        out = Applied()
         for e in batch:
             self.summary.apply(e)
             self.events_applied += 1
-            if isinstance(e, ev.RunStarted):
-                self.total = e.n_tokens
-                tl.n_past = e.n_past
-                self.heading = f"{e.run}: {e.build} ({e.generation}) · {e.engine}"
-                ended = True  # the title changes
-            elif isinstance(e, ev.BatchDone):
-                tl.add_batch(e.end, e.reason)
-                rows.append(batch_row(e))
-                if e.duration_ms > 0:
-                    self.tps.append(e.n_tokens / (e.duration_ms / 1000))
-                progress = e.end
-            elif isinstance(e, ev.Progress):
-                progress = e.processed
-            elif isinstance(e, ev.CheckpointCreated):
-                tl.add_checkpoint(e.n_tokens)
-                log_lines.append(checkpoint_row(e))
-            elif isinstance(e, ev.CheckpointErased):
-                log_lines.append(f"- {e.n_tokens:>9,} erased ({e.reason})")
-            elif isinstance(e, ev.CheckpointRestored):
-                log_lines.append(f"↺ {e.n_tokens:>9,} restored, n_past {e.n_past}")
-            elif isinstance(e, (ev.RunFinished, ev.RunFailed)):
-                ended = True
-        if rows:
+            self.apply_one(e, tl, out)
+        if out.rows:
             log = self.query_one("#batches", Log)
             # follow the newest batch, unless the user scrolled back to read older ones
             log.auto_scroll = log.scroll_y >= log.max_scroll_y
-            log.write_lines(rows)
-        if log_lines:
-            self.query_one("#ckpts", Log).write_lines(log_lines)
-        if progress is not None and self.total:
-            self.query_one("#progress", ProgressLine).update(progress, self.total)
+            log.write_lines(out.rows)
+        if out.log_lines:
+            self.query_one("#ckpts", Log).write_lines(out.log_lines)
+        if out.progress is not None and self.total:
+            self.query_one("#progress", ProgressLine).update(out.progress, self.total)
         if self.tps:
             recent = self.tps[-400:]
             self.query_one("#tps", Sparkline).data = recent
             self.query_one("#tps-label", Static).update(
                 f"tok/s 0–{max(recent):,.0f}, last {recent[-1]:,.0f}")
-        if ended:
+        if out.ended:
             self._title()
         tl.refresh()
         self._stats()
+
+    def apply_one(self, e: ev.Event, tl: Timeline, out: "Applied") -> None:
+        """One event into the timeline and the rows to write (a session pane adds its turns)."""
+        if isinstance(e, ev.RunStarted):
+            self.total = e.n_tokens
+            tl.n_past = e.n_past
+            self.heading = f"{e.run}: {e.build} ({e.generation}) · {e.engine}"
+            out.ended = True  # the title changes
+        elif isinstance(e, ev.BatchDone):
+            tl.add_batch(e.end, e.reason)
+            out.rows.append(batch_row(e))
+            if e.duration_ms > 0:
+                self.tps.append(e.n_tokens / (e.duration_ms / 1000))
+            out.progress = e.end
+        elif isinstance(e, ev.Progress):
+            out.progress = e.processed
+        elif isinstance(e, ev.CheckpointCreated):
+            tl.add_checkpoint(e.n_tokens)
+            out.log_lines.append(checkpoint_row(e))
+        elif isinstance(e, ev.CheckpointErased):
+            out.log_lines.append(f"- {e.n_tokens:>9,} erased ({e.reason})")
+        elif isinstance(e, ev.CheckpointRestored):
+            out.log_lines.append(f"↺ {e.n_tokens:>9,} restored, n_past {e.n_past}")
+        elif isinstance(e, (ev.RunFinished, ev.RunFailed)):
+            out.ended = True
 
     def _title(self) -> None:
         status = run_status(self.summary)
