@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from replayer.core.errors import ReplayerError
+from replayer.core.hardware.perf_data import ModelConstants
 
 # llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp, b9859 and b10001 alike)
 RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
@@ -126,19 +127,19 @@ class GGUFModel:
             return 0.0
         return size / 2**20
 
-    def constants(self) -> dict[str, Any]:
+    def constants(self) -> ModelConstants:
         """The cost model's per-model constants (``perf-calibration.json`` → ``models_fields``)."""
         moe = self.n_expert > 1 and self.expert_params > 0
         full = [i for i in self.attn_layers if not self.swa_layers[i]]
         att = 4 * sum(self.n_head[i] * self.head_dim_k for i in full)
-        return {
-            "name": f"{self.arch} {self.name} {self.file_type}", "L": self.n_layer, "moe": moe,
-            "N_ne": float(self.matmul_params), "N_e_tot": float(self.expert_params),
-            "N_e_act": float(self.expert_params * self.n_expert_used / self.n_expert) if moe else 0.0,
-            "E": self.n_expert if moe else 1, "k": self.n_expert_used if moe else 1,
-            "W_ne": float(self.matmul_bytes), "W_e": float(self.expert_bytes),
-            "att": att, "kv": self.kv_bytes_per_cell(full), "hybrid": self.arch in GATED_DELTA_NET_ARCHS,
-        }
+        return ModelConstants(
+            name=f"{self.arch} {self.name} {self.file_type}", L=self.n_layer, moe=moe,
+            N_ne=float(self.matmul_params), N_e_tot=float(self.expert_params),
+            N_e_act=float(self.expert_params * self.n_expert_used / self.n_expert) if moe else 0.0,
+            E=self.n_expert if moe else 1, k=self.n_expert_used if moe else 1,
+            W_ne=float(self.matmul_bytes), W_e=float(self.expert_bytes),
+            att=att, kv=self.kv_bytes_per_cell(full), hybrid=self.arch in GATED_DELTA_NET_ARCHS,
+        )
 
     def summary(self) -> dict[str, Any]:
         """What ``presets``/``replay`` report about the model."""
