@@ -484,13 +484,23 @@ def _common_session(p: argparse.ArgumentParser) -> None:
                    help="render budget: prompt size in MB (default 64)")
 
 
+def _min_step_help() -> str:
+    """The builds' default checkpoint min step, from the generation catalog (where it changed)."""
+    from replayer.core.builds.catalog import GENERATIONS
+
+    old = GENERATIONS[0].default_checkpoint_min_step
+    new = next(g for g in GENERATIONS if g.default_checkpoint_min_step != old)
+    return f"checkpoint min step (default: the build's, {old} before b{new.first_build}, " \
+           f"{new.default_checkpoint_min_step} after)"
+
+
 def _knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_batch,
                    help="llama-server -b (logical batch)")
     p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_ubatch,
                    help="llama-server -ub (physical batch; llama-server's own default)")
     p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int_in(0, MAX_TOKENS), default=None,
-                   help="checkpoint min step (default: the build's, 256 before b9771, 8192 after)")
+                   help=_min_step_help())
     p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=DEFAULT_KNOBS.n_ctx_checkpoints,
                    help="llama-server --ctx-checkpoints")
 
