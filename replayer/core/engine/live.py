@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import httpx
 import orjson
@@ -332,116 +332,155 @@ def _stream(run: str, url: str, client: httpx.Client, body: dict, knobs: Knobs, 
     that ends the run as ``prefill complete, generation failed: …`` with its prefill facts; a
     failure before it raises (``RunFailed``).
     """
-    N = layout.n_tokens
-    reason_of = ReasonRule(N, layout.user_starts, knobs)
-    req = dict(body, max_tokens=1, stream=True, return_progress=True, cache_prompt=True, temperature=0)
-    out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
-    prefill_s, generation_s = budgets
-    clock.phase("prefill", prefill_s, late=f"the prefill did not finish within {prefill_s:g} s")
-    t_req = time.monotonic()
-    threading.Thread(target=_post, args=(client, url, req, out), daemon=True).start()
-    prev_p, prev_t = None, 0.0
-    batch_index = 0
-    n_created = 0
-    prefill_done = False
-    prompt_eval: tuple[float, int] | None = None  # (ms, tokens) from the log
-    failure: str | None = None
+    server = _ServerSide(lines, alive, last_error, all_lines, has_log)
+    yield from _Prefill(run, knobs, layout, result, clock, guard, server).events(client, url, body, budgets)
 
-    def log_events(line_ts: float, line: str) -> Iterator[ev.Event]:
-        nonlocal n_created, prompt_eval
+
+@dataclass
+class _ServerSide:
+    """What a run knows of its server besides the HTTP stream: its log lines (queued as they
+    come, and all of them), whether it still runs, its last error line, whether a log exists."""
+
+    lines: "queue.Queue[tuple[float, str]]"
+    alive: Callable[[], bool]
+    last_error: Callable[[], str]
+    all_lines: list[str]
+    has_log: bool
+
+
+class _Prefill:
+    """One request's prefill as it streams: the progress chunks become batches, the log lines
+    checkpoints, and both decide when the prefill is complete (which turns a later failure into
+    ``generation failed`` instead of a failed run)."""
+
+    def __init__(self, run: str, knobs: Knobs, layout: PromptLayout, result: LiveResult, clock: Clock,
+                 guard: Guard, server: _ServerSide) -> None:
+        self.run, self.knobs, self.result, self.clock, self.guard, self.server = run, knobs, result, clock, guard, server
+        self.n_tokens = layout.n_tokens
+        self.reason_of = ReasonRule(layout.n_tokens, layout.user_starts, knobs)
+        self.generation_s = 0.0
+        self.t_req = 0.0
+        self.prev_p: int | None = None
+        self.prev_t = 0.0
+        self.batch_index = 0
+        self.n_created = 0
+        self.prefill_done = False
+        self.prompt_eval: tuple[float, int] | None = None  # (ms, tokens) from the log
+
+    def events(self, client: httpx.Client, url: str, body: dict, budgets: tuple[float, float]) -> Iterator[ev.Event]:
+        req = dict(body, max_tokens=1, stream=True, return_progress=True, cache_prompt=True, temperature=0)
+        out: "queue.Queue[tuple[str, Any]]" = queue.Queue()
+        prefill_s, self.generation_s = budgets
+        self.clock.phase("prefill", prefill_s, late=f"the prefill did not finish within {prefill_s:g} s")
+        self.t_req = time.monotonic()
+        threading.Thread(target=_post, args=(client, url, req, out), daemon=True).start()
+        failure = yield from self._pump(out)
+        if failure and not self.prefill_done:
+            raise RunError(self._died_or(failure))
+        yield from self._trailing_log()
+        self.result.log_lines = list(self.server.all_lines)
+        yield self._finished(failure)
+
+    def _pump(self, out: "queue.Queue[tuple[str, Any]]") -> Generator[ev.Event, None, str | None]:
+        """Log lines and stream chunks until the stream ends; returns the failure, if any."""
+        while True:
+            # log lines first: a checkpoint is logged before its batch's progress event
+            while True:
+                try:
+                    ts, line = self.server.lines.get_nowait()
+                except queue.Empty:
+                    break
+                yield from self._log_events(ts, line)
+            if self.prompt_eval is not None:
+                self._finish_prefill()
+            if self.clock.expired():
+                self.guard.cut()
+                return str(self.clock.error())
+            try:
+                kind, payload = out.get(timeout=0.05)
+            except queue.Empty:
+                if not self.server.alive():
+                    return f"llama-server died during the replay: {self.server.last_error()}"
+                continue
+            if kind == "done":
+                return None if self.prefill_done else "the stream ended before the prefill finished"
+            if kind == "error":
+                return str(self.guard.explain(payload))
+            yield from self._chunk_events(payload)
+            if payload.error_message is not None:
+                return f"llama-server reported an error: {payload.error_message}"
+
+    def _log_events(self, line_ts: float, line: str) -> Iterator[ev.Event]:
         fact = parse_line(line)
         if fact is None:
             return
         if fact.kind == "prompt_eval":
-            prompt_eval = (float(fact.values[0]), int(fact.values[1]))
-        for e in _fact_events(run, fact, (line_ts - t_req) * 1000, result):
+            self.prompt_eval = (float(fact.values[0]), int(fact.values[1]))
+        for e in _fact_events(self.run, fact, (line_ts - self.t_req) * 1000, self.result):
             if isinstance(e, ev.CheckpointCreated):
-                n_created += 1
+                self.n_created += 1
             yield e
 
-    def finish_prefill() -> None:
-        nonlocal prefill_done
-        if not prefill_done:
-            prefill_done = True
-            clock.phase("generation", generation_s,
-                        late=f"the prefill finished but the stream did not end within {generation_s:g} s")
-
-    while True:
-        # log lines first: a checkpoint is logged before its batch's progress event
-        while True:
-            try:
-                ts, line = lines.get_nowait()
-            except queue.Empty:
-                break
-            yield from log_events(ts, line)
-        if prompt_eval is not None:
-            finish_prefill()
-        if clock.expired():
-            guard.cut()
-            failure = str(clock.error())
-            break
-        try:
-            kind, payload = out.get(timeout=0.05)
-        except queue.Empty:
-            if not alive():
-                failure = f"llama-server died during the replay: {last_error()}"
-                break
-            continue
-        if kind == "done":
-            if not prefill_done:
-                failure = "the stream ended before the prefill finished"
-            break
-        if kind == "error":
-            failure = str(guard.explain(payload))
-            break
-        chunk: Chunk = payload
+    def _chunk_events(self, chunk: Chunk) -> Iterator[ev.Event]:
+        """A batch for each step of the progress; the chunk's timings, if any, end the prefill."""
         pp = chunk.prompt_progress
         if pp is not None:
             p, t_ms = pp.processed, pp.time_ms
-            result.progress.append(p)
-            if prev_p is None:
-                prev_p, prev_t = p, t_ms
-            elif p > prev_p:
-                reason = reason_of(prev_p, p)
-                n_ub = -(-(p - prev_p) // knobs.n_ubatch_eff)
-                yield ev.BatchDone(run=run, index=batch_index, start=prev_p, n_tokens=p - prev_p, n_ubatches=n_ub,
-                                   reason=reason, t_start_ms=prev_t, t_ms=t_ms)
-                yield ev.Progress(run=run, processed=p, total=N, t_ms=t_ms)
-                batch_index += 1
-                prev_p, prev_t = p, t_ms
+            self.result.progress.append(p)
+            if self.prev_p is None:
+                self.prev_p, self.prev_t = p, t_ms
+            elif p > self.prev_p:
+                start = self.prev_p
+                n_ub = -(-(p - start) // self.knobs.n_ubatch_eff)
+                yield ev.BatchDone(run=self.run, index=self.batch_index, start=start, n_tokens=p - start,
+                                   n_ubatches=n_ub, reason=self.reason_of(start, p), t_start_ms=self.prev_t, t_ms=t_ms)
+                yield ev.Progress(run=self.run, processed=p, total=self.n_tokens, t_ms=t_ms)
+                self.batch_index += 1
+                self.prev_p, self.prev_t = p, t_ms
             if pp.total and p >= pp.total:
-                finish_prefill()
+                self._finish_prefill()
         if chunk.timings is not None:
-            result.timings = chunk.timings.model_dump(exclude_none=True)
+            self.result.timings = chunk.timings.model_dump(exclude_none=True)
             if chunk.timings.prompt_n is not None:
-                finish_prefill()
-        if chunk.error_message is not None:
-            failure = f"llama-server reported an error: {chunk.error_message}"
-            break
-    if failure and not prefill_done:
-        # a killed server's connection can drop before the process is reaped: wait a moment
+                self._finish_prefill()
+
+    def _finish_prefill(self) -> None:
+        """From here on only the one generated token is awaited, on its own budget."""
+        if not self.prefill_done:
+            self.prefill_done = True
+            self.clock.phase("generation", self.generation_s,
+                             late=f"the prefill finished but the stream did not end within {self.generation_s:g} s")
+
+    def _died_or(self, failure: str) -> str:
+        """A killed server's connection can drop before the process is reaped: wait a moment, so
+        that the failure names the death and its log line rather than a reset connection."""
         deadline = time.monotonic() + 1.0
-        while alive() and time.monotonic() < deadline:
+        while self.server.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not alive():
-            failure = f"llama-server died during the replay: {last_error()}"
-        raise RunError(failure)
-    # the final log lines (prompt eval time) trail the stream a little
-    deadline = time.monotonic() + (1.0 if has_log else 0.0)
-    while prompt_eval is None and time.monotonic() < deadline:
-        try:
-            ts, line = lines.get(timeout=0.05)
-        except queue.Empty:
-            continue
-        yield from log_events(ts, line)
-    result.log_lines = list(all_lines)
-    tm = result.timings
-    prompt_ms = float(tm.get("prompt_ms") or (prompt_eval[0] if prompt_eval else 0) or prev_t)
-    processed = int(tm.get("prompt_n") or (prompt_eval[1] if prompt_eval else 0) or N)
-    tps = float(tm.get("prompt_per_second") or (processed / (prompt_ms / 1000) if prompt_ms else 0))
-    status = ev.STATUS_COMPLETE if failure is None else ev.GENERATION_FAILED + failure
-    yield ev.RunFinished(run=run, n_tokens=N, n_processed=processed, prompt_ms=prompt_ms, tokens_per_s=tps,
-                         n_batches=batch_index, n_checkpoints=n_created, t_ms=prompt_ms, status=status)
+        if not self.server.alive():
+            return f"llama-server died during the replay: {self.server.last_error()}"
+        return failure
+
+    def _trailing_log(self) -> Iterator[ev.Event]:
+        """The final log lines (prompt eval time) trail the stream a little."""
+        deadline = time.monotonic() + (1.0 if self.server.has_log else 0.0)
+        while self.prompt_eval is None and time.monotonic() < deadline:
+            try:
+                ts, line = self.server.lines.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            yield from self._log_events(ts, line)
+
+    def _finished(self, failure: str | None) -> ev.RunFinished:
+        """The run's totals: the server's own timings first, then the log's prompt eval, then the stream."""
+        tm, pe = self.result.timings, self.prompt_eval
+        prompt_ms = float(tm.get("prompt_ms") or (pe[0] if pe else 0) or self.prev_t)
+        processed = int(tm.get("prompt_n") or (pe[1] if pe else 0) or self.n_tokens)
+        tps = float(tm.get("prompt_per_second") or (processed / (prompt_ms / 1000) if prompt_ms else 0))
+        status = ev.STATUS_COMPLETE if failure is None else ev.GENERATION_FAILED + failure
+        return ev.RunFinished(run=self.run, n_tokens=self.n_tokens, n_processed=processed, prompt_ms=prompt_ms,
+                              tokens_per_s=tps, n_batches=self.batch_index, n_checkpoints=self.n_created,
+                              t_ms=prompt_ms, status=status)
 
 
 def _fact_events(run: str, fact: LogFact, t_ms: float, result: LiveResult) -> Iterator[ev.Event]:

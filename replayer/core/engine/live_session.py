@@ -16,6 +16,7 @@ tool-call parser refuses the sampled token); the prefill facts of that turn stan
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -28,7 +29,7 @@ from replayer.core.engine.live import LiveOptions, LiveResult, LiveServer, _serv
 from replayer.core.server_protocol import Clock, Guard
 from replayer.core.errors import ReplayerError, RunError
 from replayer.core.prompt import templates
-from replayer.core.prompt.layout import layout_of_text
+from replayer.core.prompt.layout import PromptLayout, layout_of_text
 from replayer.core.prompt.server_tokenizer import ServerTokenizer
 from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _Recording, shared_prefix
 
@@ -68,6 +69,7 @@ def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ct
 
 
 def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iterator[Any]:
+    """Start the server once, then send every turn on it in order; the run's totals at the end."""
     turns = prep.turns.turns
     server = LiveServer(opts, knobs, opts.ctx_size or 32768)
     # the whole session's wall clock: start-up and layout once, then every turn's prefill and token
@@ -78,62 +80,81 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iter
         server.wait_healthy(client, clock)
         st = ServerTokenizer(server.url, client)
         tpl = st.template()
-        delims = templates.delimiters_for(tpl, build)
         n_ctx = st.n_ctx() or server.n_ctx
         knobs = _server_memory(knobs, list(server.all_lines))
-        layouts = TurnLayouts([], tpl, delims, "server", True)
+        layouts = TurnLayouts([], tpl, templates.delimiters_for(tpl, build), "server", True)
         prep.layouts[run] = layouts
         yield ev.RunStarted(run=run, label=f"{run}: {build.label}", build=build.label,
                             generation=build.generation.value, engine="live", n_tokens=0,
                             settings={**settings, "binary": str(opts.binary), "model": str(opts.model),
                                       "ctx_size": n_ctx, "memory": knobs.memory, "n_swa": knobs.n_swa, "mode": "session",
                                       "turns": len(turns)})
-        alive = lambda: server.proc is not None and server.proc.poll() is None  # noqa: E731
-        t = 0.0
+        totals = _Totals()
         prev: TurnPrompt | None = None
-        n_batches = n_ckpt = processed = 0
         for turn in turns:
-            text = st.apply_template(turn.messages, turn.tools)
-            rec = _Recording(st)
-            lay = layout_of_text(text, delims, rec, tpl.name, build)
-            ids = rec.ids or []
-            p = TurnPrompt(turn.index, lay.n_tokens, lay.prompt_spans(), turn, 0, text, len(text), "", ids,
-                           len(ids), [])
-            layouts.prompts.append(p)
+            p, lay = _turn_prompt(turn, st, layouts, build)
             common = shared_prefix(prev, p).n_tokens if prev is not None else 0
-            yield TurnStarted(run, turn.index, p.n_tokens, len(turn.messages), common, t)
+            yield TurnStarted(run, turn.index, p.n_tokens, len(turn.messages), common, totals.t)
             if p.n_tokens >= n_ctx:
-                yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, t,
+                yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t,
                                    error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
                 continue
-            while not server.lines.empty():  # what the previous turn logged after its prefill
-                server.lines.get_nowait()
-            first_line = len(server.all_lines)
-            result = LiveResult(layout=lay)
-            turn_ms = 0.0
-            for e in _stream(run, server.url, client, turn.body, knobs, lay, server.lines, alive,
-                             server.last_error, server.all_lines, result, clock, guard,
-                             (opts.request_timeout, opts.generation_timeout)):
-                if isinstance(e, ev.RunFinished):
-                    turn_ms = e.prompt_ms
-                    continue
-                e.t_ms += t
-                if isinstance(e, ev.BatchDone):
-                    e.t_start_ms += t
-                    n_batches += 1
-                elif isinstance(e, ev.CheckpointCreated):
-                    n_ckpt += 1
-                yield e
-            tm = result.timings
-            cache_n = int(tm["cache_n"]) if "cache_n" in tm else (result.progress[0] if result.progress else 0)
-            prompt_n = int(tm["prompt_n"]) if "prompt_n" in tm else p.n_tokens - cache_n
-            full = any(FULL_REPROCESS in line for line in server.all_lines[first_line:])
-            processed += prompt_n
-            t += turn_ms
-            yield TurnFinished(run, turn.index, p.n_tokens, cache_n, prompt_n, turn_ms, full, t)
+            yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals)
             prev = p
-        if not alive():
+        if not server.alive():
             raise RunError(f"llama-server died during the session: {server.last_error()}")
-        yield ev.RunFinished(run=run, n_tokens=prev.n_tokens if prev else 0, n_processed=processed, prompt_ms=t,
-                             tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0, n_batches=n_batches,
-                             n_checkpoints=n_ckpt, t_ms=t)
+        yield ev.RunFinished(run=run, n_tokens=prev.n_tokens if prev else 0, n_processed=totals.processed,
+                             prompt_ms=totals.t, tokens_per_s=totals.processed / (totals.t / 1000.0) if totals.t > 0
+                             else 0.0, n_batches=totals.n_batches, n_checkpoints=totals.n_ckpt, t_ms=totals.t)
+
+
+@dataclass
+class _Totals:
+    """The session so far: its clock (the sum of the turns' prefill times) and its counts."""
+
+    t: float = 0.0
+    n_batches: int = 0
+    n_ckpt: int = 0
+    processed: int = 0
+
+
+def _turn_prompt(turn, st: ServerTokenizer, layouts: TurnLayouts, build) -> tuple[TurnPrompt, PromptLayout]:
+    """The turn's prompt as the server renders and tokenizes it, added to the run's layouts."""
+    text = st.apply_template(turn.messages, turn.tools)
+    rec = _Recording(st)
+    lay = layout_of_text(text, layouts.delimiters, rec, layouts.template.name, build)
+    ids = rec.ids or []
+    p = TurnPrompt(turn.index, lay.n_tokens, lay.prompt_spans(), turn, 0, text, len(text), "", ids, len(ids), [])
+    layouts.prompts.append(p)
+    return p, lay
+
+
+def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, client: httpx.Client, knobs,
+               clock: Clock, guard: Guard, opts: LiveOptions, totals: _Totals) -> Iterator[Any]:
+    """One turn's request on the running server: its batches and checkpoints on the session's
+    clock, then what the server reused and re-processed (its own timings, else the first progress)."""
+    while not server.lines.empty():  # what the previous turn logged after its prefill
+        server.lines.get_nowait()
+    first_line = len(server.all_lines)
+    result = LiveResult(layout=lay)
+    turn_ms = 0.0
+    for e in _stream(run, server.url, client, p.turn.body, knobs, lay, server.lines, server.alive,
+                     server.last_error, server.all_lines, result, clock, guard,
+                     (opts.request_timeout, opts.generation_timeout)):
+        if isinstance(e, ev.RunFinished):
+            turn_ms = e.prompt_ms
+            continue
+        e.t_ms += totals.t
+        if isinstance(e, ev.BatchDone):
+            e.t_start_ms += totals.t
+            totals.n_batches += 1
+        elif isinstance(e, ev.CheckpointCreated):
+            totals.n_ckpt += 1
+        yield e
+    tm = result.timings
+    cache_n = int(tm["cache_n"]) if "cache_n" in tm else (result.progress[0] if result.progress else 0)
+    prompt_n = int(tm["prompt_n"]) if "prompt_n" in tm else p.n_tokens - cache_n
+    full = any(FULL_REPROCESS in line for line in server.all_lines[first_line:])
+    totals.processed += prompt_n
+    totals.t += turn_ms
+    yield TurnFinished(run, p.index, p.n_tokens, cache_n, prompt_n, turn_ms, full, totals.t)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Iterator, Protocol
 
 from replayer.core.hardware import presets
+from replayer.core.hardware.perf_data import ModelConstants
 from replayer.core.hardware.presets import GPUPreset, ModelPreset
 
 OP_OFFLOAD_MIN_BATCH = 32  # ggml-backend: host weights are used on the GPU from this batch size
@@ -73,7 +74,7 @@ class RooflineCost:
     b_mv: int
     p_a: float
     h: float
-    model: dict
+    model: ModelConstants
     w_host: float = 0.0  # bytes of expert weights left in host RAM
     h2d_bps: float = 16.7e9
     host_bps: float = 70e9
@@ -81,11 +82,11 @@ class RooflineCost:
 
     def ubatch_ms(self, b: int, depth: int) -> float:
         m = self.model
-        L, n_ne, n_e_tot, n_e_act = m["L"], m["N_ne"], m["N_e_tot"], m["N_e_act"]
-        w_ne, w_e, kv, att = m["W_ne"], m["W_e"], m["kv"], m["att"]
+        L, n_ne, n_e_tot, n_e_act = m.L, m.N_ne, m.N_e_tot, m.N_e_act
+        w_ne, w_e, kv, att = m.W_ne, m.W_e, m.kv, m.att
         if self.w_host and not w_e:
             return self._dense_offload_ms(b, depth)
-        u = _u(b, m["k"], m["E"]) if m.get("moe") else 0.0
+        u = _u(b, m.k, m.E) if m.moe else 0.0
         host_frac = min(1.0, self.w_host / w_e) if w_e and self.w_host else 0.0
         w_e_dev = w_e * (1 - host_frac)
         t_mem = (w_ne + w_e_dev * u + kv * depth) / self.bw
@@ -107,16 +108,16 @@ class RooflineCost:
         """A dense model with whole layers in host RAM: from 32 tokens their weights are copied
         to the GPU and computed there; below, the CPU computes those layers."""
         m = self.model
-        frac = min(1.0, self.w_host / m["W_ne"])
+        frac = min(1.0, self.w_host / m.W_ne)
         big = b >= OP_OFFLOAD_MIN_BATCH
-        n_gpu = m["N_ne"] * (1.0 if big else 1 - frac)
-        t_mem = (m["W_ne"] * (1 - frac) + m["kv"] * depth) / self.bw
+        n_gpu = m.N_ne * (1.0 if big else 1 - frac)
+        t_mem = (m.W_ne * (1 - frac) + m.kv * depth) / self.bw
         t_mm = 2 * n_gpu * (b if b <= self.b_mv else b + self.bh) / (self.p_mv if b <= self.b_mv else self.p)
-        t = self.tau * m["L"] + math.hypot(t_mem, t_mm) + m["att"] * b * (depth + (b + 1) / 2) / self.p_a
+        t = self.tau * m.L + math.hypot(t_mem, t_mm) + m.att * b * (depth + (b + 1) / 2) / self.p_a
         if big:
             t += self.w_host / self.h2d_bps
         else:
-            t += self.w_host / self.host_bps + 2 * m["N_ne"] * frac * b / self.cpu_flops
+            t += self.w_host / self.host_bps + 2 * m.N_ne * frac * b / self.cpu_flops
         return t * self.h * 1000.0
 
     def checkpoint_ms(self, size_mib: float) -> float:
@@ -158,16 +159,9 @@ def host_bytes(gpu: GPUPreset, model: ModelPreset) -> float:
     if gpu.unified:
         return 0.0
     c = model.c
-    total = c["W_ne"] + c["W_e"]
+    total = c.W_ne + c.W_e
     spill = total - (gpu.memory_bytes - OFFLOAD_RESERVE_BYTES)
-    return max(0.0, min(spill, c["W_e"] if c["W_e"] else c["W_ne"]))
-
-
-def _line_record(record_id: str) -> dict:
-    for p in presets.calibration()["partial_offload"]:
-        if p["id"] == record_id:
-            return p
-    raise KeyError(f"calibration record {record_id} missing")  # pragma: no cover
+    return max(0.0, min(spill, c.W_e if c.W_e else c.W_ne))
 
 
 #: Decode calls replayer's schedule makes for the bundled seed session (Qwen3.6 template,
@@ -181,31 +175,33 @@ SEED_BAD_CALLS = 312
 
 def seed_line(record_id: str = "vulkan_rx9070xt_qwen36_35B_A3B_Q8_seed") -> tuple[float, float]:
     """(fixed s per ubatch, s per token) solved from 131.03 and 318 tok/s on 91,463 tokens."""
-    seed = _line_record(record_id)["seed_numbers"]
-    t_bad = seed["t_master_s"]
-    t_good = seed["tokens"] / seed["tps_good"]
+    seed = presets.calibration().partial_offload_record(record_id).seed_numbers
+    if seed is None:  # pragma: no cover - a preset names a line without its measurements
+        raise KeyError(f"calibration record {record_id} has no seed numbers")
+    t_bad = seed.t_master_s
+    t_good = seed.tokens / seed.tps_good
     t_f = (t_bad - t_good) / (SEED_BAD_CALLS - SEED_GOOD_CALLS)
-    c = (t_good - SEED_GOOD_CALLS * t_f) / seed["tokens"]
+    c = (t_good - SEED_GOOD_CALLS * t_f) / seed.tokens
     return t_f, c
 
 
 def cost_model(gpu: GPUPreset, model: ModelPreset, backend: str | None = None) -> CostModel:
     backend = backend or gpu.backend
     pid = gpu.moe_profile if model.moe else gpu.dense_profile
-    pp = presets.profile(pid)["params"]
+    pp = presets.profile(pid).params
     comp, mem = presets.scale(gpu, pid)  # 1, 1 on the device the profile was fitted on
     if backend != gpu.backend:
         f_comp, f_mem = gpu.backend_factors.get(backend, (1.0, 1.0))
         comp, mem = comp * f_comp, mem * f_mem
-    h = pp.get("hybrid_gdn_factor", 1.0)
-    if model.c.get("hybrid") and h == 1.0:
+    h = pp.hybrid_gdn_factor
+    if model.c.hybrid and h == 1.0:
         h = 1.29  # gated-delta-net hybrids vs their active parameters (vulkan_8060s fit, §5)
     w_host = host_bytes(gpu, model)
     roof = RooflineCost(
-        name=f"{gpu.id}/{backend}/{model.id}", tau=pp["tau_s_per_layer"], bw=pp["bw_Bps"] * mem,
-        p=pp["p_gemm_flops"] * comp, p_e=pp["p_expert_flops"] * comp, bh=pp["bh_tokens"],
-        bh_e=pp.get("bh_expert_tokens", pp["bh_tokens"]), p_mv=(pp["p_mv_flops"] or 1.0) * comp, b_mv=int(pp["b_mv"] or 0),
-        p_a=pp["p_attn_flops"] * comp, h=h, model=model.c, w_host=w_host, h2d_bps=gpu.h2d_bps,
+        name=f"{gpu.id}/{backend}/{model.id}", tau=pp.tau_s_per_layer, bw=pp.bw_Bps * mem,
+        p=pp.p_gemm_flops * comp, p_e=pp.p_expert_flops * comp, bh=pp.bh_tokens,
+        bh_e=pp.bh_tokens if pp.bh_expert_tokens is None else pp.bh_expert_tokens,
+        p_mv=(pp.p_mv_flops or 1.0) * comp, b_mv=pp.b_mv, p_a=pp.p_attn_flops * comp, h=h, model=model.c, w_host=w_host, h2d_bps=gpu.h2d_bps,
         host_bps=gpu.host_bps,
     )
     line = dict(model.measured_lines).get((gpu.id, backend))

@@ -21,9 +21,10 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from replayer.core.errors import ReplayerError
+from replayer.core.hardware.perf_data import ModelConstants
 
 # llm_arch_is_recurrent / llm_arch_is_hybrid (src/llama-arch.cpp, b9859 and b10001 alike)
 RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
@@ -126,19 +127,19 @@ class GGUFModel:
             return 0.0
         return size / 2**20
 
-    def constants(self) -> dict[str, Any]:
+    def constants(self) -> ModelConstants:
         """The cost model's per-model constants (``perf-calibration.json`` → ``models_fields``)."""
         moe = self.n_expert > 1 and self.expert_params > 0
         full = [i for i in self.attn_layers if not self.swa_layers[i]]
         att = 4 * sum(self.n_head[i] * self.head_dim_k for i in full)
-        return {
-            "name": f"{self.arch} {self.name} {self.file_type}", "L": self.n_layer, "moe": moe,
-            "N_ne": float(self.matmul_params), "N_e_tot": float(self.expert_params),
-            "N_e_act": float(self.expert_params * self.n_expert_used / self.n_expert) if moe else 0.0,
-            "E": self.n_expert if moe else 1, "k": self.n_expert_used if moe else 1,
-            "W_ne": float(self.matmul_bytes), "W_e": float(self.expert_bytes),
-            "att": att, "kv": self.kv_bytes_per_cell(full), "hybrid": self.arch in GATED_DELTA_NET_ARCHS,
-        }
+        return ModelConstants(
+            name=f"{self.arch} {self.name} {self.file_type}", L=self.n_layer, moe=moe,
+            N_ne=float(self.matmul_params), N_e_tot=float(self.expert_params),
+            N_e_act=float(self.expert_params * self.n_expert_used / self.n_expert) if moe else 0.0,
+            E=self.n_expert if moe else 1, k=self.n_expert_used if moe else 1,
+            W_ne=float(self.matmul_bytes), W_e=float(self.expert_bytes),
+            att=att, kv=self.kv_bytes_per_cell(full), hybrid=self.arch in GATED_DELTA_NET_ARCHS,
+        )
 
     def summary(self) -> dict[str, Any]:
         """What ``presets``/``replay`` report about the model."""
@@ -186,24 +187,14 @@ def _read(path: str, _mtime: int, _size: int) -> GGUFModel:
 
 
 def _profile(path: str, reader: Any) -> GGUFModel:
+    """The header read in the order the server's loader reads it: identity, attention shape,
+    memory kind (recurrent layers, sliding window, state size), then the tensor table."""
     from replayer.core.prompt.gguf_tokenizer import _field
 
     def get(key: str, default: Any = None) -> Any:
         return _field(reader, key, default)
 
-    arch = get("general.architecture")
-    if not isinstance(arch, str) or not arch:
-        raise ReplayerError(f"{path} has no general.architecture: not a model GGUF")
-    if arch in NOT_LM_ARCHS:
-        raise ReplayerError(f"{path} is a {arch!r} GGUF, not a language model llama-server can chat with")
-    n_layer = get(f"{arch}.block_count")
-    n_embd = get(f"{arch}.embedding_length")
-    if not n_layer or not n_embd:
-        raise ReplayerError(f"{path} has no {arch}.block_count / embedding_length: not a language model")
-    n_layer, n_embd = int(n_layer), int(n_embd)
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    if tokens is None:
-        raise ReplayerError(f"{path} has no tokenizer vocabulary: not a language model llama-server can serve")
+    arch, n_layer, n_embd, n_vocab = _identity(path, reader, get)
 
     def per_layer(key: str, default: int) -> tuple[int, ...]:
         v = get(key, default)
@@ -218,54 +209,107 @@ def _profile(path: str, reader: Any) -> GGUFModel:
     h0 = max(n_head) if n_head else 0
     head_k = int(get(f"{arch}.attention.key_length", n_embd // h0 if h0 else 0) or 0)
     head_v = int(get(f"{arch}.attention.value_length", head_k) or 0)
+    recurrent = _recurrent_layers(arch, get, n_layer, n_head_kv)
+    n_swa, swa_layers = _sliding_window(arch, get, n_layer, recurrent)
+    state = _state_floats(arch, get, n_embd) if any(recurrent) else 0
+    t = _tensor_table(path, reader)
+    n_expert = int(get(f"{arch}.expert_count", 0) or 0)
+    n_used = int(get(f"{arch}.expert_used_count", 0) or 0)
+    if t.expert_params and (n_expert < 1 or not 0 < n_used <= n_expert):
+        raise ReplayerError(f"{path}: expert tensors but expert_count {n_expert} / used {n_used} (damaged header)")
+    return GGUFModel(
+        path=path, arch=arch, name=str(get("general.name", Path(path).stem)), n_layer=n_layer, n_embd=n_embd,
+        n_head=n_head, n_head_kv=n_head_kv, head_dim_k=head_k, head_dim_v=head_v,
+        n_ctx_train=int(get(f"{arch}.context_length", 0) or 0), n_swa=n_swa, swa_layers=swa_layers,
+        recurrent_layers=recurrent, n_expert=n_expert, n_expert_used=n_used,
+        file_type=_quant_name(get("general.file_type")), weight_bytes=t.weight_bytes, expert_bytes=t.expert_bytes,
+        params=t.params, expert_params=t.expert_params, matmul_params=t.matmul_params, matmul_bytes=t.matmul_bytes,
+        state_floats_per_layer=state, has_chat_template=get("tokenizer.chat_template") is not None,
+        n_vocab=n_vocab,
+    )
 
-    # recurrent layers
+
+def _identity(path: str, reader: Any, get: Callable[..., Any]) -> tuple[str, int, int, int]:
+    """(arch, layers, embedding width, vocabulary size), refusing what llama-server cannot chat with."""
+    arch = get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ReplayerError(f"{path} has no general.architecture: not a model GGUF")
+    if arch in NOT_LM_ARCHS:
+        raise ReplayerError(f"{path} is a {arch!r} GGUF, not a language model llama-server can chat with")
+    n_layer = get(f"{arch}.block_count")
+    n_embd = get(f"{arch}.embedding_length")
+    if not n_layer or not n_embd:
+        raise ReplayerError(f"{path} has no {arch}.block_count / embedding_length: not a language model")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise ReplayerError(f"{path} has no tokenizer vocabulary: not a language model llama-server can serve")
+    return arch, int(n_layer), int(n_embd), len(tokens.data)
+
+
+def _recurrent_layers(arch: str, get: Callable[..., Any], n_layer: int, n_head_kv: tuple[int, ...]) -> tuple[bool, ...]:
+    """Which layers keep a recurrent state (``llm_arch_is_recurrent`` / ``llm_arch_is_hybrid``
+    and the arch's own layer pattern)."""
     if arch in RECURRENT_ARCHS:
-        recurrent = (True,) * n_layer
-    elif arch in ("qwen3next", "qwen35", "qwen35moe"):
+        return (True,) * n_layer
+    if arch in ("qwen3next", "qwen35", "qwen35moe"):
         interval = int(get(f"{arch}.full_attention_interval", 4) or 4)
-        recurrent = tuple((i + 1) % interval != 0 for i in range(n_layer))
-    elif arch == "falcon-h1":
-        recurrent = (True,) * n_layer
-    elif arch in HYBRID_ARCHS:
-        recurrent = tuple(h == 0 for h in n_head_kv)
-    else:
-        recurrent = (False,) * n_layer
+        return tuple((i + 1) % interval != 0 for i in range(n_layer))
+    if arch == "falcon-h1":
+        return (True,) * n_layer
+    if arch in HYBRID_ARCHS:
+        return tuple(h == 0 for h in n_head_kv)
+    return (False,) * n_layer
 
-    # sliding window, as the arch's load_hparams decides
+
+def _sliding_window(arch: str, get: Callable[..., Any], n_layer: int,
+                    recurrent: tuple[bool, ...]) -> tuple[int, tuple[bool, ...]]:
+    """(n_swa, which layers slide), as the arch's load_hparams decides; (0, none) without a window."""
     n_swa, swa_layers = 0, (False,) * n_layer
-    if arch in SWA_ARCHS:
-        default, period = SWA_ARCHS[arch]
-        key = get(f"{arch}.attention.sliding_window")
-        value = int(key) if key is not None else default
-        if value and value > 0:
-            n_swa = value
-            pattern = get(f"{arch}.attention.sliding_window_pattern")
-            if isinstance(pattern, list):
-                swa_layers = tuple(bool(x) for x in pattern[:n_layer])
-            elif arch == "lfm2":
-                swa_layers = tuple(not r for r in recurrent)
-            else:
-                period = int(pattern) if pattern is not None else period
-                swa_layers = tuple(period == 0 or i % period < period - 1 for i in range(n_layer))
+    if arch not in SWA_ARCHS:
+        return n_swa, swa_layers
+    default, period = SWA_ARCHS[arch]
+    key = get(f"{arch}.attention.sliding_window")
+    value = int(key) if key is not None else default
+    if not (value and value > 0):
+        return n_swa, swa_layers
+    pattern = get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        swa_layers = tuple(bool(x) for x in pattern[:n_layer])
+    elif arch == "lfm2":
+        swa_layers = tuple(not r for r in recurrent)
+    else:
+        period = int(pattern) if pattern is not None else period
+        swa_layers = tuple(period == 0 or i % period < period - 1 for i in range(n_layer))
+    return value, swa_layers
 
-    # recurrent state per layer: n_embd_r + n_embd_s (src/llama-hparams.cpp)
-    state = 0
-    if any(recurrent):
-        wkv = int(get(f"{arch}.wkv.head_size", 0) or 0)
-        l_cache = int(get(f"{arch}.shortconv.l_cache", 0) or 0)
-        d_conv = int(get(f"{arch}.ssm.conv_kernel", 0) or 0)
-        d_inner = int(get(f"{arch}.ssm.inner_size", 0) or 0)
-        d_state = int(get(f"{arch}.ssm.state_size", 0) or 0)
-        n_group = int(get(f"{arch}.ssm.group_count", 0) or 0)
-        if wkv:
-            state = int(get(f"{arch}.token_shift_count", 2) or 2) * n_embd + n_embd * wkv
-        elif l_cache:
-            state = n_embd * (l_cache - 1)
-        else:
-            state = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
 
-    # the tensor table: bytes and parameters, experts apart (no tensor data is touched)
+def _state_floats(arch: str, get: Callable[..., Any], n_embd: int) -> int:
+    """Recurrent state per layer: n_embd_r + n_embd_s (src/llama-hparams.cpp)."""
+    wkv = int(get(f"{arch}.wkv.head_size", 0) or 0)
+    l_cache = int(get(f"{arch}.shortconv.l_cache", 0) or 0)
+    d_conv = int(get(f"{arch}.ssm.conv_kernel", 0) or 0)
+    d_inner = int(get(f"{arch}.ssm.inner_size", 0) or 0)
+    d_state = int(get(f"{arch}.ssm.state_size", 0) or 0)
+    n_group = int(get(f"{arch}.ssm.group_count", 0) or 0)
+    if wkv:
+        return int(get(f"{arch}.token_shift_count", 2) or 2) * n_embd + n_embd * wkv
+    if l_cache:
+        return n_embd * (l_cache - 1)
+    return max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
+
+
+class _Tensors(NamedTuple):
+    weight_bytes: int
+    expert_bytes: int
+    params: int
+    expert_params: int
+    matmul_params: int
+    matmul_bytes: int
+
+
+def _tensor_table(path: str, reader: Any) -> _Tensors:
+    """Bytes and parameters, routed experts apart, and what every call multiplies (the token
+    embedding is a row lookup unless it doubles as the output); no tensor data is touched."""
     weight = expert_b = params = expert_p = mm_p = mm_b = 0
     has_output = any(t.name == "output.weight" for t in reader.tensors)
     for t in reader.tensors:
@@ -275,24 +319,10 @@ def _profile(path: str, reader: Any) -> GGUFModel:
         if EXPERT_MARK in t.name:
             expert_b += b
             expert_p += n
-        elif t.name != "token_embd.weight" or not has_output:  # the embedding is a row lookup
+        elif t.name != "token_embd.weight" or not has_output:
             if len(t.shape) >= 2:
                 mm_p += n
                 mm_b += b
     if weight == 0:
         raise ReplayerError(f"{path} holds no tensors: not a model GGUF")
-    n_expert = int(get(f"{arch}.expert_count", 0) or 0)
-    n_used = int(get(f"{arch}.expert_used_count", 0) or 0)
-    if expert_p and (n_expert < 1 or not 0 < n_used <= n_expert):
-        raise ReplayerError(f"{path}: expert tensors but expert_count {n_expert} / used {n_used} (damaged header)")
-    return GGUFModel(
-        path=path, arch=arch, name=str(get("general.name", Path(path).stem)), n_layer=n_layer, n_embd=n_embd,
-        n_head=n_head, n_head_kv=n_head_kv, head_dim_k=head_k, head_dim_v=head_v,
-        n_ctx_train=int(get(f"{arch}.context_length", 0) or 0), n_swa=n_swa, swa_layers=swa_layers,
-        recurrent_layers=recurrent, n_expert=n_expert, n_expert_used=n_used,
-        file_type=_quant_name(get("general.file_type")), weight_bytes=weight, expert_bytes=expert_b,
-        params=params, expert_params=expert_p, matmul_params=mm_p, matmul_bytes=mm_b,
-        state_floats_per_layer=state, has_chat_template=get("tokenizer.chat_template") is not None,
-        n_vocab=len(tokens.data),
-    )
-
+    return _Tensors(weight, expert_b, params, expert_p, mm_p, mm_b)

@@ -10,13 +10,10 @@ replay needs besides speed: memory size (partial offload), the kind of model mem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-import orjson
-
 from replayer.core.errors import ReplayerError, did_you_mean
+from replayer.core.hardware.perf_data import ModelConstants, PerfCalibration, Profile, perf_calibration
 
 BACKENDS = {
     "cuda": "CUDA (NVIDIA)",
@@ -28,16 +25,13 @@ BACKENDS = {
 }
 
 
-@lru_cache(maxsize=1)
-def calibration() -> dict[str, Any]:
-    return orjson.loads(resources.files("replayer.data").joinpath("perf-calibration.json").read_bytes())
+def calibration() -> PerfCalibration:
+    """``data/perf-calibration.json``, validated (``perf_data``)."""
+    return perf_calibration()
 
 
-def profile(pid: str) -> dict[str, Any]:
-    for p in calibration()["profiles"]:
-        if p["id"] == pid:
-            return p
-    raise KeyError(pid)
+def profile(pid: str) -> Profile:
+    return perf_calibration().profile(pid)
 
 
 @dataclass(frozen=True)
@@ -79,7 +73,7 @@ class GPUPreset:
 class ModelPreset:
     id: str
     name: str
-    constants: str  # key in calibration()["models"]
+    constants: str  # key in calibration().models
     memory: str  # plain | swa | recurrent (hybrid)
     size_gib: float
     checkpoint_mib: float  # size of one context checkpoint (0 for plain)
@@ -91,14 +85,14 @@ class ModelPreset:
     gguf: Any = field(default=None, compare=False)  # a GGUFModel when read from the user's file
 
     @property
-    def c(self) -> dict[str, Any]:
+    def c(self) -> ModelConstants:
         if self.gguf is not None:
             return self.gguf.constants()
-        return calibration()["models"][self.constants]
+        return perf_calibration().models[self.constants]
 
     @property
     def moe(self) -> bool:
-        return bool(self.c.get("moe"))
+        return self.c.moe
 
     @property
     def needs_checkpoints(self) -> bool:

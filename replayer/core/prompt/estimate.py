@@ -20,7 +20,7 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
-import orjson
+from pydantic import BaseModel
 
 #: special markers, one token each
 SPECIAL = re.compile(
@@ -75,11 +75,21 @@ def _class_of(ch: str) -> int:
 _ASCII = np.array([_class_of(chr(i)) for i in range(128)], dtype=np.int8)
 
 
+class PriceTable(BaseModel):
+    """``data/estimate_qwen2.json``: tokens per pre-token piece by class and UTF-8 length
+    (``l3`` = a 3-byte letter run), with how it was measured."""
+
+    vocabulary: str
+    method: str
+    corpus: str = ""
+    table: dict[str, float]
+
+
 @lru_cache(maxsize=1)
 def price_table() -> np.ndarray:
     """prices[class, utf-8 length] for lengths below ``_MAX_LEN``."""
     raw = resources.files("replayer.data").joinpath("estimate_qwen2.json").read_bytes()
-    table = orjson.loads(raw)["table"]
+    table = PriceTable.model_validate_json(raw).table
     prices = np.empty((len(PRICE_CLASSES), _MAX_LEN), dtype=np.float64)
     for k, cls in enumerate(PRICE_CLASSES):
         for ln in range(_MAX_LEN):

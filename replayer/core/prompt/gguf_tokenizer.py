@@ -54,7 +54,7 @@ class GGUFTokenizer:
 
     def __init__(self, path: str | Path, extra_specials: tuple[str, ...] = ()) -> None:
         import gguf
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+        from tokenizers import AddedToken
 
         self.path = Path(path).expanduser()
         self.name = f"gguf:{self.path}"
@@ -87,34 +87,50 @@ class GGUFTokenizer:
                 specials.append(extra)
             self.tokens = tokens
         if model == "gpt2":
-            merges_raw = _field(reader, "tokenizer.ggml.merges")
-            if not merges_raw:
-                raise ReplayerError(f"{self.path}: BPE vocabulary without merges")
-            merges = [tuple(m.split(" ", 1)) for m in merges_raw]
-            pattern = PRE_TOKENIZERS.get(self.pre)
-            if pattern is None:
-                raise ReplayerError(f"pre-tokenizer {self.pre!r} of {self.path.name} is not supported yet")
-            tok = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, ignore_merges=self.pre in ("llama-bpe", "llama3")))
-            tok.pre_tokenizer = pre_tokenizers.Sequence([
-                pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-            ])
-            tok.decoder = decoders.ByteLevel()
-            self.add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", self.pre in ("llama-bpe", "llama3")))
+            tok = self._bpe_tokenizer(reader, vocab)
         elif model == "llama":
-            scores = _field(reader, "tokenizer.ggml.scores") or [0.0] * len(tokens)
-            merges = _spm_merges(tokens, scores, types)
-            tok = Tokenizer(models.BPE(vocab, merges, unk_token=tokens[0] if types[0] == TOKEN_UNKNOWN else None,
-                                       fuse_unk=True, byte_fallback=True))
-            tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-            tok.pre_tokenizer = None
-            tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-            self.add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", True))
+            tok = self._spm_tokenizer(reader, vocab, tokens, types)
         else:
             raise ReplayerError(f"tokenizer model {model!r} of {self.path.name} is not supported yet")
         tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
         self._tok = tok
         self._spm = model == "llama"
+
+    def _bpe_tokenizer(self, reader: Any, vocab: dict[str, int]) -> Any:
+        """A byte-level BPE (``gpt2`` vocabularies) split first by the pre-tokenizer's regex, as
+        ``llm_tokenizer_bpe`` does for ``tokenizer.ggml.pre``."""
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+        merges_raw = _field(reader, "tokenizer.ggml.merges")
+        if not merges_raw:
+            raise ReplayerError(f"{self.path}: BPE vocabulary without merges")
+        merges = [tuple(m.split(" ", 1)) for m in merges_raw]
+        pattern = PRE_TOKENIZERS.get(self.pre)
+        if pattern is None:
+            raise ReplayerError(f"pre-tokenizer {self.pre!r} of {self.path.name} is not supported yet")
+        tok = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, ignore_merges=self.pre in ("llama-bpe", "llama3")))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+        tok.decoder = decoders.ByteLevel()
+        self.add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", self.pre in ("llama-bpe", "llama3")))
+        return tok
+
+    def _spm_tokenizer(self, reader: Any, vocab: dict[str, int], tokens: list[str], types: list[int]) -> Any:
+        """A SentencePiece vocabulary (``llama``) as a BPE over its scores with byte fallback:
+        the same pieces llama.cpp's ``llm_tokenizer_spm`` picks."""
+        from tokenizers import Tokenizer, decoders, models, normalizers
+
+        scores = _field(reader, "tokenizer.ggml.scores") or [0.0] * len(tokens)
+        merges = _spm_merges(tokens, scores, types)
+        tok = Tokenizer(models.BPE(vocab, merges, unk_token=tokens[0] if types[0] == TOKEN_UNKNOWN else None,
+                                   fuse_unk=True, byte_fallback=True))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.pre_tokenizer = None
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+        self.add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", True))
+        return tok
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
         if self._spm:

@@ -12,12 +12,14 @@ excluded. Claude Code stores neither system prompt nor tool schemas.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
-    ImagePart, Message, Session, TextPart, ToolCall, Usage,
+    ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
@@ -52,51 +54,69 @@ def _text_of(content: Any) -> str:
 
 
 def load(path: Path, *, images: str = "omit") -> Session:
+    """Claude Code's resume, in stages: index the records, walk the active thread, gather each
+    response's blocks and results from the whole thread, then turn the thread into messages."""
     records, stats, warnings = read_records(path, "Claude Code")
+    by_uuid = _index(records, stats)
+    main = _thread(records, path, warnings)
+    chain = path_to_root(main[-1], by_uuid, id_key="uuid", parent_key="parentUuid")
+    stats.branch_length = len(chain)
+    if chain and chain[0].get("type") == "system" and chain[0].get("subtype") == "compact_boundary":
+        stats.compactions_applied = 1
+    transcript = _Transcript(_responses(main, chain), stats, images).read(chain)
+    return _session(path, records, by_uuid, chain, transcript, warnings)
+
+
+def _index(records: list[dict], stats: ImportStats) -> dict[str, dict]:
+    """Records by ``uuid`` (the parent links' targets), counting what the stats report on the way."""
     by_uuid: dict[str, dict] = {}
     for r in records:
         t = r.get("type") or r.get("_type")
-        if t not in KNOWN:
-            stats.unknown_types[str(t)] = stats.unknown_types.get(str(t), 0) + 1
+        if not is_one_of(t, KNOWN):
+            stats.count_unknown(t)
         if isinstance(r.get("uuid"), str):
             by_uuid[r["uuid"]] = r
         if r.get("isSidechain"):
             stats.sidechain_records += 1
         if r.get("type") == "system" and r.get("subtype") == "compact_boundary":
             stats.compactions_total += 1
+    return by_uuid
 
-    main = [r for r in records if r.get("type") in CONVERSATIONAL and not r.get("isSidechain")
+
+def _thread(records: list[dict], path: Path, warnings: list[str]) -> list[dict]:
+    """The conversation records of the main thread, in file order; its last one is the leaf."""
+    main = [r for r in records if is_one_of(r.get("type"), CONVERSATIONAL) and not r.get("isSidechain")
             and isinstance(r.get("uuid"), str)]
+    if main:
+        return main
+    # an agent file holds only a sidechain: replay that thread
+    main = [r for r in records if is_one_of(r.get("type"), CONVERSATIONAL) and isinstance(r.get("uuid"), str)]
     if not main:
-        # an agent file holds only a sidechain: replay that thread
-        main = [r for r in records if r.get("type") in CONVERSATIONAL and isinstance(r.get("uuid"), str)]
-        if not main:
-            raise ImportFailed(f"{path} has no conversation records")
-        warnings.append("only sidechain (subagent) records: replaying the subagent thread")
-    leaf = main[-1]
-    chain: list[dict] = []
-    seen: set[str] = set()
-    node: dict | None = leaf
-    while node is not None and node["uuid"] not in seen:
-        seen.add(node["uuid"])
-        chain.append(node)
-        pid = node.get("parentUuid")
-        node = by_uuid.get(pid) if isinstance(pid, str) else None
-    chain.reverse()
-    stats.branch_length = len(chain)
-    if chain and chain[0].get("type") == "system" and chain[0].get("subtype") == "compact_boundary":
-        stats.compactions_applied = 1
+        raise ImportFailed(f"{path} has no conversation records")
+    warnings.append("only sidechain (subagent) records: replaying the subagent thread")
+    return main
 
-    # Claude Code 2.x writes each content block of a response as its own record and hangs each
-    # tool_result off the record of its own tool_use: parallel calls and their results sit on
-    # sibling branches the parentUuid walk does not visit. Claude Code sends them all on resume
-    # (the API refuses a tool_use without its result), so the whole message.id and every result
-    # of its calls are gathered from the thread's records.
-    on_chain = {r["uuid"] for r in chain}
-    order = {r["uuid"]: k for k, r in enumerate(main)}
-    group_of: dict[str, list[dict]] = {}  # record uuid → all records of its API response
+
+@dataclass
+class _Responses:
+    """Where each response's blocks and each call's results are, over the whole thread.
+
+    Claude Code 2.x writes each content block of a response as its own record and hangs each
+    tool_result off the record of its own tool_use: parallel calls and their results sit on
+    sibling branches the parentUuid walk does not visit. Claude Code sends them all on resume
+    (the API refuses a tool_use without its result), so the whole ``message.id`` and every
+    result of its calls are gathered from the thread's records.
+    """
+
+    on_chain: set[str]
+    order: dict[str, int]  # record uuid → position in the thread (file order)
+    group_of: dict[str, list[dict]] = field(default_factory=dict)  # record uuid → its API response's records
+    results_of: dict[str, list[dict]] = field(default_factory=dict)  # tool_use id → records holding its result
+
+
+def _responses(main: list[dict], chain: list[dict]) -> _Responses:
+    out = _Responses(on_chain={r["uuid"] for r in chain}, order={r["uuid"]: k for k, r in enumerate(main)})
     last_group: dict[str, list[dict]] = {}
-    results_of: dict[str, list[dict]] = {}
     for r in main:
         msg = r.get("message") or {}
         if r.get("type") == "assistant" and isinstance(msg.get("id"), str):
@@ -104,91 +124,124 @@ def load(path: Path, *, images: str = "omit") -> Session:
             if g is None or _new_response(g, r):
                 g = last_group[msg["id"]] = []
             g.append(r)
-            group_of[r["uuid"]] = g
+            out.group_of[r["uuid"]] = g
         elif r.get("type") == "user" and isinstance(msg.get("content"), list):
             for b in msg["content"]:
                 if isinstance(b, dict) and b.get("type") == "tool_result":
-                    lst = results_of.setdefault(str(b.get("tool_use_id", "")), [])
+                    lst = out.results_of.setdefault(str(b.get("tool_use_id", "")), [])
                     if not lst or lst[-1] is not r:
                         lst.append(r)
+    return out
 
-    messages: list[Message] = []
-    model = None
-    version = None
-    usage = Usage()
-    done_groups: set[int] = set()
-    consumed: set[str] = set()  # result records already placed after their calls
-    i = 0
-    while i < len(chain):
-        r = chain[i]
-        t = r.get("type")
-        version = r.get("version") or version
-        ts = iso_to_s(r.get("timestamp"))
-        if t == "assistant":
+
+class _Transcript:
+    """The thread turned into the messages Claude Code sends, with the facts met on the way
+    (model, agent version, last usage). One pass: a response's blocks are merged at its first
+    record, and its calls' results follow it wherever the file holds them."""
+
+    def __init__(self, responses: _Responses, stats: ImportStats, images: str) -> None:
+        self.responses, self.stats, self.images = responses, stats, images
+        self.messages: list[Message] = []
+        self.model: str | None = None
+        self.version: str | None = None
+        self.usage = Usage()
+        self.done_groups: set[int] = set()
+        self.consumed: set[str] = set()  # result records already placed after their calls
+
+    def read(self, chain: list[dict]) -> _Transcript:
+        i = 0
+        while i < len(chain):
+            r = chain[i]
+            self.version = r.get("version") or self.version
+            ts = iso_to_s(r.get("timestamp"))
+            if r.get("type") == "assistant":
+                group, i = self._response(chain, i)
+                if group is not None:
+                    self._assistant(r, group, ts)
+                continue
             i += 1
-            if r["uuid"] in group_of:
-                group = group_of[r["uuid"]]
-                if id(group) in done_groups:
-                    continue  # a block of a response already merged
-                done_groups.add(id(group))
-            else:  # re-exports without message.id: consecutive assistant records are one turn
-                group = [r]
-                while i < len(chain) and chain[i].get("type") == "assistant" and not (chain[i].get("message") or {}).get("id"):
-                    group.append(chain[i])
-                    i += 1
-            stats.recovered_tool_calls += sum(1 for g in group if g["uuid"] not in on_chain
-                                              for b in _blocks(g) if b.get("type") == "tool_use")
-            if r.get("isApiErrorMessage"):
-                stats.dropped_turns += 1
-                continue
-            msg = _assistant(group, ts)
-            m = (r.get("message") or {}).get("model")
-            if m and m != "<synthetic>":
-                model = m
-            u = (group[-1].get("message") or {}).get("usage")
-            if isinstance(u, dict):
-                ctx = sum(int(u.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
-                                                         "cache_creation_input_tokens"))
-                usage = Usage(input_tokens=u.get("input_tokens"), output_tokens=u.get("output_tokens"),
-                              cache_read_tokens=u.get("cache_read_input_tokens"), context_tokens=ctx or None)
-            if msg is None:
-                continue
-            messages.append(msg)
-            # every result of this turn's calls, in the order the file holds them
-            holders: list[dict] = []
-            for tc in msg.tool_calls:
-                for h in results_of.get(tc.id, []):
-                    if h["uuid"] not in consumed and all(h is not x for x in holders):
-                        holders.append(h)
-            holders.sort(key=lambda h: order[h["uuid"]])
-            for h in holders:
-                consumed.add(h["uuid"])
-                if h["uuid"] not in on_chain:
-                    stats.recovered_tool_results += sum(1 for b in _blocks(h) if b.get("type") == "tool_result")
-                messages.extend(_user(h, iso_to_s(h.get("timestamp")), images))
-            continue
+            self._other(r, ts)
+        return self
+
+    def _response(self, chain: list[dict], i: int) -> tuple[list[dict] | None, int]:
+        """The records of the response starting at ``chain[i]`` (None when already merged) and the
+        index after it."""
+        r = chain[i]
         i += 1
+        group = self.responses.group_of.get(r["uuid"])
+        if group is not None:
+            if id(group) in self.done_groups:
+                return None, i  # a block of a response already merged
+            self.done_groups.add(id(group))
+            return group, i
+        # re-exports without message.id: consecutive assistant records are one turn
+        group = [r]
+        while i < len(chain) and chain[i].get("type") == "assistant" and not (chain[i].get("message") or {}).get("id"):
+            group.append(chain[i])
+            i += 1
+        return group, i
+
+    def _assistant(self, r: dict, group: list[dict], ts: float | None) -> None:
+        on_chain = self.responses.on_chain
+        self.stats.recovered_tool_calls += sum(1 for g in group if g["uuid"] not in on_chain
+                                               for b in _blocks(g) if b.get("type") == "tool_use")
+        if r.get("isApiErrorMessage"):
+            self.stats.dropped_turns += 1
+            return
+        msg = _assistant(group, ts)
+        m = (r.get("message") or {}).get("model")
+        if m and m != "<synthetic>":
+            self.model = m
+        u = (group[-1].get("message") or {}).get("usage")
+        if isinstance(u, dict):
+            ctx = sum(int(u.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
+                                                     "cache_creation_input_tokens"))
+            self.usage = Usage(input_tokens=u.get("input_tokens"), output_tokens=u.get("output_tokens"),
+                               cache_read_tokens=u.get("cache_read_input_tokens"), context_tokens=ctx or None)
+        if msg is not None:
+            self.messages.append(msg)
+            self._results(msg)
+
+    def _results(self, msg: Message) -> None:
+        """Every result of this turn's calls, in the order the file holds them."""
+        holders: list[dict] = []
+        for tc in msg.tool_calls:
+            for h in self.responses.results_of.get(tc.id, []):
+                if h["uuid"] not in self.consumed and all(h is not x for x in holders):
+                    holders.append(h)
+        holders.sort(key=lambda h: self.responses.order[h["uuid"]])
+        for h in holders:
+            self.consumed.add(h["uuid"])
+            if h["uuid"] not in self.responses.on_chain:
+                self.stats.recovered_tool_results += sum(1 for b in _blocks(h) if b.get("type") == "tool_result")
+            self.messages.extend(_user(h, iso_to_s(h.get("timestamp")), self.images))
+
+    def _other(self, r: dict, ts: float | None) -> None:
+        """A user record not already placed after its calls, or an attachment's rendered text."""
+        t = r.get("type")
         if t == "user":
-            if r.get("isVisibleInTranscriptOnly") or r["uuid"] in consumed:
-                continue
-            messages.extend(_user(r, ts, images))
+            if not (r.get("isVisibleInTranscriptOnly") or r["uuid"] in self.consumed):
+                self.messages.extend(_user(r, ts, self.images))
         elif t == "attachment":
             rendered = (r.get("attachment") or {}).get("rendered") or []
             text = "\n".join(x.get("content", "") for x in rendered if isinstance(x, dict) and x.get("content"))
             if text:
-                messages.append(Message(role="user", content=text, timestamp=ts, origin="attachment"))
+                self.messages.append(Message(role="user", content=text, timestamp=ts, origin="attachment"))
 
+
+def _session(path: Path, records: list[dict], by_uuid: dict[str, dict], chain: list[dict],
+             transcript: _Transcript, warnings: list[str]) -> Session:
+    """The session's own facts (id, folder, title, time span) around its messages."""
     session_id = next((r.get("sessionId") for r in chain if r.get("sessionId")), None)
     cwd = next((r.get("cwd") for r in reversed(chain) if r.get("cwd")), None)
     title = next((r.get("summary") for r in records if r.get("type") == "summary"
-                  and r.get("leafUuid") in by_uuid), None)
-    times = [iso_to_s(r.get("timestamp")) for r in chain]
-    times = [t for t in times if t]
+                  and isinstance(r.get("leafUuid"), str) and r["leafUuid"] in by_uuid), None)
+    times = [t for t in (iso_to_s(r.get("timestamp")) for r in chain) if t]
     return Session(
-        format=FORMAT, agent_version=version, path=str(path), session_id=session_id, title=title,
-        cwd=cwd, provider="anthropic", model=model, created=min(times) if times else None,
-        updated=max(times) if times else None, messages=messages, system_prompt=None, tools=None,
-        usage=usage, stats=stats, warnings=warnings,
+        format=FORMAT, agent_version=transcript.version, path=str(path), session_id=session_id, title=title,
+        cwd=cwd, provider="anthropic", model=transcript.model, created=min(times) if times else None,
+        updated=max(times) if times else None, messages=transcript.messages, system_prompt=None, tools=None,
+        usage=transcript.usage, stats=transcript.stats, warnings=warnings,
     )
 
 
@@ -254,23 +307,23 @@ def _user(r: dict, ts: float | None, images: str) -> list[Message]:
                 text = "(tool error)"
             out.append(Message(role="tool", content=text, tool_call_id=str(b.get("tool_use_id", "")),
                                timestamp=ts))
-            if isinstance(inner, list):
-                imgs = [x for x in inner if isinstance(x, dict) and x.get("type") == "image"]
-                if imgs and images == "keep":
-                    parts.extend(ImagePart(mime=(x.get("source") or {}).get("media_type", "image/png"),
-                                           byte_size=blob_size((x.get("source") or {}).get("data")))
-                                 for x in imgs)
+            if isinstance(inner, list) and images == "keep":  # omitted, a result's images leave no text
+                parts.extend(_image(x, images) for x in inner if isinstance(x, dict) and x.get("type") == "image")
         elif bt == "text":
             parts.append(TextPart(text=b.get("text", "")))
-        elif bt in ("image", "document"):
-            src = b.get("source") or {}
-            if images == "keep" and bt == "image":
-                parts.append(ImagePart(mime=src.get("media_type", "image/png"), byte_size=blob_size(src.get("data"))))
-            else:
-                parts.append(TextPart(text=f"({bt} omitted: model does not support {bt}s)"))
+        elif bt == "image":
+            parts.append(_image(b, images))
+        elif bt == "document":
+            parts.append(TextPart(text="(document omitted: model does not support documents)"))
     if parts:
         out.append(Message(role="user", content=parts, timestamp=ts, origin=origin))
     return out
+
+
+def _image(block: dict, images: str) -> TextPart | ImagePart:
+    """An Anthropic image block (``source.media_type``, base64 ``source.data``) as the request carries it."""
+    src = block.get("source") or {}
+    return image_part(images, src.get("media_type", "image/png"), blob_size(src.get("data")))
 
 
 def detect_head(head: Head) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall, image_part
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
@@ -93,12 +94,7 @@ def _branch(messages: list[dict], leaf: Any) -> list[dict]:
     by_id = {m.get("id"): m for m in messages}
     if leaf not in by_id:  # no current node: the newest message
         leaf = max(messages, key=lambda m: m.get("timestamp") or 0).get("id")
-    path, seen, node = [], set(), by_id.get(leaf)
-    while node is not None and node.get("id") not in seen:
-        seen.add(node.get("id"))
-        path.append(node)
-        node = by_id.get(node.get("parent"))
-    return path[::-1]
+    return path_to_root(by_id.get(leaf), by_id, id_key="id", parent_key="parent")
 
 
 def load(path: Path, doc: Any, *, images: str = "omit") -> Session:

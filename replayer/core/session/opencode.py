@@ -17,7 +17,9 @@ from typing import Any
 import orjson
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage
+from replayer.core.session.model import (
+    IMAGE_OMITTED, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
+)
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, LoadOptions
 from replayer.core.session.sqlite_ro import open_readonly
@@ -151,12 +153,42 @@ def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, wa
 
 def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, title, cwd, version,
            created, updated, warnings: list[str], images: str, revert: dict | None = None) -> Session:
+    """Both storages' common path: undo, compaction, then each stored message as chat messages."""
     stats = ImportStats(entries_total=len(messages))
     if revert:
         messages = _revert(messages, parts, revert, warnings)
     if not messages:
         raise ImportFailed(f"session {sid} has no messages")
-    # history starts at the last completed compaction
+    start = _history_start(messages, parts, stats)
+    out: list[Message] = []
+    model = provider = None
+    usage = Usage()
+    for m in messages[start:]:
+        ps = parts.get(m.get("id"), [])
+        ts = ms_to_s((m.get("time") or {}).get("created"))
+        if m.get("role") == "user":
+            if (msg := _user(ps, ts, images)) is not None:
+                out.append(msg)
+            continue
+        if m.get("role") != "assistant":
+            continue
+        err = m.get("error")
+        if err and not (isinstance(err, dict) and err.get("name") == "MessageAbortedError" and ps):
+            stats.dropped_turns += 1
+            continue
+        model, provider = m.get("modelID") or model, m.get("providerID") or provider
+        usage = _usage(m.get("tokens")) or usage
+        for step in _steps(ps):
+            out.extend(_step_messages(step, ts))
+    stats.branch_length = len(messages) - start
+    return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
+                   provider=provider, model=model, created=created, updated=updated, messages=out,
+                   system_prompt=None, tools=None, usage=usage, stats=stats, warnings=warnings)
+
+
+def _history_start(messages: list[dict], parts: dict[str, list[dict]], stats: ImportStats) -> int:
+    """Where history starts: the user message of the last *completed* compaction (its summary
+    answered without error), as OpenCode's ``filterCompacted`` keeps it."""
     start = 0
     completed_summaries = {m.get("parentID") for m in messages if m.get("role") == "assistant"
                            and m.get("summary") is True and not m.get("error")
@@ -168,79 +200,79 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
                 start = i
     if start:
         stats.compactions_applied = 1
-    out: list[Message] = []
-    model = provider = None
-    usage = Usage()
-    for m in messages[start:]:
-        ps = parts.get(m.get("id"), [])
-        ts = ms_to_s((m.get("time") or {}).get("created"))
-        if m.get("role") == "user":
-            content: list = []
-            for p in ps:
-                t = p.get("type")
-                if t == "text" and not p.get("ignored"):
-                    content.append(TextPart(text=p.get("text", "")))
-                elif t == "compaction":
-                    content.append(TextPart(text="What did we do so far?"))
-                elif t == "subtask":
-                    content.append(TextPart(text="The following tool was executed by the user"))
-                elif t == "file" and not str(p.get("mime", "")).startswith("text/"):
-                    if images == "keep" and str(p.get("mime", "")).startswith("image/"):
-                        content.append(ImagePart(mime=p.get("mime")))
-                    else:
-                        content.append(TextPart(text=IMAGE_OMITTED))
-            if content:
-                out.append(Message(role="user", content=content if len(content) > 1 or not isinstance(content[0], TextPart)
-                                   else content[0].text, timestamp=ts))
-            continue
-        if m.get("role") != "assistant":
-            continue
-        err = m.get("error")
-        if err and not (isinstance(err, dict) and err.get("name") == "MessageAbortedError" and ps):
-            stats.dropped_turns += 1
-            continue
-        model, provider = m.get("modelID") or model, m.get("providerID") or provider
-        tk = m.get("tokens") or {}
-        if tk:
-            cache = tk.get("cache") or {}
-            usage = Usage(input_tokens=tk.get("input"), output_tokens=tk.get("output"),
-                          cache_read_tokens=cache.get("read"),
-                          context_tokens=(tk.get("input") or 0) + (cache.get("read") or 0) or None)
-        steps: list[list[dict]] = [[]]
-        for p in ps:
-            if p.get("type") == "step-start" and steps[-1]:
-                steps.append([])
-            steps[-1].append(p)
-        for step in steps:
-            texts, reasoning, calls, results = [], [], [], []
-            for p in step:
-                t = p.get("type")
-                if t == "text" and not p.get("ignored") and p.get("text"):
-                    texts.append(p["text"])
-                elif t == "reasoning" and p.get("text"):
-                    reasoning.append(p["text"])
-                elif t == "tool":
-                    st = p.get("state") or {}
-                    cid = str(p.get("callID") or p.get("id"))
-                    calls.append(ToolCall(id=cid, name=p.get("tool", ""), arguments=json_args(st.get("input", {}))))
-                    status = st.get("status")
-                    if status == "completed":
-                        res = "[Old tool result content cleared]" if (st.get("time") or {}).get("compacted") \
-                            else str(st.get("output", ""))
-                    elif status == "error":
-                        res = str(st.get("error", "error"))
-                    else:
-                        res = "[Tool execution was interrupted]"
-                    results.append(Message(role="tool", content=res, tool_call_id=cid, name=p.get("tool"),
-                                           timestamp=ts))
-            if texts or calls:
-                out.append(Message(role="assistant", content="".join(texts) or None,
-                                   reasoning="\n".join(reasoning) or None, tool_calls=calls, timestamp=ts))
-                out.extend(results)
-    stats.branch_length = len(messages) - start
-    return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
-                   provider=provider, model=model, created=created, updated=updated, messages=out,
-                   system_prompt=None, tools=None, usage=usage, stats=stats, warnings=warnings)
+    return start
+
+
+def _user(ps: list[dict], ts: float | None, images: str) -> Message | None:
+    """A user message's parts as OpenCode sends them: compaction and subtask parts become their
+    fixed prompts, files that are not text become images (or the omitted-image text)."""
+    content: list = []
+    for p in ps:
+        t = p.get("type")
+        mime = str(p.get("mime", ""))
+        if t == "text" and not p.get("ignored"):
+            content.append(TextPart(text=p.get("text", "")))
+        elif t == "compaction":
+            content.append(TextPart(text="What did we do so far?"))
+        elif t == "subtask":
+            content.append(TextPart(text="The following tool was executed by the user"))
+        elif t == "file" and not mime.startswith("text/"):
+            content.append(image_part(images, mime) if mime.startswith("image/") else TextPart(text=IMAGE_OMITTED))
+    if not content:
+        return None
+    one_text = len(content) == 1 and isinstance(content[0], TextPart)
+    return Message(role="user", content=content[0].text if one_text else content, timestamp=ts)
+
+
+def _usage(tk: Any) -> Usage | None:
+    """The assistant message's token counts, when it has any."""
+    if not tk or not isinstance(tk, dict):
+        return None
+    cache = tk.get("cache") or {}
+    return Usage(input_tokens=tk.get("input"), output_tokens=tk.get("output"), cache_read_tokens=cache.get("read"),
+                 context_tokens=(tk.get("input") or 0) + (cache.get("read") or 0) or None)
+
+
+def _steps(ps: list[dict]) -> list[list[dict]]:
+    """One stored assistant message's parts cut at each ``step-start``: one chat turn a step."""
+    steps: list[list[dict]] = [[]]
+    for p in ps:
+        if p.get("type") == "step-start" and steps[-1]:
+            steps.append([])
+        steps[-1].append(p)
+    return steps
+
+
+def _step_messages(step: list[dict], ts: float | None) -> list[Message]:
+    """A step's assistant message (text, reasoning, tool calls) followed by its tool results."""
+    texts, reasoning, calls, results = [], [], [], []
+    for p in step:
+        t = p.get("type")
+        if t == "text" and not p.get("ignored") and p.get("text"):
+            texts.append(p["text"])
+        elif t == "reasoning" and p.get("text"):
+            reasoning.append(p["text"])
+        elif t == "tool":
+            st = p.get("state") or {}
+            cid = str(p.get("callID") or p.get("id"))
+            calls.append(ToolCall(id=cid, name=p.get("tool", ""), arguments=json_args(st.get("input", {}))))
+            results.append(Message(role="tool", content=_tool_result(st), tool_call_id=cid, name=p.get("tool"),
+                                   timestamp=ts))
+    if not (texts or calls):
+        return []
+    return [Message(role="assistant", content="".join(texts) or None, reasoning="\n".join(reasoning) or None,
+                    tool_calls=calls, timestamp=ts), *results]
+
+
+def _tool_result(st: dict) -> str:
+    """What OpenCode sends for a tool part in each state (a compacted output is cleared)."""
+    status = st.get("status")
+    if status == "completed":
+        return "[Old tool result content cleared]" if (st.get("time") or {}).get("compacted") \
+            else str(st.get("output", ""))
+    if status == "error":
+        return str(st.get("error", "error"))
+    return "[Tool execution was interrupted]"
 
 
 def detect_head(head: Head) -> float:

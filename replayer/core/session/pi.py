@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
     ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
@@ -113,15 +114,7 @@ def _active_branch(entries: list[dict], stats: ImportStats) -> list[dict]:
         if isinstance(e.get("id"), str):
             by_id[e["id"]] = e
     stats.compactions_total = sum(1 for e in entries if e.get("type") == "compaction")
-    path_entries: list[dict] = []
-    seen: set[str] = set()
-    node = entries[-1] if entries else None
-    while node is not None and node.get("id") not in seen:
-        seen.add(node.get("id"))
-        path_entries.append(node)
-        pid = node.get("parentId")
-        node = by_id.get(pid) if isinstance(pid, str) else None
-    path_entries.reverse()
+    path_entries = path_to_root(entries[-1] if entries else None, by_id, id_key="id", parent_key="parentId")
     stats.branch_length = len(path_entries)
     return path_entries
 

@@ -96,20 +96,7 @@ class SetupScreen(Screen):
                 yield Label("engine")
                 yield Select([("simulated (cost model)", "simulated"), ("live (real llama-server)", "live")],
                              value=c.engine, allow_blank=False, id="engine")
-                yield Label("GPU")
-                gpus = [(g.name, g.id) for g in presets.GPUS.values()]
-                if c.gpu not in presets.GPUS:  # an alias or custom:… from the command line
-                    gpus.append((presets.gpu(c.gpu).name, c.gpu))
-                yield Select(gpus, value=c.gpu, allow_blank=False, id="gpu")
-                yield Label("backend")
-                yield Select([(v, k) for k, v in presets.BACKENDS.items()],
-                             value=c.backend or (LIVE_BACKEND if c.engine == "live" else presets.gpu(c.gpu).backend),
-                             allow_blank=False, id="backend")
-                yield Label("model")
-                models = [(m.name, m.id) for m in presets.MODELS.values()]
-                if c.model not in presets.MODELS:  # the user's GGUF, simulated from its header
-                    models.append((f"GGUF: {presets.model(c.model).name}", c.model))
-                yield Select(models, value=c.model, allow_blank=False, id="model")
+                yield from self._cost_model_rows(c)
                 yield Label("GGUF (live)")
                 yield Input(placeholder="path to a .gguf model for live runs", id="gguf")
                 yield Label("-b / -ub")
@@ -131,6 +118,24 @@ class SetupScreen(Screen):
                 # last in the focus order: Tab from it goes round to build A, the first control
                 yield Button("Replay  ⏎ / ctrl+r", variant="primary", id="start")
         yield Footer()
+
+    def _cost_model_rows(self, c: ReplayConfig) -> ComposeResult:
+        """GPU, backend and model: what the cost model prices, each with the config's value
+        even when it is not a preset (an alias, ``custom:…``, the user's GGUF)."""
+        yield Label("GPU")
+        gpus = [(g.name, g.id) for g in presets.GPUS.values()]
+        if c.gpu not in presets.GPUS:  # an alias or custom:… from the command line
+            gpus.append((presets.gpu(c.gpu).name, c.gpu))
+        yield Select(gpus, value=c.gpu, allow_blank=False, id="gpu")
+        yield Label("backend")
+        yield Select([(v, k) for k, v in presets.BACKENDS.items()],
+                     value=c.backend or (LIVE_BACKEND if c.engine == "live" else presets.gpu(c.gpu).backend),
+                     allow_blank=False, id="backend")
+        yield Label("model")
+        models = [(m.name, m.id) for m in presets.MODELS.values()]
+        if c.model not in presets.MODELS:  # the user's GGUF, simulated from its header
+            models.append((f"GGUF: {presets.model(c.model).name}", c.model))
+        yield Select(models, value=c.model, allow_blank=False, id="model")
 
     def on_mount(self) -> None:
         self.title = "replayer — setup"
