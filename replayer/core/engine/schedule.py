@@ -36,16 +36,16 @@ class Batch(NamedTuple):
         return self.start + self.n_tokens
 
 
-@dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(NamedTuple):
+    """A context checkpoint (a tuple, like ``Batch``: a session creates thousands)."""
+
     n_tokens: int
     pos_min: int
     pos_max: int
     task: int = 0
 
 
-@dataclass(frozen=True)
-class Erasure:
+class Erasure(NamedTuple):
     checkpoint: Checkpoint
     reason: str  # old | too_close | superseded | invalidated
     batch_index: int  # erased while deciding this batch; -1 = at task start
@@ -94,8 +94,11 @@ class Schedule:
 
 def near_end_points(n_tokens: int, knobs: Knobs) -> tuple[int, int]:
     """Positions where a checkpointing model's batch is cut before the prompt end."""
-    nb = knobs.n_batch_eff
-    return (n_tokens - min(nb, 4 + knobs.n_ubatch_eff), n_tokens - min(nb, 4))
+    return _near_end(n_tokens, knobs.n_batch_eff, knobs.n_ubatch_eff)
+
+
+def _near_end(n_tokens: int, n_batch: int, n_ubatch: int) -> tuple[int, int]:
+    return (n_tokens - min(n_batch, 4 + n_ubatch), n_tokens - min(n_batch, 4))
 
 
 class ReasonRule:
@@ -114,6 +117,13 @@ class ReasonRule:
         self.n_batch = knobs.n_batch_eff
         self.user_set = frozenset(user_starts)
         self.near = near_end_points(n_tokens, knobs) if enabled else ()
+
+    @classmethod
+    def _of(cls, n_tokens: int, n_batch: int, user_set, near: tuple[int, ...]) -> "ReasonRule":
+        """The rule from values the scheduler already holds (it builds one per request)."""
+        rule = cls.__new__(cls)
+        rule.n_tokens, rule.n_batch, rule.user_set, rule.near = n_tokens, n_batch, user_set, near
+        return rule
 
     def __call__(self, start: int, end: int) -> str:
         if end >= self.n_tokens:
@@ -136,10 +146,16 @@ class Slot:
 
     def __init__(self, build: Build, knobs: Knobs | None = None) -> None:
         self.build = build
-        self.knobs = (knobs or Knobs()).validate()
+        self.knobs = k = (knobs or Knobs()).validate()
         self.cached = 0  # tokens whose state is in memory
         self.checkpoints: list[Checkpoint] = []
         self.task = -1
+        # what every request reads, derived once: a session asks a slot a thousand times
+        self._gen = build.generation
+        self._step = k.min_step(build)
+        self._ckpt_enabled = k.checkpoints_enabled
+        self._n_batch = k.n_batch_eff
+        self._n_ubatch = k.n_ubatch_eff
 
     # -- memory model -----------------------------------------------------------------
     def _pos_min(self, n_cached: int) -> int:
@@ -158,19 +174,21 @@ class Slot:
 
     # -- checkpoint list (§6) ---------------------------------------------------------
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
-        gen = self.build.generation
+        gen = self._gen
         n_max = self.knobs.n_ctx_checkpoints
-        step = self.knobs.min_step(self.build)
         if gen.evict_too_close:
+            # one walk, oldest first: an older task's checkpoint within min-step of the last one
+            # kept is erased (with evict_only_when_full, only while the list would be full)
+            step, task, when_full = self._step, ckpt.task, gen.evict_only_when_full
+            old = self.checkpoints
+            n = len(old)
             kept: list[Checkpoint] = []
             last = -1
-            remaining = list(self.checkpoints)
-            while remaining:
-                if gen.evict_only_when_full and len(kept) + len(remaining) + 1 < n_max:
-                    kept.extend(remaining)
+            for i, entry in enumerate(old):
+                if when_full and n - i + len(kept) + 1 < n_max:
+                    kept += old[i:]
                     break
-                entry = remaining.pop(0)
-                if entry.task != ckpt.task and last >= 0 and entry.n_tokens <= last + step:
+                if entry.task != task and last >= 0 and entry.n_tokens <= last + step:
                     erased.append(Erasure(entry, "too_close", batch_index))
                     continue
                 kept.append(entry)
@@ -266,10 +284,10 @@ class Slot:
     def run(self, spans: PromptSpans, common_prefix: int | None = None) -> Schedule:
         """Schedule one request. ``common_prefix``: tokens shared with the slot's cache."""
         r = _RunState(self, spans)
-        N, nb, nub = r.N, self.knobs.n_batch_eff, r.nub
-        near1, near2 = near_end_points(N, self.knobs)
+        N, nb, nub = r.N, self._n_batch, r.nub
+        near1, near2 = _near_end(N, nb, nub)
         near_lo = min(near1, near2)
-        reason_of = ReasonRule(N, spans.user_starts, self.knobs, r.ckpt_enabled)
+        reason_of = ReasonRule._of(N, nb, r.user_set, (near1, near2) if r.ckpt_enabled else ())
 
         self.task += 1
         erased: list[Erasure] = []
@@ -309,17 +327,17 @@ class _RunState:
                  "ckpt_enabled")
 
     def __init__(self, slot: Slot, spans: PromptSpans) -> None:
-        k = slot.knobs
-        self.gen = slot.build.generation
+        self.gen = slot._gen
         self.spans = spans
         self.N = spans.n_tokens
-        self.n_u = len(spans.user_starts)
-        self.user_set = set(spans.user_starts)
-        self.last_user = spans.last_user
-        self.n_before_user = spans.g0_before_user
-        self.step = k.min_step(slot.build)
-        self.nub = k.n_ubatch_eff
-        self.ckpt_enabled = k.checkpoints_enabled
+        starts = spans.user_starts
+        self.n_u = len(starts)
+        self.user_set = frozenset(starts)
+        self.last_user = starts[-1] if starts else -1
+        self.n_before_user = spans.n_before_user if spans.n_before_user is not None else self.last_user
+        self.step = slot._step
+        self.nub = slot._n_ubatch
+        self.ckpt_enabled = slot._ckpt_enabled
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,
