@@ -182,6 +182,7 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
     out = SessionRun(run)
     cur: TurnRecord | None = None
     alive: list[tuple[int, int, int]] = []
+    alive_n: list[int] = []  # their n_tokens, searched at C speed
     BatchDone, Progress, Created, Erased = ev.BatchDone, ev.Progress, ev.CheckpointCreated, ev.CheckpointErased
     for e in events:
         kind = type(e)
@@ -200,14 +201,14 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
             if cur is not None:
                 cur.created.append(e)
                 alive.append((e.n_tokens, e.pos_min, e.pos_max))
+                alive_n.append(e.n_tokens)
         elif kind is Erased:
             out.erased.append(e)
             if cur is not None:
                 cur.erased.append(e)
-                for i, c in enumerate(alive):
-                    if c[0] == e.n_tokens:
-                        del alive[i]
-                        break
+                if e.n_tokens in alive_n:
+                    i = alive_n.index(e.n_tokens)
+                    del alive[i], alive_n[i]
         elif kind is TurnStarted:
             cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
                              held=list(alive))

@@ -23,6 +23,9 @@ from replayer.core.runspec import (  # noqa: F401  (re-exported: callers import 
     MEMORIES, Knobs, Memory, PromptSpans, parse_memory)
 
 
+_new_tuple = tuple.__new__  # Batch(...), Checkpoint(...) without the namedtuple's Python __new__
+
+
 class Batch(NamedTuple):
     """One llama_decode call of the prefill (a tuple: a fragmented run makes thousands)."""
 
@@ -156,6 +159,8 @@ class Slot:
         self._ckpt_enabled = k.checkpoints_enabled
         self._n_batch = k.n_batch_eff
         self._n_ubatch = k.n_ubatch_eff
+        self._walked: list[Checkpoint] | None = None  # the list the last too-close walk left, and for which task
+        self._walked_task = -1
 
     # -- memory model -----------------------------------------------------------------
     def _pos_min(self, n_cached: int) -> int:
@@ -176,30 +181,50 @@ class Slot:
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
         gen = self._gen
         n_max = self.knobs.n_ctx_checkpoints
+        old = self.checkpoints
+        task = ckpt.task
         if gen.evict_too_close:
-            # one walk, oldest first: an older task's checkpoint within min-step of the last one
-            # kept is erased (with evict_only_when_full, only while the list would be full)
-            step, task, when_full = self._step, ckpt.task, gen.evict_only_when_full
-            old = self.checkpoints
+            # One walk, oldest first: an older task's checkpoint within min-step of the last
+            # one kept is erased (with evict_only_when_full, only while the list would be full).
+            # A session runs it thousands of times on a list it walked before, so it resumes:
+            # since the walk for task w left ``old`` clean, only task w's checkpoints were
+            # appended and the oldest popped (either way the entries before w's first one
+            # compare as they did), so only w's checkpoints — exempt then, not now — can go,
+            # and for task w itself nothing can. Any other change of the list (a restore, an
+            # invalidation, a supersede) drops the memo and the walk starts at 0. A walk that
+            # stops early (evict_only_when_full) proves nothing clean: no memo for it.
             n = len(old)
-            kept: list[Checkpoint] = []
-            last = -1
-            for i, entry in enumerate(old):
-                if when_full and n - i + len(kept) + 1 < n_max:
-                    kept += old[i:]
-                    break
-                if entry.task != task and last >= 0 and entry.n_tokens <= last + step:
-                    erased.append(Erasure(entry, "too_close", batch_index))
-                    continue
-                kept.append(entry)
-                last = entry.n_tokens
-            self.checkpoints = kept
+            begin = 0
+            when_full = gen.evict_only_when_full
+            if self._walked is old and not when_full:
+                w = self._walked_task
+                begin = n
+                if w != task:
+                    while begin > 0 and old[begin - 1].task == w:
+                        begin -= 1
+            if begin < n:
+                step = self._step
+                kept = old[:begin]
+                last = old[begin - 1].n_tokens if begin else -1
+                for i in range(begin, n):
+                    if when_full and n - i + len(kept) + 1 < n_max:
+                        kept += old[i:]
+                        break
+                    entry = old[i]
+                    if entry.task != task and last >= 0 and entry.n_tokens <= last + step:
+                        erased.append(_new_tuple(Erasure, (entry, "too_close", batch_index)))
+                        continue
+                    kept.append(entry)
+                    last = entry.n_tokens
+                self.checkpoints = kept
+            self._walked, self._walked_task = self.checkpoints, task
         while len(self.checkpoints) >= n_max:
             erased.append(Erasure(self.checkpoints.pop(0), "old", batch_index))
         if gen.supersede:
             for entry in [c for c in self.checkpoints if c.n_tokens == ckpt.n_tokens]:
                 self.checkpoints.remove(entry)
                 erased.append(Erasure(entry, "superseded", batch_index))
+                self._walked = None
         self.checkpoints.append(ckpt)
 
     # -- start of a task (§7) -----------------------------------------------------------
@@ -226,12 +251,14 @@ class Slot:
             for c in [c for c in self.checkpoints if c.pos_max > pos_next]:
                 self.checkpoints.remove(c)
                 erased.append(Erasure(c, "invalidated", -1))
+                self._walked = None
         elif n_past == 0:
             # cache_prompt false or nothing shared: everything re-processed, and every
             # checkpoint that holds any position is invalid
             for c in [c for c in self.checkpoints if c.pos_max > 0]:
                 self.checkpoints.remove(c)
                 erased.append(Erasure(c, "invalidated", -1))
+                self._walked = None
         if n_past == n_tokens and n_tokens > 0:
             n_past -= 1  # one token must be evaluated to get logits
         return n_past, restored
@@ -293,7 +320,7 @@ class Slot:
         erased: list[Erasure] = []
         n_past, restored = self._start_task(N, common_prefix or 0, erased)
         batches: list[Batch] = []
-        add_batch, new_tuple = batches.append, tuple.__new__  # Batch(...) without its __new__
+        add_batch, new_tuple = batches.append, _new_tuple
         created: list[tuple[int, Checkpoint]] = []
         counts: list[int] = []
         pos = n_past
@@ -310,7 +337,7 @@ class Slot:
             n_cur = end - start
             add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason_of(start, end))))
             if self._checkpoint_due(r, start, end):
-                ck = Checkpoint(start, self._pos_min(start), start - 1, self.task)
+                ck = new_tuple(Checkpoint, (start, self._pos_min(start), start - 1, self.task))
                 self._create(ck, len(batches) - 1, erased)
                 created.append((len(batches) - 1, ck))
                 counts.append(len(self.checkpoints))
