@@ -13,13 +13,12 @@ facts, so both engines are reported and compared by the same code.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
-from replayer.core.engine.schedule import PromptSpans, Schedule, Slot
+from replayer.core.engine.schedule import Schedule, Slot
 from replayer.core.engine.simulate import RunSpec, prefill_events
 from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
@@ -74,7 +73,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
                                error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
             continue
         reusable = min(common, slot.cached)
-        sched = _run(slot, p.spans, common, reusable)
+        sched = _run(slot, p, common, reusable)
         full = reusable > 0 and sched.n_past == 0 and sched.restored is None
         turn_ms = yield from prefill_events(spec, sched, cost, t)
         n_batches += len(sched.batches)
@@ -88,7 +87,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
                          n_checkpoints=n_ckpt, t_ms=t)
 
 
-def _run(slot: Slot, spans: PromptSpans, common: int, reusable: int) -> Schedule:
+def _run(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Schedule:
     """``slot.run`` with only the user starts the prefill can reach.
 
     A turn's prefill covers ``[n_past, n)``; user starts below ``n_past`` take no part in
@@ -98,17 +97,15 @@ def _run(slot: Slot, spans: PromptSpans, common: int, reusable: int) -> Schedule
     slot is put back and the turn runs again with every start.
     """
     lo = max(0, reusable - 1)
-    starts = spans.user_starts
-    i = bisect_left(starts, lo)
-    if i <= 1:
-        return slot.run(spans, common)
-    kept = starts[i:] or starts[-1:]
+    reach = p.spans_from(lo)
+    if reach is None:
+        return slot.run(p.spans, common)
     state = (slot.cached, list(slot.checkpoints), slot.task)
-    sched = slot.run(PromptSpans(spans.n_tokens, kept, spans.n_before_user), common)
+    sched = slot.run(reach, common)
     if sched.n_past >= lo:
         return sched
     slot.cached, slot.checkpoints, slot.task = state[0], state[1], state[2]
-    return slot.run(spans, common)
+    return slot.run(p.spans, common)
 
 
 # -- reading a session run back ----------------------------------------------------------

@@ -42,7 +42,7 @@ class TurnPrompt:
 
     index: int
     n_tokens: int
-    spans: PromptSpans
+    base_spans: PromptSpans  # the turn's spans; for a derived turn, its family's whole prompt's
     turn: Turn
     family: int
     base: str
@@ -52,6 +52,26 @@ class TurnPrompt:
     tcut: int = 0
     suffix_ids: list[int] | None = None
     derived: bool = False
+    n_users: int = 0  # a derived turn's user starts: the first n_users of base_spans'
+
+    @property
+    def spans(self) -> PromptSpans:
+        """The turn's spans. A derived turn builds them on demand: each turn holding its own
+        copy of the user starts would make a thousand-turn session quadratic."""
+        if not self.derived:
+            return self.base_spans
+        return PromptSpans(self.n_tokens, self.base_spans.user_starts[:self.n_users])
+
+    def spans_from(self, pos: int) -> PromptSpans | None:
+        """The spans with only the user starts from ``pos`` on (and always the last one), or
+        None when that would drop at most one: what a prefill from ``pos`` can reach."""
+        starts = self.base_spans.user_starts
+        n = self.n_users if self.derived else len(starts)
+        i = bisect_left(starts, pos, 0, n)
+        if i <= 1:
+            return None
+        return PromptSpans(self.n_tokens, starts[i:n] or starts[n - 1:n],
+                           None if self.derived else self.base_spans.n_before_user)
 
     @property
     def text(self) -> str:
@@ -162,15 +182,14 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     suffix = text[gen_c:]
     suffix_ids = whole.base_ids[gen_t:] if whole.base_ids is not None else None
     n_suffix = whole.n_tokens - gen_t
-    users = whole.spans.user_starts
+    users = whole.base_spans.user_starts
     rank = {i: k for k, i in enumerate(a_roles)}
     prompts = []
     for t, m in members[:-1]:
         k = rank[m]
         cut_t = a_toks[k]
-        spans = PromptSpans(cut_t + n_suffix, users[:bisect_left(users, cut_t)])
-        prompts.append(TurnPrompt(t.index, spans.n_tokens, spans, t, fam, text, a_chars[k], suffix,
-                                  whole.base_ids, cut_t, suffix_ids, derived=True))
+        prompts.append(TurnPrompt(t.index, cut_t + n_suffix, whole.base_spans, t, fam, text, a_chars[k], suffix,
+                                  whole.base_ids, cut_t, suffix_ids, True, bisect_left(users, cut_t)))
     prompts.append(whole)
     # check the derivation on a few turns rendered for real
     derived = prompts[:-1]
