@@ -54,30 +54,40 @@ def prefill_events(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 
     Progress, BatchDone = ev.Progress, ev.BatchDone
     yield Progress(run, sched.n_past, N, t0)
     t = 0.0
-    erased_at: dict[int, list] = {}
-    for e in sched.erased:
-        erased_at.setdefault(e.batch_index, []).append(e)
-    for e in erased_at.get(-1, ()):
+    # erasures come in batch order (those at task start, index −1, first), creations too,
+    # at most one per batch: walk both lists alongside the batches
+    erased, created = sched.erased, sched.created
+    n_erased, n_created = len(erased), len(created)
+    ei = ci = 0
+    while ei < n_erased and erased[ei].batch_index < 0:
+        e = erased[ei]
         c = e.checkpoint
         yield ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t)
+        ei += 1
     if sched.restored is not None:
         c = sched.restored
         yield ev.CheckpointRestored(run, c.n_tokens, c.pos_min, c.pos_max, sched.n_past, t0 + t)
-    created_at = {idx: (ck, cnt) for (idx, ck), cnt in zip(sched.created, sched.created_counts)}
-    if created_at:
+    if n_created:
         n_max = spec.knobs.n_ctx_checkpoints
         size_mib = spec.checkpoint_mib
         ckpt_ms = cost.checkpoint_ms(size_mib)
+        counts = sched.created_counts
+    next_ck = created[0][0] if n_created else -1
     n_ubatch = spec.knobs.n_ubatch_eff
     for i, b in enumerate(sched.batches):
         t_start = t
-        if i in created_at:
-            for e in erased_at.get(i, ()):
-                c = e.checkpoint
-                yield ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t)
-            ck, count = created_at[i]
+        if i == next_ck:
+            while ei < n_erased and erased[ei].batch_index <= i:
+                e = erased[ei]
+                ei += 1
+                if e.batch_index == i:
+                    c = e.checkpoint
+                    yield ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t)
+            ck = created[ci][1]
             t += ckpt_ms
-            yield ev.CheckpointCreated(run, ck.n_tokens, ck.pos_min, ck.pos_max, size_mib, count, n_max, t0 + t)
+            yield ev.CheckpointCreated(run, ck.n_tokens, ck.pos_min, ck.pos_max, size_mib, counts[ci], n_max, t0 + t)
+            ci += 1
+            next_ck = created[ci][0] if ci < n_created else -1
         start, n = b.start, b.n_tokens
         t += batch_ms(cost, start, n, n_ubatch)
         yield BatchDone(run, i, start, n, b.n_ubatches, b.reason, t0 + t_start, t0 + t)
