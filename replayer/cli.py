@@ -203,8 +203,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.mode == "session":
         return cmd_replay_session(args, cfg)
-    if args.freeze_system_prompt:
-        raise ReplayerError("--freeze-system-prompt is a what-if of --mode session")
+    if args.freeze_system_prompt or args.keep_reasoning:
+        flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
+        raise ReplayerError(f"{flag} is a what-if of --mode session")
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
     prep = prepare(args.session, cfg)
@@ -328,7 +329,11 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
 
     if args.app or args.screenshot:
         raise ReplayerError("the app does not show session replays yet; use --json, --markdown or text")
-    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size)
+    if args.keep_reasoning and cfg.engine == "live":
+        raise ReplayerError("--keep-reasoning is simulated only: a real server renders the history with its own "
+                            "template, so it cannot be made to keep what that template drops")
+    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
+                              keep_reasoning=args.keep_reasoning)
     if cfg.engine == "live":
         from replayer.core.engine.live_session import live_session_events
 
@@ -568,6 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "sent it, with the prompt cache reused or lost")
     p.add_argument("--freeze-system-prompt", action="store_true",
                    help="session what-if: every turn keeps the first turn's system prompt")
+    p.add_argument("--keep-reasoning", action="store_true",
+                   help="session what-if (simulated): the history keeps each message as first rendered, "
+                        "reasoning included, where the template drops it")
     p.add_argument("--backend", default=None,
                    help="simulated: the GPU preset's backend unless given; live: the installed build's "
                         "backend (default: cpu)")

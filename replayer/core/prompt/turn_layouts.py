@@ -93,6 +93,7 @@ class TurnLayouts:
     exact: bool
     renders: int = 0  # real renders done (the cost this module exists to keep low)
     fallbacks: list[str] = field(default_factory=list)  # why a family was rendered turn by turn
+    tok_obj: ExactTokenizer | None = None  # the tokenizer itself (None: the estimate), for later passes
 
 
 class _Recording:
@@ -144,7 +145,7 @@ def turn_layouts(turns: list[Turn], *, template: Template | None = None, tokeniz
                  build: Build, verify: bool = True) -> TurnLayouts:
     tok, tpl = offline_tokenizer(tokenizer, template)
     delims = templates.delimiters_for(tpl, build)
-    out = TurnLayouts([], tpl, delims, tok.name if tok else "estimate", tok is not None)
+    out = TurnLayouts([], tpl, delims, tok.name if tok else "estimate", tok is not None, tok_obj=tok)
     for fam, (base, members) in enumerate(families(turns)):
         prompts = _derive(fam, base, members, tpl, delims, tok, build, out, verify)
         if prompts is None:
@@ -157,6 +158,12 @@ def _render(fam: int, t: Turn, tpl: Template, delims, tok: ExactTokenizer | None
             out: TurnLayouts) -> tuple[TurnPrompt, PromptLayout]:
     text = templates.render(tpl, t.messages, t.tools, add_generation_prompt=True)
     out.renders += 1
+    return prompt_of_text(fam, t, text, tpl, delims, tok, build)
+
+
+def prompt_of_text(fam: int, t: Turn, text: str, tpl: Template, delims, tok: ExactTokenizer | None,
+                   build: Build) -> tuple[TurnPrompt, PromptLayout]:
+    """A turn's prompt from its text: laid out and (with an exact tokenizer) its ids kept."""
     rec = _Recording(tok) if tok is not None else None
     lay = layout_of_text(text, delims, rec, tpl.name, build)
     ids = rec.ids if rec is not None else None
