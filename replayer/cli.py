@@ -298,7 +298,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
     settings = advise.Settings(_config(args), swa_full=args.swa_full, cache_ram=args.cache_ram,
                                n_parallel=args.parallel, kv_unified=args.kv_unified, ctx_size=args.ctx_size)
-    adv = advise.advise(args.session, settings.with_(b=args.a))
+    if args.mode == "session":
+        from replayer.core.advise_session import advise_session
+
+        adv = advise_session(args.session, settings.with_(b=args.a))
+    else:
+        adv = advise.advise(args.session, settings.with_(b=args.a))
     if args.json:
         _json(adv.to_dict())
         return 0
@@ -641,6 +646,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="today's -c (default: fits the prompt)")
     p.add_argument("-np", "--parallel", type=int_in(1, 256), default=1, help="today's -np")
     p.add_argument("--kv-unified", action="store_true", help="today's server runs with --kv-unified")
+    p.add_argument("--mode", choices=["resume", "session"], default="resume",
+                   help="resume: price the one cold prefill; session: replay every turn (prices the checkpoint "
+                        "flags across turns and the client-side switches)")
     p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
