@@ -219,7 +219,7 @@ class Slot:
                 self.checkpoints = kept
             self._walked, self._walked_task = self.checkpoints, task
         while len(self.checkpoints) >= n_max:
-            erased.append(Erasure(self.checkpoints.pop(0), "old", batch_index))
+            erased.append(_new_tuple(Erasure, (self.checkpoints.pop(0), "old", batch_index)))
         if gen.supersede:
             for entry in [c for c in self.checkpoints if c.n_tokens == ckpt.n_tokens]:
                 self.checkpoints.remove(entry)
