@@ -50,7 +50,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
-    from replayer.core.session.turns import turns_of_request
+    from replayer.core.session.turns import count_turns
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
@@ -71,7 +71,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
         "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format == "chat-requests" else len(turns_of_request(req)),
+        "turns": s.stats.entries_total if s.format == "chat-requests" else count_turns(req),
     }
     if args.json:
         _json(info)
@@ -381,8 +381,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
     from replayer.core import calibration
 
+    from replayer.ui import themes
+
     data = presets.listing()
     data["calibrations"] = calibration.listing()
+    data["themes"] = themes.listing()
     if args.json:
         _json(data)
         return 0
@@ -395,6 +398,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
         lines += ["", "calibrations (replay --calibration ID):"]
         lines += [f"  {c['id']:<30} {c['fixed_ms']:.3f} ms/ubatch + {c['per_token_ms'] * 1000:.3f} µs/token"
                   for c in data["calibrations"]]
+    th = data["themes"]
+    lines += ["", f"themes (settings.json \"theme\"; your own in {th['user_dir']}):"]
+    lines += [f"  {t['name']:<22} {t['source']}" for t in th["themes"]]
+    lines += [f"  skipped: {e}" for e in th["errors"]]
     _out("\n".join(lines))
     return 0
 
@@ -652,7 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
-    p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")
+    p = sub.add_parser("presets", help="backends, GPUs and models of the cost model, saved calibrations and themes")
     p.add_argument("--json", action="store_true", help="print the presets as JSON")
     p.set_defaults(func=cmd_presets)
 

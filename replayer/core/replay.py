@@ -97,9 +97,14 @@ class Outcome:
 
 
 def run_extras(prep: Prepared, cmp: Comparison) -> dict[str, dict[str, Any]]:
-    """Per-run facts the reports add: user starts of the layout the run used (the server's, if it made one)."""
+    """Per-run facts the reports add: user starts of the layout the run used (the server's, if it
+    made one) and the time lost against ideal batching (null for a run that did not finish its prefill)."""
+    from replayer.core.advise import batching_loss
+
+    loss = batching_loss(prep, cmp)
     return {s.run: {"user_starts": s.user_starts if s.user_starts is not None
-                    else len(prep.layouts[s.run].user_starts)} for s in (cmp.a, cmp.b)}
+                    else len(prep.layouts[s.run].user_starts),
+                    "ideal_batching": loss[s.run].to_dict() if s.run in loss else None} for s in (cmp.a, cmp.b)}
 
 
 REPORT_FORMATS = ("json", "md", "csv", "text")
