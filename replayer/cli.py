@@ -203,8 +203,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.mode == "session":
         return cmd_replay_session(args, cfg)
-    if args.freeze_system_prompt:
-        raise ReplayerError("--freeze-system-prompt is a what-if of --mode session")
+    if args.freeze_system_prompt or args.keep_reasoning:
+        flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
+        raise ReplayerError(f"{flag} is a what-if of --mode session")
+    if args.screenshot and (args.json or args.jsonl or args.markdown):
+        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
     prep = prepare(args.session, cfg)
     if args.app or args.screenshot:
         return _replay_app(args, prep)
@@ -288,7 +291,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
     settings = advise.Settings(_config(args), swa_full=args.swa_full, cache_ram=args.cache_ram,
                                n_parallel=args.parallel, kv_unified=args.kv_unified, ctx_size=args.ctx_size)
-    adv = advise.advise(args.session, settings.with_(b=args.a))
+    if args.mode == "session":
+        from replayer.core.advise_session import advise_session
+
+        adv = advise_session(args.session, settings.with_(b=args.a))
+    else:
+        adv = advise.advise(args.session, settings.with_(b=args.a))
     if args.json:
         _json(adv.to_dict())
         return 0
@@ -336,8 +344,9 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
         # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
         session = load_session(args.session, cfg.format, images=cfg.images)
         return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
-                                             session=session))
-    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size)
+                                             keep_reasoning=args.keep_reasoning, session=session))
+    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
+                              keep_reasoning=args.keep_reasoning)
     if cfg.engine == "live":
         from replayer.core.engine.live_session import live_session_events
 
@@ -592,6 +601,9 @@ def _parse_replay(sub: Any) -> None:
                         "sent it, with the prompt cache reused or lost")
     p.add_argument("--freeze-system-prompt", action="store_true",
                    help="session what-if: every turn keeps the first turn's system prompt")
+    p.add_argument("--keep-reasoning", action="store_true",
+                   help="session what-if (simulated): the history keeps each message as first rendered, "
+                        "reasoning included, where the template drops it")
     p.add_argument("--backend", default=None,
                    help="simulated: the GPU preset's backend unless given; live: the installed build's "
                         "backend (default: cpu)")
@@ -663,6 +675,9 @@ def _parse_advise(sub: Any) -> None:
                    help="today's -c (default: fits the prompt)")
     p.add_argument("-np", "--parallel", type=int_in(1, 256), default=1, help="today's -np")
     p.add_argument("--kv-unified", action="store_true", help="today's server runs with --kv-unified")
+    p.add_argument("--mode", choices=["resume", "session"], default="resume",
+                   help="resume: price the one cold prefill; session: replay every turn (prices the checkpoint "
+                        "flags across turns and the client-side switches)")
     p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 

@@ -240,8 +240,9 @@ def advise(path: str | Path, settings: Settings, session: Session | None = None,
     ev = evaluator or ResumeEvaluator(path, s)
     today = ev.evaluate(settings)
     adv = Advice(settings, str(path), ev.mode, today)
+    variants_of = getattr(ev, "variants", variants)  # an evaluator may price more (session: client switches)
     priced: list[tuple[Variant, Settings, Outcome]] = []
-    for v in variants(settings):
+    for v in variants_of(settings):
         if ev.mode not in v.modes:
             adv.no_effect.append({"kind": v.kind, "title": v.title, "side": v.side, "reason": v.why_not})
             continue
@@ -251,7 +252,7 @@ def advise(path: str | Path, settings: Settings, session: Session | None = None,
     if upgrades and upgrades[0][2].prompt_ms < today.prompt_ms:
         # the knobs once more on the best newer build: a fix can make a flag matter
         v0, s0, _ = upgrades[0]
-        for v in variants(s0):
+        for v in variants_of(s0):
             if v.kind in ("upgrade", "client") or ev.mode not in v.modes:
                 continue
             new = s0.with_(**v.overrides)

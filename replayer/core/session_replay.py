@@ -16,6 +16,8 @@ from typing import Any, Iterator
 
 from replayer.core.engine.cache import SessionRun, simulate_session, turn_records
 from replayer.core.engine.misses import explain, lost_by_cause
+from replayer.core.errors import ReplayerError
+from replayer.core.prompt import kept_reasoning
 from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts
 from replayer.core.replay import ReplayConfig, run_spec
 from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
@@ -43,21 +45,39 @@ class SessionPrepared:
 
 
 def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bool = False,
-                    n_ctx: int | None = None, turns: SessionTurns | None = None) -> SessionPrepared:
-    """Import (unless ``turns`` is given) and lay out every turn once per span rule."""
+                    n_ctx: int | None = None, turns: SessionTurns | None = None,
+                    keep_reasoning: bool = False) -> SessionPrepared:
+    """Import (unless ``turns`` is given) and lay out every turn once per span rule.
+
+    ``freeze_system`` and ``keep_reasoning`` are the client-side what-ifs: the first changes
+    the requests (every turn keeps the first system prompt), the second the prompts (each
+    message stays as it was first rendered, ``prompt.kept_reasoning``)."""
+    if keep_reasoning and config.engine == "live":
+        raise ReplayerError("--keep-reasoning is simulated only: a real server renders the history with its own "
+                            "template, so it cannot be made to keep what that template drops")
     st = turns or load_turns(path, config.format, system_prompt=config.system_prompt, tools=config.tools,
                              images=config.images)
     what_if = []
     if freeze_system:
         st = dataclasses.replace(st, turns=freeze_system_prompt(st.turns))
         what_if.append("freeze-system-prompt")
+    if keep_reasoning:
+        what_if.append("keep-reasoning")
     prep = SessionPrepared(config, st, n_ctx=n_ctx, what_if=what_if)
     tpl = config.template_obj()
     cache: dict[tuple, TurnLayouts] = {}
     for run, build in zip(("A", "B"), config.builds()):
         key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
         if key not in cache:
-            cache[key] = turn_layouts(st.turns, template=tpl, tokenizer=config.tokenizer_eff, build=build)
+            lay = turn_layouts(st.turns, template=tpl, tokenizer=config.tokenizer_eff, build=build)
+            if keep_reasoning:
+                lay, changed = kept_reasoning.keep_reasoning(lay, build)
+                note = (f"keep-reasoning: {changed} of {len(lay.prompts)} turn prompts keep text the template "
+                        "dropped" if changed else "keep-reasoning: the template never changed text it had sent; "
+                        "the prompts are the real ones")
+                if note not in lay.fallbacks:
+                    lay.fallbacks.append(note)
+            cache[key] = lay
         prep.layouts[run] = cache[key]
     return prep
 

@@ -13,14 +13,13 @@ facts, so both engines are reported and compared by the same code.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
-from replayer.core.engine.schedule import PromptSpans, Schedule, Slot
-from replayer.core.engine.simulate import RunSpec, schedule_events
+from replayer.core.engine.schedule import Schedule, Slot
+from replayer.core.engine.simulate import RunSpec, prefill_events
 from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
 
@@ -65,29 +64,18 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
     t = 0.0
     prev: TurnPrompt | None = None
     n_batches = n_ckpt = processed = 0
-    RunFinished, RunStarted, BatchDone = ev.RunFinished, ev.RunStarted, ev.BatchDone
     for p in prompts:
         common = shared_prefix(prev, p).n_tokens if prev is not None else 0
-        n_messages = len(p.turn.messages)
-        yield TurnStarted(run, p.index, p.n_tokens, n_messages, common, t)
+        yield TurnStarted(run, p.index, p.n_tokens, len(p.turn.messages), common, t)
         if n_ctx is not None and p.n_tokens >= n_ctx:
             # the server refuses the request before touching the slot
             yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t,
                                error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
             continue
         reusable = min(common, slot.cached)
-        sched = _run(slot, p.spans, common, reusable)
+        sched = _run(slot, p, common, reusable)
         full = reusable > 0 and sched.n_past == 0 and sched.restored is None
-        turn_ms = 0.0
-        for e in schedule_events(spec, sched, cost):
-            kind = type(e)
-            if kind is RunFinished:
-                turn_ms = e.prompt_ms
-            elif kind is not RunStarted:
-                e.t_ms += t
-                if kind is BatchDone:
-                    e.t_start_ms += t
-                yield e
+        turn_ms = yield from prefill_events(spec, sched, cost, t)
         n_batches += len(sched.batches)
         n_ckpt += len(sched.created)
         processed += p.n_tokens - sched.n_past
@@ -99,7 +87,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
                          n_checkpoints=n_ckpt, t_ms=t)
 
 
-def _run(slot: Slot, spans: PromptSpans, common: int, reusable: int) -> Schedule:
+def _run(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Schedule:
     """``slot.run`` with only the user starts the prefill can reach.
 
     A turn's prefill covers ``[n_past, n)``; user starts below ``n_past`` take no part in
@@ -109,17 +97,15 @@ def _run(slot: Slot, spans: PromptSpans, common: int, reusable: int) -> Schedule
     slot is put back and the turn runs again with every start.
     """
     lo = max(0, reusable - 1)
-    starts = spans.user_starts
-    i = bisect_left(starts, lo)
-    if i <= 1:
-        return slot.run(spans, common)
-    kept = starts[i:] or starts[-1:]
+    reach = p.spans_from(lo)
+    if reach is None:
+        return slot.run(p.spans, common)
     state = (slot.cached, list(slot.checkpoints), slot.task)
-    sched = slot.run(PromptSpans(spans.n_tokens, kept, spans.n_before_user), common)
+    sched = slot.run(reach, common)
     if sched.n_past >= lo:
         return sched
     slot.cached, slot.checkpoints, slot.task = state[0], state[1], state[2]
-    return slot.run(spans, common)
+    return slot.run(p.spans, common)
 
 
 # -- reading a session run back ----------------------------------------------------------
@@ -193,9 +179,13 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
     out = SessionRun(run)
     cur: TurnRecord | None = None
     alive: list[tuple[int, int, int]] = []
+    alive_n: list[int] = []  # their n_tokens, searched at C speed
+    BatchDone, Progress, Created, Erased = ev.BatchDone, ev.Progress, ev.CheckpointCreated, ev.CheckpointErased
     for e in events:
         kind = type(e)
-        if kind is ev.BatchDone:  # most events: first
+        if kind is Progress:  # most events, with the batches: nothing to record
+            continue
+        if kind is BatchDone:
             if e.run == run:
                 out.batches.append(e)
                 if cur is not None:
@@ -203,26 +193,30 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
             continue
         if getattr(e, "run", run) != run:
             continue
-        if kind not in TURN_EVENTS:
-            out.apply(e)  # the run-level summary
-        if kind is TurnStarted:
+        if kind is Created:
+            out.created.append(e)
+            if cur is not None:
+                cur.created.append(e)
+                alive.append((e.n_tokens, e.pos_min, e.pos_max))
+                alive_n.append(e.n_tokens)
+        elif kind is Erased:
+            out.erased.append(e)
+            if cur is not None:
+                cur.erased.append(e)
+                if e.n_tokens in alive_n:
+                    i = alive_n.index(e.n_tokens)
+                    del alive[i], alive_n[i]
+        elif kind is TurnStarted:
             cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
                              held=list(alive))
             out.turns.append(cur)
-        elif cur is None:
-            continue
         elif kind is TurnFinished:
-            cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
-            cur.full_reprocess, cur.error = e.full_reprocess, e.error
-        elif kind is ev.CheckpointCreated:
-            cur.created.append(e)
-            alive.append((e.n_tokens, e.pos_min, e.pos_max))
-        elif kind is ev.CheckpointErased:
-            cur.erased.append(e)
-            for i, c in enumerate(alive):
-                if c[0] == e.n_tokens:
-                    del alive[i]
-                    break
+            if cur is not None:
+                cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
+                cur.full_reprocess, cur.error = e.full_reprocess, e.error
         elif kind is ev.CheckpointRestored:
-            cur.restored = e
+            if cur is not None:
+                cur.restored = e
+        else:
+            out.apply(e)  # the run-level summary
     return out

@@ -23,6 +23,9 @@ from replayer.core.runspec import (  # noqa: F401  (re-exported: callers import 
     MEMORIES, Knobs, Memory, PromptSpans, parse_memory)
 
 
+_new_tuple = tuple.__new__  # Batch(...), Checkpoint(...) without the namedtuple's Python __new__
+
+
 class Batch(NamedTuple):
     """One llama_decode call of the prefill (a tuple: a fragmented run makes thousands)."""
 
@@ -36,16 +39,16 @@ class Batch(NamedTuple):
         return self.start + self.n_tokens
 
 
-@dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(NamedTuple):
+    """A context checkpoint (a tuple, like ``Batch``: a session creates thousands)."""
+
     n_tokens: int
     pos_min: int
     pos_max: int
     task: int = 0
 
 
-@dataclass(frozen=True)
-class Erasure:
+class Erasure(NamedTuple):
     checkpoint: Checkpoint
     reason: str  # old | too_close | superseded | invalidated
     batch_index: int  # erased while deciding this batch; -1 = at task start
@@ -94,8 +97,11 @@ class Schedule:
 
 def near_end_points(n_tokens: int, knobs: Knobs) -> tuple[int, int]:
     """Positions where a checkpointing model's batch is cut before the prompt end."""
-    nb = knobs.n_batch_eff
-    return (n_tokens - min(nb, 4 + knobs.n_ubatch_eff), n_tokens - min(nb, 4))
+    return _near_end(n_tokens, knobs.n_batch_eff, knobs.n_ubatch_eff)
+
+
+def _near_end(n_tokens: int, n_batch: int, n_ubatch: int) -> tuple[int, int]:
+    return (n_tokens - min(n_batch, 4 + n_ubatch), n_tokens - min(n_batch, 4))
 
 
 class ReasonRule:
@@ -114,6 +120,13 @@ class ReasonRule:
         self.n_batch = knobs.n_batch_eff
         self.user_set = frozenset(user_starts)
         self.near = near_end_points(n_tokens, knobs) if enabled else ()
+
+    @classmethod
+    def _of(cls, n_tokens: int, n_batch: int, user_set, near: tuple[int, ...]) -> "ReasonRule":
+        """The rule from values the scheduler already holds (it builds one per request)."""
+        rule = cls.__new__(cls)
+        rule.n_tokens, rule.n_batch, rule.user_set, rule.near = n_tokens, n_batch, user_set, near
+        return rule
 
     def __call__(self, start: int, end: int) -> str:
         if end >= self.n_tokens:
@@ -136,10 +149,18 @@ class Slot:
 
     def __init__(self, build: Build, knobs: Knobs | None = None) -> None:
         self.build = build
-        self.knobs = (knobs or Knobs()).validate()
+        self.knobs = k = (knobs or Knobs()).validate()
         self.cached = 0  # tokens whose state is in memory
         self.checkpoints: list[Checkpoint] = []
         self.task = -1
+        # what every request reads, derived once: a session asks a slot a thousand times
+        self._gen = build.generation
+        self._step = k.min_step(build)
+        self._ckpt_enabled = k.checkpoints_enabled
+        self._n_batch = k.n_batch_eff
+        self._n_ubatch = k.n_ubatch_eff
+        self._walked: list[Checkpoint] | None = None  # the list the last too-close walk left, and for which task
+        self._walked_task = -1
 
     # -- memory model -----------------------------------------------------------------
     def _pos_min(self, n_cached: int) -> int:
@@ -158,30 +179,52 @@ class Slot:
 
     # -- checkpoint list (§6) ---------------------------------------------------------
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
-        gen = self.build.generation
+        gen = self._gen
         n_max = self.knobs.n_ctx_checkpoints
-        step = self.knobs.min_step(self.build)
+        old = self.checkpoints
+        task = ckpt.task
         if gen.evict_too_close:
-            kept: list[Checkpoint] = []
-            last = -1
-            remaining = list(self.checkpoints)
-            while remaining:
-                if gen.evict_only_when_full and len(kept) + len(remaining) + 1 < n_max:
-                    kept.extend(remaining)
-                    break
-                entry = remaining.pop(0)
-                if entry.task != ckpt.task and last >= 0 and entry.n_tokens <= last + step:
-                    erased.append(Erasure(entry, "too_close", batch_index))
-                    continue
-                kept.append(entry)
-                last = entry.n_tokens
-            self.checkpoints = kept
+            # One walk, oldest first: an older task's checkpoint within min-step of the last
+            # one kept is erased (with evict_only_when_full, only while the list would be full).
+            # A session runs it thousands of times on a list it walked before, so it resumes:
+            # since the walk for task w left ``old`` clean, only task w's checkpoints were
+            # appended and the oldest popped (either way the entries before w's first one
+            # compare as they did), so only w's checkpoints — exempt then, not now — can go,
+            # and for task w itself nothing can. Any other change of the list (a restore, an
+            # invalidation, a supersede) drops the memo and the walk starts at 0. A walk that
+            # stops early (evict_only_when_full) proves nothing clean: no memo for it.
+            n = len(old)
+            begin = 0
+            when_full = gen.evict_only_when_full
+            if self._walked is old and not when_full:
+                w = self._walked_task
+                begin = n
+                if w != task:
+                    while begin > 0 and old[begin - 1].task == w:
+                        begin -= 1
+            if begin < n:
+                step = self._step
+                kept = old[:begin]
+                last = old[begin - 1].n_tokens if begin else -1
+                for i in range(begin, n):
+                    if when_full and n - i + len(kept) + 1 < n_max:
+                        kept += old[i:]
+                        break
+                    entry = old[i]
+                    if entry.task != task and last >= 0 and entry.n_tokens <= last + step:
+                        erased.append(_new_tuple(Erasure, (entry, "too_close", batch_index)))
+                        continue
+                    kept.append(entry)
+                    last = entry.n_tokens
+                self.checkpoints = kept
+            self._walked, self._walked_task = self.checkpoints, task
         while len(self.checkpoints) >= n_max:
-            erased.append(Erasure(self.checkpoints.pop(0), "old", batch_index))
+            erased.append(_new_tuple(Erasure, (self.checkpoints.pop(0), "old", batch_index)))
         if gen.supersede:
             for entry in [c for c in self.checkpoints if c.n_tokens == ckpt.n_tokens]:
                 self.checkpoints.remove(entry)
                 erased.append(Erasure(entry, "superseded", batch_index))
+                self._walked = None
         self.checkpoints.append(ckpt)
 
     # -- start of a task (§7) -----------------------------------------------------------
@@ -208,12 +251,14 @@ class Slot:
             for c in [c for c in self.checkpoints if c.pos_max > pos_next]:
                 self.checkpoints.remove(c)
                 erased.append(Erasure(c, "invalidated", -1))
+                self._walked = None
         elif n_past == 0:
             # cache_prompt false or nothing shared: everything re-processed, and every
             # checkpoint that holds any position is invalid
             for c in [c for c in self.checkpoints if c.pos_max > 0]:
                 self.checkpoints.remove(c)
                 erased.append(Erasure(c, "invalidated", -1))
+                self._walked = None
         if n_past == n_tokens and n_tokens > 0:
             n_past -= 1  # one token must be evaluated to get logits
         return n_past, restored
@@ -266,16 +311,16 @@ class Slot:
     def run(self, spans: PromptSpans, common_prefix: int | None = None) -> Schedule:
         """Schedule one request. ``common_prefix``: tokens shared with the slot's cache."""
         r = _RunState(self, spans)
-        N, nb, nub = r.N, self.knobs.n_batch_eff, r.nub
-        near1, near2 = near_end_points(N, self.knobs)
+        N, nb, nub = r.N, self._n_batch, r.nub
+        near1, near2 = _near_end(N, nb, nub)
         near_lo = min(near1, near2)
-        reason_of = ReasonRule(N, spans.user_starts, self.knobs, r.ckpt_enabled)
+        reason_of = ReasonRule._of(N, nb, r.user_set, (near1, near2) if r.ckpt_enabled else ())
 
         self.task += 1
         erased: list[Erasure] = []
         n_past, restored = self._start_task(N, common_prefix or 0, erased)
         batches: list[Batch] = []
-        add_batch, new_tuple = batches.append, tuple.__new__  # Batch(...) without its __new__
+        add_batch, new_tuple = batches.append, _new_tuple
         created: list[tuple[int, Checkpoint]] = []
         counts: list[int] = []
         pos = n_past
@@ -292,7 +337,7 @@ class Slot:
             n_cur = end - start
             add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason_of(start, end))))
             if self._checkpoint_due(r, start, end):
-                ck = Checkpoint(start, self._pos_min(start), start - 1, self.task)
+                ck = new_tuple(Checkpoint, (start, self._pos_min(start), start - 1, self.task))
                 self._create(ck, len(batches) - 1, erased)
                 created.append((len(batches) - 1, ck))
                 counts.append(len(self.checkpoints))
@@ -309,17 +354,17 @@ class _RunState:
                  "ckpt_enabled")
 
     def __init__(self, slot: Slot, spans: PromptSpans) -> None:
-        k = slot.knobs
-        self.gen = slot.build.generation
+        self.gen = slot._gen
         self.spans = spans
         self.N = spans.n_tokens
-        self.n_u = len(spans.user_starts)
-        self.user_set = set(spans.user_starts)
-        self.last_user = spans.last_user
-        self.n_before_user = spans.g0_before_user
-        self.step = k.min_step(slot.build)
-        self.nub = k.n_ubatch_eff
-        self.ckpt_enabled = k.checkpoints_enabled
+        starts = spans.user_starts
+        self.n_u = len(starts)
+        self.user_set = frozenset(starts)
+        self.last_user = starts[-1] if starts else -1
+        self.n_before_user = spans.n_before_user if spans.n_before_user is not None else self.last_user
+        self.step = slot._step
+        self.nub = slot._n_ubatch
+        self.ckpt_enabled = slot._ckpt_enabled
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,

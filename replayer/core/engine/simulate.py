@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator, Generator, Iterator
 
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, schedule
@@ -37,42 +37,62 @@ def schedule_events(spec: RunSpec, sched: Schedule, cost: CostModel) -> Iterator
     yield ev.RunStarted(run=run, label=spec.label or spec.build.label, build=spec.build.label,
                         generation=spec.build.generation.value, engine="simulated", n_tokens=N,
                         n_past=sched.n_past, settings=dict(spec.settings, cost_model=cost.name))
-    yield ev.Progress(run=run, processed=sched.n_past, total=N, t_ms=0.0)
-    created_at = {idx: (ck, cnt) for (idx, ck), cnt in zip(sched.created, sched.created_counts)}
-    erased_at: dict[int, list] = {}
-    for e in sched.erased:
-        erased_at.setdefault(e.batch_index, []).append(e)
-    t = 0.0
-    n_max = spec.knobs.n_ctx_checkpoints
-    n_ubatch = spec.knobs.n_ubatch_eff
-    BatchDone, Progress = ev.BatchDone, ev.Progress
-    for e in erased_at.get(-1, []):
-        c = e.checkpoint
-        yield ev.CheckpointErased(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max,
-                                  reason=e.reason, t_ms=t)
-    if sched.restored is not None:
-        c = sched.restored
-        yield ev.CheckpointRestored(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min, pos_max=c.pos_max,
-                                    n_past=sched.n_past, t_ms=t)
-    for i, b in enumerate(sched.batches):
-        t_start = t
-        if i in created_at:
-            for e in erased_at.get(i, []):
-                c = e.checkpoint
-                yield ev.CheckpointErased(run=run, n_tokens=c.n_tokens, pos_min=c.pos_min,
-                                          pos_max=c.pos_max, reason=e.reason, t_ms=t)
-            ck, count = created_at[i]
-            t += cost.checkpoint_ms(spec.checkpoint_mib)
-            yield ev.CheckpointCreated(run=run, n_tokens=ck.n_tokens, pos_min=ck.pos_min, pos_max=ck.pos_max,
-                                       size_mib=spec.checkpoint_mib, count=count, n_max=n_max, t_ms=t)
-        start, n = b.start, b.n_tokens
-        t += batch_ms(cost, start, n, n_ubatch)
-        yield BatchDone(run, i, start, n, b.n_ubatches, b.reason, t_start, t)
-        yield Progress(run, start + n, N, t)
+    t = yield from prefill_events(spec, sched, cost)
     processed = N - sched.n_past
     yield ev.RunFinished(run=run, n_tokens=N, n_processed=processed, prompt_ms=t,
                          tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,
                          n_batches=len(sched.batches), n_checkpoints=len(sched.created), t_ms=t)
+
+
+def prefill_events(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 0.0
+                   ) -> Generator[ev.Event, None, float]:
+    """One request's progress, checkpoint and batch events, stamped ``t0`` + the time into the
+    prefill; returns the prefill's duration. A session run calls it once per turn, so it
+    builds nothing a turn does not show (no run start/finish events, no per-call settings)."""
+    run = spec.run
+    N = sched.n_tokens
+    Progress, BatchDone = ev.Progress, ev.BatchDone
+    yield Progress(run, sched.n_past, N, t0)
+    t = 0.0
+    # erasures come in batch order (those at task start, index −1, first), creations too,
+    # at most one per batch: walk both lists alongside the batches
+    erased, created = sched.erased, sched.created
+    n_erased, n_created = len(erased), len(created)
+    ei = ci = 0
+    while ei < n_erased and erased[ei].batch_index < 0:
+        e = erased[ei]
+        c = e.checkpoint
+        yield ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t)
+        ei += 1
+    if sched.restored is not None:
+        c = sched.restored
+        yield ev.CheckpointRestored(run, c.n_tokens, c.pos_min, c.pos_max, sched.n_past, t0 + t)
+    if n_created:
+        n_max = spec.knobs.n_ctx_checkpoints
+        size_mib = spec.checkpoint_mib
+        ckpt_ms = cost.checkpoint_ms(size_mib)
+        counts = sched.created_counts
+    next_ck = created[0][0] if n_created else -1
+    n_ubatch = spec.knobs.n_ubatch_eff
+    for i, b in enumerate(sched.batches):
+        t_start = t
+        if i == next_ck:
+            while ei < n_erased and erased[ei].batch_index <= i:
+                e = erased[ei]
+                ei += 1
+                if e.batch_index == i:
+                    c = e.checkpoint
+                    yield ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t)
+            ck = created[ci][1]
+            t += ckpt_ms
+            yield ev.CheckpointCreated(run, ck.n_tokens, ck.pos_min, ck.pos_max, size_mib, counts[ci], n_max, t0 + t)
+            ci += 1
+            next_ck = created[ci][0] if ci < n_created else -1
+        start, n = b.start, b.n_tokens
+        t += batch_ms(cost, start, n, n_ubatch)
+        yield BatchDone(run, i, start, n, b.n_ubatches, b.reason, t0 + t_start, t0 + t)
+        yield Progress(run, start + n, N, t0 + t)
+    return t
 
 
 def paced(events: Iterator[ev.Event], speed: float = 1.0, *, clock=time.monotonic, sleep=time.sleep

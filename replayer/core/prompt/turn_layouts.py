@@ -42,7 +42,7 @@ class TurnPrompt:
 
     index: int
     n_tokens: int
-    spans: PromptSpans
+    base_spans: PromptSpans  # the turn's spans; for a derived turn, its family's whole prompt's
     turn: Turn
     family: int
     base: str
@@ -52,6 +52,26 @@ class TurnPrompt:
     tcut: int = 0
     suffix_ids: list[int] | None = None
     derived: bool = False
+    n_users: int = 0  # a derived turn's user starts: the first n_users of base_spans'
+
+    @property
+    def spans(self) -> PromptSpans:
+        """The turn's spans. A derived turn builds them on demand: each turn holding its own
+        copy of the user starts would make a thousand-turn session quadratic."""
+        if not self.derived:
+            return self.base_spans
+        return PromptSpans(self.n_tokens, self.base_spans.user_starts[:self.n_users])
+
+    def spans_from(self, pos: int) -> PromptSpans | None:
+        """The spans with only the user starts from ``pos`` on (and always the last one), or
+        None when that would drop at most one: what a prefill from ``pos`` can reach."""
+        starts = self.base_spans.user_starts
+        n = self.n_users if self.derived else len(starts)
+        i = bisect_left(starts, pos, 0, n)
+        if i <= 1:
+            return None
+        return PromptSpans(self.n_tokens, starts[i:n] or starts[n - 1:n],
+                           None if self.derived else self.base_spans.n_before_user)
 
     @property
     def text(self) -> str:
@@ -73,6 +93,7 @@ class TurnLayouts:
     exact: bool
     renders: int = 0  # real renders done (the cost this module exists to keep low)
     fallbacks: list[str] = field(default_factory=list)  # why a family was rendered turn by turn
+    tok_obj: ExactTokenizer | None = None  # the tokenizer itself (None: the estimate), for later passes
 
 
 class _Recording:
@@ -124,7 +145,7 @@ def turn_layouts(turns: list[Turn], *, template: Template | None = None, tokeniz
                  build: Build, verify: bool = True) -> TurnLayouts:
     tok, tpl = offline_tokenizer(tokenizer, template)
     delims = templates.delimiters_for(tpl, build)
-    out = TurnLayouts([], tpl, delims, tok.name if tok else "estimate", tok is not None)
+    out = TurnLayouts([], tpl, delims, tok.name if tok else "estimate", tok is not None, tok_obj=tok)
     for fam, (base, members) in enumerate(families(turns)):
         prompts = _derive(fam, base, members, tpl, delims, tok, build, out, verify)
         if prompts is None:
@@ -137,6 +158,12 @@ def _render(fam: int, t: Turn, tpl: Template, delims, tok: ExactTokenizer | None
             out: TurnLayouts) -> tuple[TurnPrompt, PromptLayout]:
     text = templates.render(tpl, t.messages, t.tools, add_generation_prompt=True)
     out.renders += 1
+    return prompt_of_text(fam, t, text, tpl, delims, tok, build)
+
+
+def prompt_of_text(fam: int, t: Turn, text: str, tpl: Template, delims, tok: ExactTokenizer | None,
+                   build: Build) -> tuple[TurnPrompt, PromptLayout]:
+    """A turn's prompt from its text: laid out and (with an exact tokenizer) its ids kept."""
     rec = _Recording(tok) if tok is not None else None
     lay = layout_of_text(text, delims, rec, tpl.name, build)
     ids = rec.ids if rec is not None else None
@@ -162,15 +189,14 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     suffix = text[gen_c:]
     suffix_ids = whole.base_ids[gen_t:] if whole.base_ids is not None else None
     n_suffix = whole.n_tokens - gen_t
-    users = whole.spans.user_starts
+    users = whole.base_spans.user_starts
     rank = {i: k for k, i in enumerate(a_roles)}
     prompts = []
     for t, m in members[:-1]:
         k = rank[m]
         cut_t = a_toks[k]
-        spans = PromptSpans(cut_t + n_suffix, users[:bisect_left(users, cut_t)])
-        prompts.append(TurnPrompt(t.index, spans.n_tokens, spans, t, fam, text, a_chars[k], suffix,
-                                  whole.base_ids, cut_t, suffix_ids, derived=True))
+        prompts.append(TurnPrompt(t.index, cut_t + n_suffix, whole.base_spans, t, fam, text, a_chars[k], suffix,
+                                  whole.base_ids, cut_t, suffix_ids, True, bisect_left(users, cut_t)))
     prompts.append(whole)
     # check the derivation on a few turns rendered for real
     derived = prompts[:-1]

@@ -47,7 +47,14 @@ class SessionSpec:
     path: Path
     config: ReplayConfig
     freeze_system: bool = False
+    keep_reasoning: bool = False  # simulated only (core refuses it with a live engine)
     session: Session | None = None  # already imported (the setup screen's): the way back to it
+
+    @property
+    def what_if(self) -> str:
+        """The setup screen's what-if choice this spec stands for."""
+        return ("freeze-system-prompt" if self.freeze_system else "keep-reasoning" if self.keep_reasoning
+                else "none")
 
 
 class SessionScreen(ReplayScreen):
@@ -79,7 +86,8 @@ class SessionScreen(ReplayScreen):
     def _prepare(self) -> None:
         s = self.spec
         try:
-            prep = prepare_session(s.path, s.config, freeze_system=s.freeze_system, n_ctx=s.config.ctx_size)
+            prep = prepare_session(s.path, s.config, freeze_system=s.freeze_system, n_ctx=s.config.ctx_size,
+                                   keep_reasoning=s.keep_reasoning)
         except ReplayerError as exc:
             self.app.call_from_thread(self._prepare_failed, str(exc))
             return
@@ -187,7 +195,7 @@ class SessionScreen(ReplayScreen):
 
     def setup_screen(self) -> Screen:
         return self.app.setup_screen(self.session, self.spec.config, mode="session",
-                                     what_if="freeze-system-prompt" if self.spec.freeze_system else "none")
+                                     what_if=self.spec.what_if)
 
     def export_bytes(self, fmt: str) -> bytes:
         if fmt == "md":

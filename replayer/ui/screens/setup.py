@@ -29,7 +29,8 @@ LIVE_BACKEND = "cpu"  # what `builds install` compiles by default: the backend a
 MODE_OPTIONS = [("resume — one cold prefill of the whole conversation", "resume"),
                 ("session — every turn as the agent sent it", "session")]
 WHAT_IF_OPTIONS = [("none — the session as recorded", "none"),
-                   ("freeze the system prompt (--freeze-system-prompt)", "freeze-system-prompt")]
+                   ("freeze the system prompt (--freeze-system-prompt)", "freeze-system-prompt"),
+                   ("keep earlier reasoning (--keep-reasoning, simulated)", "keep-reasoning")]
 
 
 def build_options(installed: dict[int, list[str]] | None = None) -> list[tuple[str, str]]:
@@ -273,8 +274,9 @@ class SetupScreen(Screen):
     def session_screen(self, cfg: ReplayConfig) -> Screen:
         from replayer.ui.screens.session import SessionScreen, SessionSpec
 
-        spec = SessionSpec(Path(self.session.path), cfg, freeze_system=val_of(self, "#what-if") == "freeze-system-prompt",
-                           session=self.session)
+        what_if = val_of(self, "#what-if")
+        spec = SessionSpec(Path(self.session.path), cfg, freeze_system=what_if == "freeze-system-prompt",
+                           keep_reasoning=what_if == "keep-reasoning", session=self.session)
         return SessionScreen(spec, speed=self.app.default_speed)
 
     def offer_install(self, missing: list[int], backend: str) -> None:

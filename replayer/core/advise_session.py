@@ -1,0 +1,125 @@
+"""``advise --mode session``: the changes that make a whole agent session faster, turn by turn.
+
+``advise`` ranks changes by pricing each with an ``Evaluator``; the resume evaluator simulates
+one cold prefill. This one replays every turn of the session on one simulated slot
+(``session_replay``), so it also prices what only matters across turns: the checkpoint flags
+(``--ctx-checkpoints``, ``--checkpoint-min-step``) decide whether an edited turn can restore a
+checkpoint or re-processes everything, and the client-side switches (a system prompt kept fixed,
+reasoning kept in the history) remove misses altogether. The time of a setting is the modelled
+prompt time summed over all turns; the ranking is ``advise``'s own.
+
+``--cache-ram`` is priced too, but the simulated slot holds one conversation whose next request
+always finds its own previous prompt in the slot: the RAM prompt cache would only help if
+another conversation had taken the slot, which a session file does not record. Its row says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from replayer.core import advise
+from replayer.core.advise import Advice, Outcome, Settings, Variant
+from replayer.core.hardware import presets
+from replayer.core.session.turns import SessionTurns
+
+#: client-side switches: the settings field, the title, the what-if flag that replays it, and
+#: what to change in the agent to get it
+CLIENT_SWITCHES = (
+    ("freeze_system", "keep the system prompt fixed between turns", "--freeze-system-prompt",
+     "client: send the same system prompt on every turn (move dates, cwd or status lines out of it, "
+     "e.g. into the latest user message)"),
+    ("keep_reasoning", "keep the reasoning of earlier turns in the prompt", "--keep-reasoning",
+     "client/template: send the history back as it was rendered, reasoning included (a template "
+     "that keeps earlier reasoning, or a client that keeps it in the messages)"),
+)
+
+CACHE_RAM_NOTE = ("not modelled: the simulated slot always holds this conversation's previous prompt; "
+                  "the RAM prompt cache only helps when another conversation took the slot")
+
+
+@dataclass(frozen=True)
+class SessionSettings(Settings):
+    """``Settings`` plus the client-side switches a session replay can apply."""
+
+    freeze_system: bool = False
+    keep_reasoning: bool = False
+
+
+def session_settings(s: Settings) -> SessionSettings:
+    if isinstance(s, SessionSettings):
+        return s
+    return SessionSettings(**{f.name: getattr(s, f.name) for f in dataclasses.fields(Settings)})
+
+
+class SessionEvaluator:
+    """Prices a setting by replaying every turn of the session on one simulated slot."""
+
+    mode = "session"
+
+    def __init__(self, path: str | Path, turns: SessionTurns | None = None) -> None:
+        self.path = str(path)
+        self.turns = turns
+        self._prepared: dict[tuple, object] = {}
+
+    def _prep(self, s: SessionSettings, cfg):
+        from replayer.core import session_replay as sr
+
+        if self.turns is None:
+            self.turns = sr.load_turns(self.path, cfg.format, system_prompt=cfg.system_prompt, tools=cfg.tools,
+                                       images=cfg.images)
+        key = (cfg.a, s.freeze_system, s.keep_reasoning)  # what the turn prompts depend on among the variants
+        if key not in self._prepared:
+            self._prepared[key] = sr.prepare_session(self.path, cfg, turns=self.turns, freeze_system=s.freeze_system,
+                                                     keep_reasoning=s.keep_reasoning)
+        return self._prepared[key]
+
+    def evaluate(self, s: Settings) -> Outcome:
+        from replayer.core import session_replay as sr
+
+        s = session_settings(s)
+        cfg = dataclasses.replace(s.config, b=s.config.a)
+        if s.swa_full and presets.model(cfg.model).memory == "swa":
+            cfg = dataclasses.replace(cfg, memory="plain")  # a full-size SWA cache never needs checkpoints
+        n_ctx = None
+        if s.ctx_size is not None:
+            n_ctx = s.ctx_size if s.kv_unified else s.ctx_size // max(1, s.n_parallel)
+        base = self._prep(s, cfg)
+        prep = dataclasses.replace(base, config=cfg, n_ctx=n_ctx, layouts={"A": base.layouts["A"]})
+        run = sr.session_run(prep, "A", sr.simulated_session_events(prep, "A"))
+        full = [t for t in run.turns if t.error]
+        if full:
+            return Outcome(float("inf"), 0, 0, f"turn {full[0].turn} does not fit a slot's {n_ctx:,} cells "
+                                                f"(-c {s.ctx_size} / -np {s.n_parallel})")
+        return Outcome(run.prompt_ms, run.n_batches, len(run.created))
+
+    def variants(self, s: Settings) -> list[Variant]:
+        """``advise.variants`` with the client-side switches made priceable (a settings field each)."""
+        out = [v for v in advise.variants(s) if v.side != "client"]
+        for name, title, _, change in CLIENT_SWITCHES:
+            if not getattr(s, name, False):
+                out.append(Variant("client", title, {name: True}, side="client", modes=frozenset({"session"}),
+                                   tradeoff="" if name == "freeze_system" else
+                                   "the kept reasoning is context the model reads on every later turn"))
+        return out
+
+
+def advise_session(path: str | Path, settings: Settings, turns: SessionTurns | None = None) -> Advice:
+    """``advise`` over every turn of the session; client rows say what to change in the agent."""
+    s = session_settings(settings)
+    adv = advise.advise(path, s, evaluator=SessionEvaluator(path, turns))
+    switches = {title: (flag, change) for _, title, flag, change in CLIENT_SWITCHES}
+    for r in adv.recommendations:
+        if r["side"] == "client" and r["title"] in switches:
+            flag, change = switches[r["title"]]
+            r["command"] = change
+            r["flags"] = []
+            r["replayer_command"] = "replayer " + shlex.join(["replay", str(path), "--mode", "session", flag,
+                                                              "--a", str(s.config.a), "--b", str(s.config.a),
+                                                              "--model", s.config.model, "--json"])
+    for n in adv.no_effect:
+        if n["kind"] == "cache-ram" and n["reason"].startswith("no change"):
+            n["reason"] = CACHE_RAM_NOTE
+    return adv
