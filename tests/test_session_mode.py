@@ -121,6 +121,23 @@ def test_derived_turn_prompts_equal_a_real_render_of_every_turn(name):
         assert p.spans == ref.prompt_spans()
 
 
+@pytest.mark.parametrize("name", ["chatml", "qwen3-coder"])
+def test_a_session_ending_with_the_models_words_is_still_derived_not_rendered_turn_by_turn(name):
+    """The resume request of such a session continues the last assistant message (no
+    generation prompt): it cannot be the cut base of the earlier turns, and must not make them
+    all fall back to one full render each."""
+    msgs, tools = agent_conversation(rounds=8)
+    msgs = msgs + [{"role": "assistant", "content": "Done: all tests pass."}]
+    turns = turns_of_request(ChatRequest({"messages": msgs, "tools": tools}))
+    b = parse_build("10001")
+    tpl = templates.bundled(name)
+    lay = turn_layouts(turns, template=tpl, build=b)
+    assert not lay.fallbacks and lay.renders <= 7
+    for p in lay.prompts:
+        assert p.text == templates.render(tpl, p.turn.messages, tools, add_generation_prompt=True)
+        assert p.spans == compute_layout(p.turn.messages, tools, template=tpl, build=b).prompt_spans()
+
+
 def test_exact_tokenizer_turns_equal_tokenizing_each_turn(tmp_path):
     from replayer.core.prompt import gguf_tokenizer
     from replayer.core.tiny_models import make_tiny

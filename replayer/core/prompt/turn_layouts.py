@@ -120,7 +120,9 @@ def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
     """Group turns under the latest request they are a response-boundary prefix of.
 
     Returns (base turn, [(member turn, message count)]) with members in turn order; the base
-    is its own last member.
+    is its own last member. A turn that ends with an assistant message (the resume request of a
+    conversation whose last word was the model's) is continued, not given a generation prompt:
+    it is a family of its own.
     """
     out: list[tuple[Turn, list[tuple[Turn, int]]]] = []
     base: Turn | None = None
@@ -134,6 +136,12 @@ def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
             continue
         if base is not None:
             out.append((base, members[::-1]))
+        if t.messages and t.messages[-1].get("role") == "assistant":
+            # a continued assistant message: rendered with no generation prompt, so no earlier
+            # turn's prompt is a cut of it; a family of its own, the turn before it the next base
+            out.append((t, [(t, m)]))
+            base, members = None, []
+            continue
         base, members = t, [(t, m)]
         starts = set(response_starts(t.messages))
     if base is not None:
