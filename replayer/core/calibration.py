@@ -37,8 +37,12 @@ class HeldOut(BaseModel):
 
 
 class Calibration(BaseModel):
-    """One fitted line: ``fixed_ms`` per ubatch, ``per_token_ms`` per token, ``attn_ms`` per token×depth
-    (and ``kv_ms`` per depth, the per-ubatch KV read), with what it was checked on.
+    """One fitted line: ``fixed_ms`` per ubatch, ``per_token_ms`` per token, ``attn_ms`` per token×depth,
+    ``kv_ms`` per depth (the per-ubatch KV read) and ``attn_small_ms`` per token×depth of a ubatch
+    under 64 tokens (``cost.LineCost``), with what it was checked on.
+
+    ``small_ubatches`` counts the fitted ubatches under 64 tokens: with fewer than
+    ``MIN_SMALL_UBATCHES`` their extra cost cannot be told from noise and is left at 0.
 
     ``holdout`` is None when no held-out session was run: the line's error on sessions it
     was not fitted on is then unknown, and the listings say so.
@@ -50,6 +54,8 @@ class Calibration(BaseModel):
     per_token_ms: float = Field(ge=0, allow_inf_nan=False)
     attn_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     kv_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    attn_small_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    small_ubatches: int | None = None
     backend: str = ""
     model: str = ""
     n_ubatch: int | None = None
@@ -64,7 +70,8 @@ class Calibration(BaseModel):
 
     def line(self, name: str) -> costmod.LineCost:
         return costmod.LineCost(name=f"calibration {name}", fixed_ms=self.fixed_ms, per_token_ms=self.per_token_ms,
-                                attn_ms=self.attn_ms, kv_ms=self.kv_ms, source=self.model)
+                                attn_ms=self.attn_ms, kv_ms=self.kv_ms, attn_small_ms=self.attn_small_ms,
+                                source=self.model)
 
 
 class PresetsFile(BaseModel):
@@ -123,13 +130,26 @@ class Terms(NamedTuple):
     per_token_ms: float
     attn_ms: float
     kv_ms: float
+    attn_small_ms: float
 
 
-def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float, float]:
-    """(ubatches, tokens, Σ b·(depth + (b+1)/2), Σ depth) of one batch: the terms of ``LineCost``."""
+#: the fewest short ubatches (< ``cost.FA_TILE_Q`` tokens) a fit needs to price them: a prompt
+#: usually ends in one, and a single noisy batch priced ~20x per token×depth ruins the line
+MIN_SMALL_UBATCHES = 3
+
+
+def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float, float, float]:
+    """(ubatches, tokens, Σ b·(depth + (b+1)/2), Σ depth, the same Σ over short ubatches) of one
+    batch: the terms of ``LineCost``."""
     parts = list(costmod.ubatches(b.start, b.n_tokens, n_ubatch))
     return (float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts),
-            float(sum(depth for _, depth in parts)))
+            float(sum(depth for _, depth in parts)),
+            sum(n * (depth + (n + 1) / 2) for n, depth in parts if n < costmod.FA_TILE_Q))
+
+
+def small_ubatches(batches: list[ev.BatchDone], n_ubatch: int) -> int:
+    return sum(1 for b in batches for n, _ in costmod.ubatches(b.start, b.n_tokens, n_ubatch)
+               if n < costmod.FA_TILE_Q)
 
 
 def _nnls(a, y):
@@ -151,7 +171,8 @@ def _nnls(a, y):
 
 
 def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
-    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth + kv·Σdepth.
+    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth + kv·Σdepth
+    + attn_small·Σb·depth over ubatches under 64 tokens (only with ``MIN_SMALL_UBATCHES`` of them).
 
     Pool batches of several runs of one server and model: a run whose batches all have the
     same size cannot tell fixed from per-token cost on its own. Each run's total also enters
@@ -168,6 +189,8 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
         raise ReplayerError("need at least three timed batches to calibrate")
     a = np.array([r[0] for r in rows], dtype=float)
     y = np.array([r[1] for r in rows], dtype=float)
+    if small_ubatches(batches, n_ubatch) < MIN_SMALL_UBATCHES:
+        a[:, 4] = 0.0  # not measured: priced at 0, never guessed from one batch
     runs = sorted({r[2] for r in rows})
     if len(runs) > 1:
         weight = 30.0 * len(rows) ** 0.5
@@ -185,8 +208,9 @@ def calibrate(batches: list[ev.BatchDone], n_ubatch: int, backend: str, model: P
     """Fit both runs' batches together (the cost belongs to the hardware and model, not the
     build) and save the line as ``BACKEND-MODEL``. Its held-out error is not known yet."""
     name = f"{backend}-{model.stem}"
-    cal = Calibration(**fit_cost(batches, n_ubatch)._asdict(), backend=backend, model=str(model),
-                      n_ubatch=n_ubatch, threads=threads, batches=len(batches), fitted_on=fitted_on)
+    cal = Calibration(**fit_cost(batches, n_ubatch)._asdict(), small_ubatches=small_ubatches(batches, n_ubatch),
+                      backend=backend, model=str(model), n_ubatch=n_ubatch, threads=threads, batches=len(batches),
+                      fitted_on=fitted_on)
     return name, cal, save_calibration(name, cal)
 
 
@@ -215,8 +239,12 @@ def describe(name: str, cal: Calibration, dest: Path | None = None) -> str:
     line = (f"calibrated {name}" + (f" on {Path(cal.fitted_on).name}" if cal.fitted_on else "")
             + f": {cal.fixed_ms:.3f} ms per ubatch + {cal.per_token_ms * 1000:.3f} µs per token "
             f"+ {cal.attn_ms * 1e6:.4f} ns per token×depth + {cal.kv_ms * 1e6:.2f} ns per depth"
+            f" + {cal.attn_small_ms * 1e6:.4f} ns per token×depth under {costmod.FA_TILE_Q} tokens"
             + (f" → {dest}" if dest else ""))
     lines = [line]
+    if cal.small_ubatches is not None and cal.small_ubatches < MIN_SMALL_UBATCHES:
+        lines.append(f"  the fitted runs have {cal.small_ubatches} ubatches under {costmod.FA_TILE_Q} tokens: "
+                     "their extra attention cost is not measured (priced at 0)")
     for h in cal.holdout or []:
         lines.append(f"  held out {Path(h.session).name} {h.build}: simulated {h.simulated_ms / 1000:.2f} s, "
                      f"live {h.live_ms / 1000:.2f} s, error {h.error * 100:+.1f} %"
