@@ -158,7 +158,6 @@ class ReplayConfig:
                 and not Path(self.model).expanduser().is_file():
             raise ReplayerError(f"--model must be a GGUF file for live replays, got {self.model!r}")
 
-
     def _check_holdout(self) -> None:
         if not self.calibrate or self.engine != "live":
             raise ReplayerError("--holdout checks a calibration: give it with --engine live --calibrate")
@@ -186,7 +185,9 @@ def run_spec(run: str, config: ReplayConfig) -> RunSpec:
     target = config.live_target(run)
     settings = {"n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch}
     if not target.server:
-        settings = {"backend": target.backend, **settings, **({"threads": target.threads} if target.threads else {})}
+        settings = {"backend": target.backend, **settings}
+        if target.threads:  # an attached server runs with its own
+            settings["threads"] = target.threads
     return RunSpec(run=run, build=build, knobs=knobs, label=f"{run}: {build.label}", settings=settings,
                    engine="attach" if target.server else "live", live=target)
 

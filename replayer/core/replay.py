@@ -20,7 +20,7 @@ from replayer.core.prepare import (  # noqa: F401  (re-exported: callers import 
     MODEL_TEMPLATE, RUNS, Prepared, ReplayConfig, demo_session_path, prepare, run_spec)
 
 if TYPE_CHECKING:
-    from replayer.core.calibration import HeldOut
+    from replayer.core.calibration import Calibration, HeldOut
 
 EventSink = Callable[[ev.Event], None]
 
@@ -148,19 +148,26 @@ class HeldOutSession:
         live = prepare(path, live_cfg)
         return cls(path, live, prepare(path, sim_cfg, session=live.session))
 
-    def check(self, name: str) -> list[HeldOut]:
+    def check(self, name: str) -> tuple[list[HeldOut], list[str]]:
         """Run the session live (A then B, as the fitted runs were), simulate it with the saved line
-        ``name``, and return one ``HeldOut`` per run that finished."""
+        ``name``; one ``HeldOut`` per run that finished, and a line for each that did not."""
         from replayer.core import calibration
 
         live = compare(run_both(self.live))
         sim_prep = replace(self.simulated, config=replace(self.simulated.config, calibration=name))
         sim = compare(all_simulated(sim_prep))
-        return [calibration.held_out(self.path, lv, sm) for lv, sm in ((live.a, sim.a), (live.b, sim.b))
-                if not lv.failed and lv.finished is not None]
+        checks, failed = [], []
+        for lv, sm in ((live.a, sim.a), (live.b, sim.b)):
+            if lv.failed or lv.finished is None:
+                failed.append(f"  held out {Path(self.path).name} {lv.build or lv.run}: not checked, "
+                              f"the live run failed: {lv.failed or 'no prompt time'}")
+            else:
+                checks.append(calibration.held_out(self.path, lv, sm))
+        return checks, failed
 
 
-def calibrate(prep: Prepared, cmp: Comparison, held: Sequence[HeldOutSession] = ()) -> tuple[str, Any, str]:
+def calibrate(prep: Prepared, cmp: Comparison,
+              held: Sequence[HeldOutSession] = ()) -> tuple[str, Calibration, str]:
     """Fit a cost line on both live runs' batches and save it; then check it on each held-out
     session (never fitted on) and save it again with those errors. Returns the name, the
     calibration and what to say about it."""
@@ -171,10 +178,15 @@ def calibrate(prep: Prepared, cmp: Comparison, held: Sequence[HeldOutSession] = 
     name, cal, dest = calibration.calibrate(timed, prep.config.knobs().n_ubatch_eff, target.backend,
                                             target.model or Path("model"), fitted_on=str(prep.session.path),
                                             threads=target.threads)
+    failed: list[str] = []
     if held:
-        cal.holdout = [h for session in held for h in session.check(name)]
+        cal.holdout = []
+        for session in held:
+            checks, not_checked = session.check(name)
+            cal.holdout += checks
+            failed += not_checked
         dest = calibration.save_calibration(name, cal)
-    return name, cal, calibration.describe(name, cal, dest)
+    return name, cal, "\n".join([calibration.describe(name, cal, dest), *failed])
 
 
 def replay(prep: Prepared, on_event: EventSink | None = None, speed: float | None = None) -> Outcome:
