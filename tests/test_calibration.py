@@ -113,3 +113,16 @@ def test_a_missing_held_out_session_is_refused_before_any_server_starts(tmp_path
     assert held.simulated.config.engine == "simulated" and held.simulated.config.tokenizer_eff == f"gguf:{model}"
     assert held.simulated.config.knobs().memory == "plain" and held.live.config.engine == "live"
     assert not held.live.config.calibrate and not held.live.config.holdout
+
+
+def test_a_held_out_run_that_fails_is_said_not_dropped(tmp_path):
+    """Servers that refuse the connection: no error is made up for the line, each run says why."""
+    from replayer.core.replay import HeldOutSession
+
+    model = make_tiny("llama", tmp_path / "tiny.gguf")
+    calibration.save_calibration("cpu-tiny", calibration.Calibration(fixed_ms=1, per_token_ms=0.1))
+    cfg = ReplayConfig(engine="live", model=str(model), calibrate=True, holdout=(str(SESSION),),
+                       server="http://127.0.0.1:1", server_b="http://127.0.0.1:1", timeout=5)
+    checks, failed = HeldOutSession.prepare(str(SESSION), cfg).check("cpu-tiny")
+    assert checks == [] and len(failed) == 2
+    assert all("held out agent-45-rounds.json" in f and "the live run failed" in f for f in failed)
