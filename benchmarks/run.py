@@ -313,8 +313,15 @@ def bench_calib() -> list[tuple]:
         sessions[name] = d / f"{name.replace(' ', '-')}.json"
         sessions[name].write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
     threads = int(os.environ.get("REPLAYER_BENCH_THREADS") or 0) or None
-    rows = [("model", f"tiny llama GGUF, CPU, -ub 512, threads {threads or 'server default'}"),
-            ("load before", _load())]
+
+    class Rows(list):
+        def append(self, row: tuple) -> None:  # a long benchmark: say each line as it comes
+            super().append(row)
+            print(f"  {row[0]}: {row[1]}", file=sys.stderr, flush=True)
+
+    rows = Rows()
+    rows.append(("model", f"tiny llama GGUF, CPU, -ub 512, threads {threads or 'server default'}"))
+    rows.append(("load before", _load()))
     worst: dict[str, float] = {}
     t0 = time.perf_counter()
     for fit, other in (("60 rounds", "40 rounds"), ("40 rounds", "60 rounds")):
@@ -330,11 +337,11 @@ def bench_calib() -> list[tuple]:
                          f"live {h['live_ms'] / 1000:.2f} s, simulated {h['simulated_ms'] / 1000:.2f} s, "
                          f"error {h['error'] * 100:+.1f} %, {h['live_batches']} batches"
                          + (" (match)" if h["batches_match"] else " (DIFFER)")))
-        rows.append((f"  load after", _load()))
+        rows.append(("  load after", _load()))
     rows.append(("worst held-out error", ", ".join(f"{b} {e * 100:.1f} %" for b, e in sorted(worst.items()))
                  + " (goal ≤ 10 %)"))
     rows.append(("duration", f"{time.perf_counter() - t0:.0f} s"))
-    return rows
+    return list(rows)
 
 
 def main(argv: list[str]) -> None:

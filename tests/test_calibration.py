@@ -45,7 +45,7 @@ def _slower(events: list[ev.Event], factor: float) -> list[ev.Event]:
 
 def test_held_out_error_is_zero_on_the_lines_own_timing_and_shows_a_slower_run():
     calibration.save_calibration("cpu-x", calibration.Calibration(fixed_ms=20.0, per_token_ms=0.3, attn_ms=1e-5,
-                                                                  kv_ms=2e-3))
+                                                                  attn_small_ms=2e-4))
     prep = prepare(SESSION, ReplayConfig(calibration="cpu-x", model="llama-8b-q4_0", template="chatml"))
     sim = compare(all_simulated(prep))
     assert sim.a.n_batches > sim.b.n_batches > 1  # b9859 fragments the prompt, b10001 does not

@@ -74,7 +74,7 @@ def test_calibration_fit_recovers_the_cost_model():
     from replayer.core.calibration import fit_cost
     from replayer.core.hardware.cost import LineCost, batch_ms
 
-    truth = LineCost("truth", fixed_ms=12.0, per_token_ms=0.25, attn_ms=2e-6, kv_ms=3e-4, attn_small_ms=4e-5)
+    truth = LineCost("truth", fixed_ms=12.0, per_token_ms=0.25, attn_ms=2e-6, attn_small_ms=4e-5)
     batches, t, start = [], 0.0, 0
     for i, n in enumerate([2048, 700, 35, 2048, 1200, 90, 2048, 300, 40, 20, 600, 50]):
         ms = batch_ms(truth, start, n, 512)
@@ -82,8 +82,7 @@ def test_calibration_fit_recovers_the_cost_model():
         t += ms
         start += n
     fit = fit_cost(batches, 512)
-    assert fit == (pytest.approx(12.0), pytest.approx(0.25), pytest.approx(2e-6), pytest.approx(3e-4),
-                   pytest.approx(4e-5))
+    assert fit == (pytest.approx(12.0), pytest.approx(0.25), pytest.approx(2e-6), pytest.approx(4e-5))
     # one short ubatch (a prompt's last) cannot price short ubatches: that term stays 0
     few = [b for b in batches if b.n_tokens >= 64 or b.n_tokens == 35]
     assert fit_cost(few, 512).attn_small_ms == 0
@@ -108,8 +107,7 @@ def test_calibration_fit_matches_each_run_total_when_the_line_cannot_fit_every_b
             t, start = t + ms, start + n
         totals[run] = t
     fit = fit_cost(batches, 512)
-    line = LineCost("fit", fit.fixed_ms, fit.per_token_ms, attn_ms=fit.attn_ms, kv_ms=fit.kv_ms,
-                    attn_small_ms=fit.attn_small_ms)
+    line = LineCost("fit", fit.fixed_ms, fit.per_token_ms, attn_ms=fit.attn_ms, attn_small_ms=fit.attn_small_ms)
     for run, total in totals.items():
         predicted = sum(batch_ms(line, b.start, b.n_tokens, 512) for b in batches if b.run == run)
         assert predicted == pytest.approx(total, rel=0.01), run

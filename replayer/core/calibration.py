@@ -37,9 +37,9 @@ class HeldOut(BaseModel):
 
 
 class Calibration(BaseModel):
-    """One fitted line: ``fixed_ms`` per ubatch, ``per_token_ms`` per token, ``attn_ms`` per token×depth,
-    ``kv_ms`` per depth (the per-ubatch KV read) and ``attn_small_ms`` per token×depth of a ubatch
-    under 64 tokens (``cost.LineCost``), with what it was checked on.
+    """One fitted line: ``fixed_ms`` per ubatch, ``per_token_ms`` per token, ``attn_ms`` per token×depth
+    and ``attn_small_ms`` per token×depth of a ubatch under 64 tokens (``cost.LineCost``), with
+    what it was checked on.
 
     ``small_ubatches`` counts the fitted ubatches under 64 tokens: with fewer than
     ``MIN_SMALL_UBATCHES`` their extra cost cannot be told from noise and is left at 0.
@@ -53,7 +53,6 @@ class Calibration(BaseModel):
     fixed_ms: float = Field(ge=0, allow_inf_nan=False)
     per_token_ms: float = Field(ge=0, allow_inf_nan=False)
     attn_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    kv_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     attn_small_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     small_ubatches: int | None = None
     backend: str = ""
@@ -70,7 +69,7 @@ class Calibration(BaseModel):
 
     def line(self, name: str) -> costmod.LineCost:
         return costmod.LineCost(name=f"calibration {name}", fixed_ms=self.fixed_ms, per_token_ms=self.per_token_ms,
-                                attn_ms=self.attn_ms, kv_ms=self.kv_ms, attn_small_ms=self.attn_small_ms,
+                                attn_ms=self.attn_ms, attn_small_ms=self.attn_small_ms,
                                 source=self.model)
 
 
@@ -129,7 +128,6 @@ class Terms(NamedTuple):
     fixed_ms: float
     per_token_ms: float
     attn_ms: float
-    kv_ms: float
     attn_small_ms: float
 
 
@@ -138,12 +136,16 @@ class Terms(NamedTuple):
 MIN_SMALL_UBATCHES = 3
 
 
-def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float, float, float]:
-    """(ubatches, tokens, Σ b·(depth + (b+1)/2), Σ depth, the same Σ over short ubatches) of one
-    batch: the terms of ``LineCost``."""
+def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float, float]:
+    """(ubatches, tokens, Σ b·(depth + (b+1)/2), the same Σ over short ubatches) of one batch: the
+    fitted terms of ``LineCost``.
+
+    Its ``kv_ms·depth`` (the roofline's per-ubatch KV read) is not fitted: on the CPU runs it came
+    out at 38-55 µs per token of depth, ~1000x what reading a tiny model's KV cache costs, and a
+    line fitted on a well-batched session then priced a fragmented one +47-60 % (the row-by-row
+    attention of short ubatches was what it stood in for; docs/benchmarks.md)."""
     parts = list(costmod.ubatches(b.start, b.n_tokens, n_ubatch))
     return (float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts),
-            float(sum(depth for _, depth in parts)),
             sum(n * (depth + (n + 1) / 2) for n, depth in parts if n < costmod.FA_TILE_Q))
 
 
@@ -171,7 +173,7 @@ def _nnls(a, y):
 
 
 def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
-    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth + kv·Σdepth
+    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth
     + attn_small·Σb·depth over ubatches under 64 tokens (only with ``MIN_SMALL_UBATCHES`` of them).
 
     Pool batches of several runs of one server and model: a run whose batches all have the
@@ -190,7 +192,7 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
     a = np.array([r[0] for r in rows], dtype=float)
     y = np.array([r[1] for r in rows], dtype=float)
     if small_ubatches(batches, n_ubatch) < MIN_SMALL_UBATCHES:
-        a[:, 4] = 0.0  # not measured: priced at 0, never guessed from one batch
+        a[:, 3] = 0.0  # not measured: priced at 0, never guessed from one batch
     runs = sorted({r[2] for r in rows})
     if len(runs) > 1:
         weight = 30.0 * len(rows) ** 0.5
@@ -238,8 +240,8 @@ def describe(name: str, cal: Calibration, dest: Path | None = None) -> str:
     """What ``--calibrate`` says: the line, each held-out run and the held-out error."""
     line = (f"calibrated {name}" + (f" on {Path(cal.fitted_on).name}" if cal.fitted_on else "")
             + f": {cal.fixed_ms:.3f} ms per ubatch + {cal.per_token_ms * 1000:.3f} µs per token "
-            f"+ {cal.attn_ms * 1e6:.4f} ns per token×depth + {cal.kv_ms * 1e6:.2f} ns per depth"
-            f" + {cal.attn_small_ms * 1e6:.4f} ns per token×depth under {costmod.FA_TILE_Q} tokens"
+            f"+ {cal.attn_ms * 1e6:.2f} ns per token×depth"
+            f" + {cal.attn_small_ms * 1e6:.1f} ns per token×depth under {costmod.FA_TILE_Q} tokens"
             + (f" → {dest}" if dest else ""))
     lines = [line]
     if cal.small_ubatches is not None and cal.small_ubatches < MIN_SMALL_UBATCHES:

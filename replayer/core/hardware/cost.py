@@ -133,7 +133,8 @@ class LineCost:
     plus ``attn_small_ms·b·(depth + (b+1)/2)`` for a ubatch of fewer than ``FA_TILE_Q`` tokens.
 
     The attention term is the roofline's ``T_att`` with one fitted constant, ``kv_ms`` its
-    ``kv·depth/BW``: every ubatch reads the whole KV cache once, however few tokens it has.
+    ``kv·depth/BW``: every ubatch reads the whole KV cache once, however few tokens it has
+    (``--calibrate`` leaves it at 0: see ``calibration._features``).
     ``attn_small_ms`` is the extra attention cost of a short ubatch on the CPU backend, whose
     flash attention handles fewer than 64 queries row by row (measured: a 62-token batch at
     depth 1,443 took 250 ms where a 126-token one took 26 ms; docs/benchmarks.md). All three
