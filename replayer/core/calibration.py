@@ -177,12 +177,14 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
     + attn_small·Σb·depth over ubatches under 64 tokens (only with ``MIN_SMALL_UBATCHES`` of them).
 
     Pool batches of several runs of one server and model: a run whose batches all have the
-    same size cannot tell fixed from per-token cost on its own. Each run's total also enters
-    as a heavily weighted row: what a calibration must get right is every run's prompt time
-    (and so the speed-up). Fitted on batches alone, the few long batches of a well-batched
-    run outweigh the hundreds of short ones of a fragmented run, and on a CPU, where big
-    batches are more efficient per token than the line allows, the fragmented run came out
-    7-18 % short.
+    same size cannot tell fixed from per-token cost on its own. Each batch is weighted by
+    1/√ms, as if its timing noise grew with its length: the few long batches of a well-batched
+    run then do not outweigh the hundreds of short ones of a fragmented run. An earlier fit
+    forced each run's total with a heavily weighted row; that matched the fitted runs, but
+    on a shared CPU one run slower as a whole (load) then became a per-ubatch cost, and on
+    sessions it was not fitted on it did worse than this weighting (held-out error 26.7 vs
+    24.5 %, speed-up error 31.1 vs 26.7 %, over 9 live replays of 6 session shapes;
+    docs/benchmarks.md).
     """
     import numpy as np
 
@@ -193,12 +195,8 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
     y = np.array([r[1] for r in rows], dtype=float)
     if small_ubatches(batches, n_ubatch) < MIN_SMALL_UBATCHES:
         a[:, 3] = 0.0  # not measured: priced at 0, never guessed from one batch
-    runs = sorted({r[2] for r in rows})
-    if len(runs) > 1:
-        weight = 30.0 * len(rows) ** 0.5
-        mask = [np.array([r[2] == run for r in rows]) for run in runs]
-        a = np.vstack([a, *[weight * a[m].sum(axis=0) for m in mask]])
-        y = np.concatenate([y, [weight * y[m].sum() for m in mask]])
+    w = 1.0 / np.sqrt(y)
+    a, y = a * w[:, None], y * w
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
     coef = _nnls(a / scale, y) / scale  # the features differ by orders of magnitude
