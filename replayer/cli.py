@@ -50,7 +50,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
-    from replayer.core.session.turns import turns_of_request
+    from replayer.core.session.turns import count_turns
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
@@ -71,7 +71,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
         "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format == "chat-requests" else len(turns_of_request(req)),
+        "turns": s.stats.entries_total if s.format == "chat-requests" else count_turns(req),
     }
     if args.json:
         _json(info)
@@ -206,18 +206,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return cmd_replay_session(args, cfg)
     if args.freeze_system_prompt:
         raise ReplayerError("--freeze-system-prompt is a what-if of --mode session")
-    if args.screenshot and (args.json or args.jsonl or args.markdown):
-        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
     prep = prepare(args.session, cfg)
     if args.app or args.screenshot:
-        from replayer.ui.app import run_replay_app
-
-        from replayer.ui.app import DEFAULT_APP_SPEED
-
-        # a headless picture has nobody to watch the animation: instant unless --speed says otherwise
-        speed = (0.0 if args.screenshot else DEFAULT_APP_SPEED) if args.speed is None else args.speed
-        return run_replay_app(prep, speed,
-                              screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
+        return _replay_app(args, prep)
     out = replay(prep, on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
                  speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
     for note in out.notes:
@@ -322,13 +313,31 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay_app(args: argparse.Namespace, target) -> int:
+    """``replay … --app`` / ``--screenshot``: the app opened on a resume (``Prepared``) or a session
+    replay (``SessionSpec``)."""
+    if args.screenshot and (args.json or args.jsonl or args.markdown):
+        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
+    from replayer.ui.app import DEFAULT_APP_SPEED, run_replay_app
+
+    # a headless picture has nobody to watch the animation: instant unless --speed says otherwise
+    speed = (0.0 if args.screenshot else DEFAULT_APP_SPEED) if args.speed is None else args.speed
+    return run_replay_app(target, speed, screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
+
+
 def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
     """``replay --mode session``: every turn on A and B, simulated or live, with each miss explained."""
     from replayer.core.engine import events as ev
     from replayer.core import session_replay as sr
 
     if args.app or args.screenshot:
-        raise ReplayerError("the app does not show session replays yet; use --json, --markdown or text")
+        from replayer.core.session import load_session
+        from replayer.ui.screens.session import SessionSpec
+
+        # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
+        session = load_session(args.session, cfg.format, images=cfg.images)
+        return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
+                                             session=session))
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size)
     if cfg.engine == "live":
         from replayer.core.engine.live_session import live_session_events
@@ -372,8 +381,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
     from replayer.core import calibration
 
+    from replayer.ui import themes
+
     data = presets.listing()
     data["calibrations"] = calibration.listing()
+    data["themes"] = themes.listing()
     if args.json:
         _json(data)
         return 0
@@ -387,6 +399,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
         lines += [f"  {c['id']:<30} {c['fixed_ms']:.3f} ms/ubatch + {c['per_token_ms'] * 1000:.3f} µs/token, "
                   + (f"held-out error {c['held_out_error'] * 100:.1f} %" if c["held_out_error"] is not None
                      else "held-out error not measured") for c in data["calibrations"]]
+    th = data["themes"]
+    lines += ["", f"themes (settings.json \"theme\"; your own in {th['user_dir']}):"]
+    lines += [f"  {t['name']:<22} {t['source']}" for t in th["themes"]]
+    lines += [f"  skipped: {e}" for e in th["errors"]]
     _out("\n".join(lines))
     return 0
 
@@ -642,7 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 
-    p = sub.add_parser("presets", help="backends, GPUs and models of the cost model")
+    p = sub.add_parser("presets", help="backends, GPUs and models of the cost model, saved calibrations and themes")
     p.add_argument("--json", action="store_true", help="print the presets as JSON")
     p.set_defaults(func=cmd_presets)
 

@@ -6,6 +6,7 @@ import pytest
 from textual.widgets import Log, Static
 
 from replayer.core.compare import compare
+from replayer.core.reasons import REASON_LABELS
 from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.picker import PickerScreen
@@ -42,7 +43,7 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
             assert pane.summary.breaks() == core.breaks()
             batch_lines = pane.query_one("#batches", Log).lines  # the header sits above the list
             assert len(batch_lines) == core.n_batches
-            assert [l.split()[4] for l in batch_lines] == [b.reason for b in core.batches]
+            assert [l.split()[4] for l in batch_lines] == [REASON_LABELS[b.reason] for b in core.batches]
             ck_lines = [l for l in pane.query_one("#ckpts", Log).lines if l.startswith("+")]
             assert len(ck_lines) == len(core.created)
             assert [int(l.split()[1].replace(",", "")) for l in ck_lines] == [c.n_tokens for c in core.created]
@@ -134,6 +135,7 @@ async def test_small_terminal_stays_readable():
         await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.comparison is not None)
+        await pilot.pause()  # the verdict's room exists after the next layout, not at once
         for run in ("A", "B"):
             pane = app.screen.pane(run)
             assert pane.region.width >= 45 and pane.region.height >= 10

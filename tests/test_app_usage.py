@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Log, Select, Static
 
+from replayer.core.advise import advice_for
 from replayer.core.compare import compare
 from replayer.core.engine import events as ev
 from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare
@@ -79,6 +80,26 @@ async def test_keyboard_only_80x24_build_a_to_b9763_then_instant():
             for sel in ("#timeline", "#progress", "#stats"):
                 assert visible(app, pane.query_one(sel)), (run, sel)
         assert visible(app, screen.query_one("#verdict"))
+        # the advice (generations, time lost vs ideal batching, the fix) comes first, wrapped
+        # to the terminal; the table under it is reached by Tab to the verdict and End
+        table = screen.query_one("#comparison", ComparisonTable)
+        assert table.advice == advice_for(prepare(demo_session_path(), ReplayConfig(a="9763")), core)
+        shown = " ".join(line.text.strip() for line in table.render_lines(table.region.reset_offset))
+        assert table.region.right <= 80
+        assert all(len(line.text.rstrip()) <= 76 for line in table.render_lines(table.region.reset_offset))
+        for line in table.advice:
+            assert " ".join(line.split()) in shown, line
+        assert "A b9763 is G0" in shown and "B b10001 lost " in shown and "vs ideal batching" in shown
+        summary = screen.query_one("#summary")
+        assert summary.region.y + 1 < 24 and visible(app, summary)
+        for _ in range(4):
+            if app.focused is summary:
+                break
+            await pilot.press("tab")
+        assert app.focused is summary, "Tab reaches the verdict"
+        await pilot.press("end")
+        await pilot.pause()
+        assert summary.max_scroll_y > 0 and summary.scroll_y == summary.max_scroll_y
 
 
 async def test_100x30_keeps_batch_list_and_checkpoint_log_with_the_verdict():
@@ -131,7 +152,9 @@ async def test_r_mid_replay_ends_with_a_verdict_of_the_new_runs_only():
         assert cmp.a.failed is None and cmp.b.failed is None
         assert "cancel" not in str(screen.query_one("#verdict", Static).render())
         assert (cmp.a.n_batches, cmp.b.n_batches) == (core.a.n_batches, core.b.n_batches)
-        assert screen.query_one("#comparison", ComparisonTable).rows == core.rows()
+        table = screen.query_one("#comparison", ComparisonTable)
+        assert table.rows == core.rows()
+        assert table.advice == advice_for(prepare(demo_session_path(), ReplayConfig()), core)  # the new runs'
         assert len(screen.pane("A").query_one("#batches", Log).lines) == core.a.n_batches
 
 

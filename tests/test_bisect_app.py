@@ -64,7 +64,7 @@ async def test_verdict_shows_the_same_advice_as_the_markdown_report(tmp_path, mo
     monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(tmp_path))
     prep = prepare(demo_session_path(), ReplayConfig.seed())
     expected = advice_for(prep, compare(all_simulated(prep)))
-    assert expected[0].startswith("A b9859 is G1") and expected[1].startswith("advice: upgrade")
+    assert expected[0].startswith("A b9859 is G1") and expected[-1].startswith("advice: upgrade")
     app = ReplayerApp(default_speed=0.0, replay=prep, deterministic=True)
     async with app.run_test(size=(140, 45)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.comparison is not None)

@@ -102,6 +102,19 @@ async def test_live_replay_is_the_same_through_the_cli_and_the_app(tiny_llama, c
         assert _shape(c) == _shape(a)
     assert [r["build"] for r in cli["runs"]] == ["b9859", "b10001"]
     assert cli["runs"][0]["n_batches"] > cli["runs"][1]["n_batches"]  # the regression breaks at user starts
+    # time lost vs ideal batching: the server's own prompt tokens in full -b 64 batches, measured by
+    # the run that batched so (b10001: a plain model takes no checkpoints, so no user-start breaks)
+    ideal = [r["ideal_batching"] for r in cli["runs"]]
+    for run, i in zip(cli["runs"], ideal):
+        assert i["ideal_batches"] == -(-run["n_tokens"] // 64) and i["batches"] == run["n_batches"]
+        assert i["ideal_ms"] > 0 and i["lost_ms"] == pytest.approx(run["prompt_ms"] - i["ideal_ms"], abs=0.2)
+        assert i["text"].startswith(run["label"][0])
+    assert [b["start"] for b in cli["runs"][1]["batches"]] == list(range(0, cli["runs"][1]["n_tokens"], 64))
+    assert [i["cost"] for i in ideal] == ["measured in run B"] * 2
+    assert ideal[0]["ideal_ms"] == ideal[1]["ideal_ms"] == pytest.approx(cli["runs"][1]["prompt_ms"], abs=0.1)
+    assert ideal[1]["lost_ms"] == 0 and " lost nothing " in ideal[1]["text"]
+    assert ideal[0]["text"].endswith(f"took {ideal[0]['ideal_ms'] / 1000:,.1f} s in run B")
+    assert all(" vs ideal batching: " in r["ideal_batching"]["text"] for r in app["runs"])  # the app's export too
 
 
 @pytest.mark.live
@@ -113,11 +126,16 @@ def test_live_screenshot_through_the_cli(tiny_llama, tmp_path):
     from conftest import REPO
 
     shot = tmp_path / "live.svg"
-    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", SESSION, "--engine", "live", "--model",
-                        str(tiny_llama), "--screenshot", str(shot)], capture_output=True, text=True, cwd=REPO,
-                       timeout=600)
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", SESSION, "--engine", "live", "--a", "9859",
+                        "--b", "10001", "--model", str(tiny_llama), "--screenshot", str(shot)],
+                       capture_output=True, text=True, cwd=REPO, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert "unknown model" not in r.stderr and shot.read_text().startswith("<svg")
+    svg = shot.read_text()
+    assert "unknown model" not in r.stderr and svg.startswith("<svg")
+    text = svg.replace("&#160;", " ")
+    # the verdict screen: both builds, a verdict, the generations and the time lost
+    assert "b9859" in text and "b10001" in text and ("faster" in text or "equally fast" in text)
+    assert "G1" in text and "ideal" in text and "batching" in text
 
 
 @pytest.mark.live

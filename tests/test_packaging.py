@@ -58,6 +58,13 @@ def test_installed_wheel_lists_its_themes_and_renders_the_demo_in_each(installed
     facts = json.loads(out.stdout)
     assert facts["dir"].startswith(str(tmp / "venv")), "the themes come from the installed wheel"
     assert facts["themes"] == ["high-contrast", "replayer-dark", "replayer-light"]
+    # what a user runs to see them
+    listed = json.loads(_run([tmp / "venv" / "bin" / "replayer", "presets", "--json"], cwd=tmp, env=env).stdout)
+    builtin = [t for t in listed["themes"]["themes"] if t["source"] == "built in"]
+    assert [t["name"] for t in builtin] == facts["themes"]
+    assert all(t["file"].startswith(str(tmp / "venv")) for t in builtin)
+    text = _run([tmp / "venv" / "bin" / "replayer", "presets"], cwd=tmp, env=env).stdout
+    assert all(f"  {name}" in text for name in facts["themes"])
     for theme in facts["themes"]:
         (tmp / "config").mkdir(exist_ok=True)
         (tmp / "config" / "settings.json").write_text(json.dumps({"theme": theme}))

@@ -19,7 +19,7 @@ from replayer.core.prompt.layout import compute_layout
 from replayer.core.prompt.turn_layouts import shared_prefix, turn_layouts
 from replayer.core.replay import ReplayConfig
 from replayer.core.session.request import ChatRequest
-from replayer.core.session.turns import freeze_system_prompt, response_starts, turns_of_bodies, turns_of_request
+from replayer.core.session.turns import count_turns, freeze_system_prompt, response_starts, turns_of_bodies, turns_of_request
 
 from conftest import REPO
 from helpers import agent_conversation
@@ -88,6 +88,7 @@ def test_consecutive_assistant_messages_are_one_response():
             {"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]
     turns = turns_of_request(ChatRequest({"messages": msgs}))
     assert [len(t.messages) for t in turns] == [2, 5, 6]
+    assert count_turns(ChatRequest({"messages": msgs})) == 3  # what inspect prints, without the prefixes
 
 
 def test_request_log_is_detected_and_inspect_counts_turns(tmp_path):

@@ -105,3 +105,107 @@ def test_cpu_needs_only_cmake_and_a_compiler():
     c = toolchain.check("cpu")
     assert c.ok, c.line()
     assert c.line().startswith("cpu: toolchain ready")
+
+
+def _bin(tmp_path: Path, scripts: dict[str, str]) -> Path:
+    """A PATH of this machine's cmake and C++ compiler plus the given shell scripts (the programs
+    a toolchain check runs), so each test decides what is installed."""
+    import shutil
+
+    d = tmp_path / "bin"
+    d.mkdir()
+    for tool in ("cmake", "c++"):
+        real = shutil.which(tool)
+        if real is None:
+            pytest.skip(f"{tool} is not installed here")
+        (d / tool).symlink_to(real)
+    for name, out in scripts.items():
+        (d / name).write_text(f"#!/bin/sh\necho '{out}'\n")
+        (d / name).chmod(0o755)
+    return d
+
+
+@pytest.mark.parametrize("has_glslc", [False, True])
+def test_vulkan_without_glslc_names_the_shader_compiler(tmp_path, monkeypatch, has_glslc):
+    inc = _headers(tmp_path, True)
+    monkeypatch.setattr(toolchain, "INCLUDE_DIRS", [inc])
+    monkeypatch.delenv("VULKAN_SDK", raising=False)
+    monkeypatch.setenv("PATH", str(_bin(tmp_path, {"glslc": "shaderc v2023.8"} if has_glslc else {})))
+    c = toolchain.check("vulkan", _src(tmp_path, uses=True))
+    if has_glslc:
+        assert c.ok, c.line()
+        assert "glslc" in c.found and "Vulkan headers 1.3.239" in c.found
+    else:
+        assert c.missing == ["glslc (shader compiler)"]
+        assert c.line() == ("vulkan build needs glslc (shader compiler) — apt install glslc or the LunarG "
+                            "Vulkan SDK (set VULKAN_SDK)")
+
+
+def _cuda_toolkit(root: Path, cublas: bool) -> Path:
+    (root / "include").mkdir(parents=True)
+    (root / "include" / "cuda_runtime.h").write_text("// cuda runtime\n")
+    if cublas:
+        (root / "include" / "cublas_v2.h").write_text("// cublas\n")
+        (root / "lib64").mkdir()
+        (root / "lib64" / "libcublas.so.13").write_bytes(b"\x7fELF")
+    return root
+
+
+@pytest.mark.parametrize("cublas", [False, True])
+def test_cuda_without_cublas_is_refused_before_cmake_fails_on_it(tmp_path, monkeypatch, cublas):
+    """A CUDA 13 toolkit with nvcc and cudart but no cuBLAS (this container has one) passed the
+    check, then CMake's generate step failed on ``CUDA::cublas``."""
+    monkeypatch.setattr(toolchain, "CUDA_ROOTS", [])
+    monkeypatch.setattr(toolchain, "LIB_DIRS", [])
+    monkeypatch.setattr(toolchain, "INCLUDE_DIRS", [])
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setenv("CUDA_PATH", str(_cuda_toolkit(tmp_path / "cuda", cublas)))
+    monkeypatch.setenv("PATH", str(_bin(tmp_path, {"nvcc": "Build cuda_13.0.r13.0/compiler.36424714_0"})))
+    c = toolchain.check("cuda")
+    if cublas:
+        assert c.ok and "cuBLAS" in c.found, c.line()
+    else:
+        assert c.line() == ("cuda build needs cuBLAS for CUDA 13.0 (cublas_v2.h, libcublas) — apt install "
+                            "libcublas-dev-13-0 (NVIDIA's CUDA repository) or the full CUDA toolkit installer")
+
+
+def test_cuda_without_nvcc_names_the_toolkit(tmp_path, monkeypatch):
+    monkeypatch.setattr(toolchain, "CUDA_ROOTS", [])
+    monkeypatch.setattr(toolchain, "LIB_DIRS", [])
+    monkeypatch.setattr(toolchain, "INCLUDE_DIRS", [])
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(_bin(tmp_path, {})))
+    c = toolchain.check("cuda")
+    assert c.missing[0] == "nvcc (CUDA toolkit)" and "cuBLAS (cublas_v2.h, libcublas)" in c.missing
+    assert c.line().startswith("cuda build needs nvcc (CUDA toolkit), CUDA headers (cuda_runtime.h), cuBLAS")
+    assert "apt install nvidia-cuda-toolkit" in c.line() and "\n" not in c.line()
+
+
+def test_rocm_is_found_where_rocm_path_says(tmp_path, monkeypatch):
+    (tmp_path / "rocm" / "bin").mkdir(parents=True)
+    (tmp_path / "rocm" / "bin" / "hipcc").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", str(_bin(tmp_path, {})))
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    assert toolchain.check("rocm").ok
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "none"))
+    assert toolchain.check("rocm").missing == ["hipcc (ROCm)"]
+
+
+@pytest.mark.parametrize("backend", ["vulkan", "cuda"])
+def test_install_here_is_refused_in_one_line_before_any_download(tmp_path, monkeypatch, capsys, backend):
+    """This machine as it is (no Vulkan headers or glslc; CUDA 13 without cuBLAS): the CLI says what
+    is missing and how to get it, and neither downloads nor configures."""
+    from replayer.cli import main
+
+    c = toolchain.check(backend)
+    if c.ok:
+        pytest.skip(f"this machine has a {backend} toolchain")
+    monkeypatch.setenv("REPLAYER_BUILDS_DIR", str(tmp_path / "builds"))
+    assert main(["builds", "install", "10001", "--backend", backend]) == 2
+    out = capsys.readouterr()
+    err = out.err.strip().splitlines()
+    assert err == [f"replayer: error: cannot compile b10001 {c.line()}"]
+    assert " — " in err[0] and ("apt install" in err[0] or "SDK" in err[0])
+    assert not out.out.strip(), "no progress: nothing started"
+    assert not (tmp_path / "builds" / "sdists").exists() and not (tmp_path / "builds" / "work").exists()

@@ -25,7 +25,7 @@ from replayer.core.compare import Comparison, RunSummary
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.engine.base import engine_for
-from replayer.core.prepare import Prepared, ReplayConfig, prepare, run_spec
+from replayer.core.prepare import RUNS, Prepared, ReplayConfig, prepare, run_spec
 from replayer.core.session import Session, load_session
 
 #: a change must save at least this share of today's time to be recommended
@@ -292,27 +292,151 @@ def settings_from(config: ReplayConfig, build: str) -> Settings:
     return Settings(dataclasses.replace(config, a=str(build), b=str(build)))
 
 
+#: the cost named by a loss whose ideal was measured: a run that batched ideally
+MEASURED = "measured in run"
+
+
+@dataclass(frozen=True)
+class BatchingLoss:
+    """A run's prompt time against the same prompt in full ``n_batch`` batches, priced by the
+    same cost: what the schedule's breaks (user starts, checkpoints) cost this run."""
+
+    run: str
+    build: str
+    run_ms: float
+    ideal_ms: float
+    n_batches: int
+    ideal_batches: int
+    n_batch: int
+    cost: str  # the cost model or fitted line that priced the ideal
+
+    @property
+    def lost_ms(self) -> float:
+        return self.run_ms - self.ideal_ms
+
+    @property
+    def lost_pct(self) -> float:
+        return 100 * self.lost_ms / self.run_ms if self.run_ms else 0.0
+
+    def line(self) -> str:
+        lost = ("nothing" if self.lost_pct < 1  # within the model's rounding: nothing to win
+                else f"{self.lost_ms / 1000:,.1f} s ({self.lost_pct:.0f} %)")
+        full = f"{self.ideal_batches} full -b {self.n_batch} batch{'es' if self.ideal_batches != 1 else ''}"
+        took = (f"took {self.ideal_ms / 1000:,.1f} s in run {self.cost[-1]}" if self.cost.startswith(MEASURED)
+                else f"take {self.ideal_ms / 1000:,.1f} s")
+        return (f"{self.run} {self.build} lost {lost} vs ideal batching: {self.n_batches} decode "
+                f"call{'s' if self.n_batches != 1 else ''}; {full} {took}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ideal_ms": round(self.ideal_ms, 1), "lost_ms": round(self.lost_ms, 1),
+                "lost_pct": round(self.lost_pct, 1), "batches": self.n_batches,
+                "ideal_batches": self.ideal_batches, "n_batch": self.n_batch, "cost": self.cost,
+                "text": self.line()}
+
+
+def batching_loss(prep: Prepared, cmp: Comparison) -> dict[str, BatchingLoss]:
+    """Each run whose prefill completed, against its prompt in full ``n_batch`` batches.
+
+    The prompt is the run's own (a live run's tokens as the server counted them); the ideal
+    is priced by the replay's cost model (or ``--calibration``). A live run without a
+    calibration is priced by a line fitted to both runs' batches: the cost belongs to the
+    machine and the model, not to the build, so one line prices both runs and their ideals.
+    A live run that already batched ideally measured the ideal, for itself and for the other
+    run of the same prompt: a fitted line can be far off on a few tiny batches.
+    The run's checkpoint copies are added to a modelled ideal: only the batching differs.
+    """
+    from replayer.core.hardware.cost import CostModel, LineCost, batch_ms
+
+    cfg = prep.config
+    knobs = cfg.knobs()
+    runs = [r for r in (cmp.a, cmp.b) if r.prefill_complete and r.batches]
+
+    def prompt(r: RunSummary) -> range:
+        """The ideal batches' starts over the tokens ``r`` processed."""
+        n_tokens = r.finished.n_tokens if r.finished else r.n_tokens
+        first = n_tokens - (r.finished.n_processed if r.finished else n_tokens - r.n_past)
+        return range(first, n_tokens, knobs.n_batch)
+
+    def priced() -> CostModel | None:
+        if cfg.engine == "simulated" or cfg.calibration:
+            return prep.cost
+        from replayer.core import calibration
+
+        try:
+            fixed, per, attn = calibration.fit_cost([b for r in runs for b in r.batches], knobs.n_ubatch_eff)
+        except ReplayerError:
+            return None  # too few timed batches to price anything
+        return LineCost(name="a line fitted to both runs' batches", fixed_ms=fixed, per_token_ms=per, attn_ms=attn)
+
+    # a run that batched ideally measured the ideal: for itself, and (live) for the other run
+    # of the same prompt, better than a line fitted to both
+    measured = {(p.start, p.stop): r for r in runs if [b.start for b in r.batches] == list(p := prompt(r))}
+    out: dict[str, BatchingLoss] = {}
+    cost: CostModel | None = None
+    for r in runs:
+        starts = prompt(r)
+        best = measured.get((starts.start, starts.stop))
+        if best is not None and (r.engine != "simulated" or best is r):
+            ideal, name = best.prompt_ms, f"{MEASURED} {best.run}"
+        else:
+            cost = cost or priced()
+            if cost is None:
+                continue
+            ideal = sum(batch_ms(cost, s, min(knobs.n_batch, starts.stop - s), knobs.n_ubatch_eff) for s in starts)
+            if r.engine == "simulated":
+                ideal += sum(cost.checkpoint_ms(c.size_mib) for c in r.created)
+            name = cost.name
+        out[r.run] = BatchingLoss(r.run, r.build, r.prompt_ms, ideal, r.n_batches, len(starts), knobs.n_batch, name)
+    return out
+
+
 def advice_for(prep: Prepared, cmp: Comparison) -> list[str]:
-    """The verdict's advice for a finished comparison: on the slower run's build.
+    """The verdict's advice for a finished comparison: what each build's generation means and
+    what the fix is, the time each run lost against ideal batching, and the best change for
+    the slower run's build.
 
     The app's verdict and the Markdown report print these same lines.
     """
     if cmp.a.failed or cmp.b.failed:
         return []
-    return verdict_advice(prep, "A" if cmp.a.prompt_ms >= cmp.b.prompt_ms else "B")
+    slower = "A" if cmp.a.prompt_ms >= cmp.b.prompt_ms else "B"
+    lines = [line for run in RUNS if (line := generation_line(prep, run))]
+    lines += [loss.line() for loss in batching_loss(prep, cmp).values()]
+    return lines + verdict_advice(prep, slower)[1:]
+
+
+def generation_line(prep: Prepared, run: str) -> str | None:
+    """What run ``run``'s build is (generation, the PR that started it) and what fixes it."""
+    try:
+        b = parse_build(prep.config.build_spec(run))
+    except ReplayerError:
+        return None  # a binary path: no generation to explain
+    g = b.generation
+    ch = changes.introducing(g.value)
+    span = f"b{g.first_build}–b{g.last_build}" if g.last_build else f"b{g.first_build}+"
+    if not g.first_build:
+        span = f"≤ b{g.last_build}"
+    line = f"{run} {b.label} is {g.value} ({span}{', ' + ch.name if ch else ''}: {g.label})"
+    knobs = prep.config.knobs()
+    helps = []
+    if g.user_breaks == "every_user":
+        fix = changes.introducing("G2a")
+        return line + f" — fix: upgrade to ≥ b{fix.first_with} ({fix.name})"  # no flag avoids the breaks
+    if g.user_breaks == "where_checkpoint_due":
+        helps.append("a larger -cms means fewer checkpoint breaks")
+    if knobs.n_ubatch_eff < knobs.n_batch:
+        helps.append(f"-ub {knobs.n_batch} makes each batch one ubatch")
+    return line + (" — " + "; ".join(helps) if helps else "")
 
 
 def verdict_advice(prep: Prepared, slower: str) -> list[str]:
     """What the slower run's build is (generation, the PR that made it), and the best change."""
     cfg = prep.config
-    spec = cfg.a if slower == "A" else cfg.b
-    try:
-        b = parse_build(spec)
-    except ReplayerError:
-        return []  # a binary path: no generation to explain
-    ch = changes.introducing(b.generation.value)
-    since = f" ({ch.name}, b{ch.first_with})" if ch else ""
-    lines = [f"{slower} {b.label} is {b.generation.value}: {b.generation.label}{since}"]
+    spec = cfg.build_spec(slower)
+    line = generation_line(prep, slower)
+    if line is None:
+        return []
+    lines = [line]
     try:
         adv = advise(prep.session.path, settings_from(cfg, spec), session=prep.session,
                      evaluator=ResumeEvaluator(prep.session.path, prep.session, known=prep))
@@ -320,7 +444,8 @@ def verdict_advice(prep: Prepared, slower: str) -> list[str]:
         return lines
     if adv.recommendations:
         r = adv.recommendations[0]
-        how = "; ".join(x for x in (r.get("install"), " ".join(r["flags"])) if x)
+        flags = " ".join(r["flags"])
+        how = "; ".join(x for x in (r.get("install"), flags if flags not in r["title"] else "") if x)
         gain = (f"saves {r['saving_ms'] / 1000:,.1f} s ({r['saving_pct']:.0f} %) on this session"
                 if r["saving_pct"] is not None else f"makes this session run ({r['prompt_ms'] / 1000:,.1f} s)")
         lines.append(f"advice: {r['title']} {gain}" + (f" — {how}" if how else ""))

@@ -28,12 +28,14 @@ def to_json(cmp: Comparison, meta: dict[str, Any] | None = None,
     return redact_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
-def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = ()) -> str:
-    """The verdict and the comparison table for a terminal."""
+def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = (), advice: Sequence[str] = ()) -> str:
+    """The verdict, the comparison table and the verdict's advice for a terminal."""
     rows = cmp.rows()
     w = max(len(m) for m, _, _ in rows)
     lines = [cmp.verdict(), "", f"{'':{w}}  {'A':>22}  {'B':>22}"]
     lines += [f"{m:{w}}  {x:>22}  {y:>22}" for m, x, y in rows]
+    if advice:  # the same lines as the app's verdict and the Markdown report
+        lines += [""] + [f"• {line}" for line in advice]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 

@@ -101,9 +101,14 @@ class Outcome:
 
 
 def run_extras(prep: Prepared, cmp: Comparison) -> dict[str, dict[str, Any]]:
-    """Per-run facts the reports add: user starts of the layout the run used (the server's, if it made one)."""
+    """Per-run facts the reports add: user starts of the layout the run used (the server's, if it
+    made one) and the time lost against ideal batching (null for a run that did not finish its prefill)."""
+    from replayer.core.advise import batching_loss
+
+    loss = batching_loss(prep, cmp)
     return {s.run: {"user_starts": s.user_starts if s.user_starts is not None
-                    else len(prep.layouts[s.run].user_starts)} for s in (cmp.a, cmp.b)}
+                    else len(prep.layouts[s.run].user_starts),
+                    "ideal_batching": loss[s.run].to_dict() if s.run in loss else None} for s in (cmp.a, cmp.b)}
 
 
 REPORT_FORMATS = ("json", "md", "csv", "text")
@@ -112,24 +117,24 @@ REPORT_FORMATS = ("json", "md", "csv", "text")
 def report(prep: Prepared, cmp: Comparison, fmt: str, advice: Sequence[str] | None = None,
            calibration: dict[str, Any] | None = None) -> bytes:
     """A finished replay as the CLI prints it and the app exports it (one document per format).
-    The Markdown report carries the verdict's advice (``advise.advice_for``; computed when the
-    caller has not already); the JSON one the line ``--calibrate`` fitted, if any."""
+    The Markdown and terminal reports carry the verdict's advice (``advise.advice_for``;
+    computed when the caller has not already); the JSON one the line ``--calibrate`` fitted, if any."""
     from replayer.core import export
 
     meta = prep.meta()
     if fmt == "json":
         doc = {"session": meta, **({"calibration": calibration} if calibration else {})}
         return export.to_json(cmp, doc, run_extras=run_extras(prep, cmp))
-    if fmt in ("md", "markdown"):
-        if advice is None:
-            from replayer.core.advise import advice_for
-
-            advice = advice_for(prep, cmp)
-        return export.to_markdown(cmp, meta, advice=advice).encode()
     if fmt == "csv":
         return export.to_csv(cmp).encode()
+    if advice is None and fmt in ("md", "markdown", "text"):
+        from replayer.core.advise import advice_for
+
+        advice = advice_for(prep, cmp)
+    if fmt in ("md", "markdown"):
+        return export.to_markdown(cmp, meta, advice=advice or ()).encode()
     if fmt == "text":
-        return export.to_text(cmp, prep.request.notes).encode()
+        return export.to_text(cmp, prep.request.notes, advice=advice or ()).encode()
     raise ValueError(f"unknown report format {fmt!r}; known: {', '.join(REPORT_FORMATS)}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -24,10 +24,10 @@ class ReplayerApp(App):
 
     def __init__(self, session: str | Path | None = None, demo: bool = False, default_speed: float = 1.0,
                  config: ReplayConfig | None = None, theme_dirs: list[Path] | None = None,
-                 deterministic: bool = False, replay: Prepared | None = None,
+                 deterministic: bool = False, replay: Prepared | Any = None,
                  screenshot: Path | None = None) -> None:
         super().__init__()
-        self.replay = replay  # open straight on this replay (``replayer replay … --app``)
+        self.replay = replay  # open straight on this replay (``replayer replay … --app``; a SessionSpec too)
         self.screenshot_to = screenshot  # headless: save the finished replay here, then exit
         self.shot_error: str | None = None
         self.deterministic = deterministic  # snapshots: no ETA, no animations
@@ -61,8 +61,10 @@ class ReplayerApp(App):
                         markup=False)
         if self.replay is not None:
             from replayer.ui.screens.replay import ReplayScreen
+            from replayer.ui.screens.session import SessionScreen, SessionSpec
 
-            self.push_screen(ReplayScreen(self.replay, speed=self.default_speed))
+            kind = SessionScreen if isinstance(self.replay, SessionSpec) else ReplayScreen
+            self.push_screen(kind(self.replay, speed=self.default_speed))
             return
         from replayer.ui.screens.picker import PickerScreen  # screens load when first shown
 
@@ -114,11 +116,12 @@ class ReplayerApp(App):
             self.notify(w, severity="warning")
         self.push_screen(self.setup_screen(session, self.config))
 
-    def setup_screen(self, session, config: ReplayConfig) -> Screen:
-        """The setup screen of a session (the replay screen goes back to it without importing it)."""
+    def setup_screen(self, session, config: ReplayConfig, **choices) -> Screen:
+        """The setup screen of a session (the replay screen goes back to it without importing it);
+        ``choices``: the mode and what-if it opens with."""
         from replayer.ui.screens.setup import SetupScreen
 
-        return SetupScreen(session, config)
+        return SetupScreen(session, config, **choices)
 
     def write_svg(self, dest: Path) -> None:
         """The screen as SVG. Textual writes spaces as &#160;; librsvg-based viewers still
@@ -194,9 +197,10 @@ DEFAULT_APP_SPEED = 10.0  # ×10: the seed session's prefill takes ~70 s of mode
 SCREENSHOT_SIZE = (160, 48)  # columns, rows of a headless screenshot
 
 
-def run_replay_app(prep: Prepared, speed: float, screenshot: Path | None = None) -> int:
-    """``replayer replay … --app``: the app opened on this replay; with ``screenshot``, headless
-    until the verdict, which is saved as SVG (a picture for a bug report)."""
+def run_replay_app(prep, speed: float, screenshot: Path | None = None) -> int:
+    """``replayer replay … --app``: the app opened on this replay (a resume's ``Prepared`` or a
+    session's ``SessionSpec``); with ``screenshot``, headless until the verdict, which is saved
+    as SVG (a picture for a bug report)."""
     app = ReplayerApp(default_speed=speed, config=prep.config, replay=prep, screenshot=screenshot)
     app.run(headless=screenshot is not None, size=SCREENSHOT_SIZE if screenshot is not None else None)
     if app.shot_error:

@@ -77,3 +77,17 @@ def load_all(extra_dirs: list[Path] | None = None) -> tuple[list[Theme], list[st
             except ValueError as exc:
                 errors.append(str(exc))
     return themes, errors
+
+
+def listing() -> dict:
+    """The themes ``presets`` lists: built-in ones (from the installed package) and the user's,
+    with the folder a user's own go in and any file that failed to load."""
+    out = []
+    for d, source in ((BUNDLED_DIR, "built in"), (paths.user_themes_dir(), "user")):
+        for f in sorted(d.glob("*.toml")) if d.is_dir() else []:
+            try:
+                out.append({"name": load_theme_file(f).name, "source": source, "file": str(f)})
+            except ValueError:
+                continue  # reported in "errors"
+    return {"themes": out, "user_dir": str(paths.user_themes_dir()), "errors": load_all()[1]}
+

@@ -173,7 +173,7 @@ def parse_build(text: str | int) -> Build:
 
 #: Presets offered in pickers: the builds users compare most.
 BUILD_PRESETS: list[tuple[str, str]] = [
-    ("9859", "b9859 — user-start breaks (G1, the #25213 regression)"),
+    ("9859", "b9859 — regression (G1, #25213)"),
     ("10001", "b10001 — fixed (G2b)"),
     ("9763", "b9763 — pre-regression (G0)"),
     ("9940", "b9940 — first fix (G2a)"),

@@ -4,7 +4,8 @@ A Vulkan build on Debian 12 used to compile for two minutes and then fail inside
 b10001's ``ggml-vulkan.cpp`` uses ``vk::LayerSettingEXT`` (VK_EXT_layer_settings), which the
 distribution's 1.3.239 headers lack. Every check here is a file or a program the backend's
 CMake asks for (``ggml/src/ggml-<backend>/CMakeLists.txt``: ``find_package(Vulkan
-COMPONENTS glslc)``, ``find_package(SPIRV-Headers)``, ``find_package(CUDAToolkit)``, HIP),
+COMPONENTS glslc)``, ``find_package(SPIRV-Headers)``, ``find_package(CUDAToolkit)`` with the
+cuBLAS it links, HIP),
 plus, once the sources are extracted, the Vulkan-Hpp types the build's own code uses. The
 result is one line: what is missing and how to get it.
 """
@@ -153,16 +154,54 @@ def _check_vulkan(c: Check, src: Path | None) -> None:
         c.found.append("glslc")
 
 
+#: where a CUDA toolkit lives when neither CUDA_PATH nor CUDA_HOME says
+CUDA_ROOTS = [Path("/usr/local/cuda")]
+#: where a distribution's CUDA packages put their libraries
+LIB_DIRS = [Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib")]
+
+
+def _cuda_roots() -> list[Path]:
+    return [Path(os.environ[v]) for v in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(v)] + CUDA_ROOTS
+
+
+def _find_cuda_header(name: str) -> Path | None:
+    return next((d / "include" / name for d in _cuda_roots() if (d / "include" / name).is_file()), None) \
+        or _find_header(name)
+
+
+def _find_cuda_lib(stem: str) -> Path | None:
+    """``lib<stem>.so*`` in the toolkit's library folders (what CMake's CUDAToolkit searches)."""
+    dirs = [d / sub for d in _cuda_roots() for sub in ("lib64", "lib")]
+    dirs += [t / "lib" for d in _cuda_roots() if (d / "targets").is_dir() for t in sorted((d / "targets").iterdir())]
+    for d in dirs + LIB_DIRS:
+        hit = next(iter(sorted(d.glob(f"lib{stem}.so*"))), None) if d.is_dir() else None
+        if hit is not None:
+            return hit
+    return None
+
+
 def _check_cuda(c: Check) -> None:
+    """nvcc, the runtime headers and cuBLAS: ggml-cuda links ``CUDA::cudart CUDA::cublas``
+    (``ggml/src/ggml-cuda/CMakeLists.txt``); a toolkit without cuBLAS fails at CMake's generate step."""
+    toolkit = "NVIDIA's CUDA toolkit with nvcc on PATH (or set CUDA_PATH)"
     nvcc = _runs(["nvcc", "--version"])
     if nvcc is None:
-        c.need("nvcc (CUDA toolkit)", "NVIDIA's CUDA toolkit with nvcc on PATH", apt="nvidia-cuda-toolkit")
+        c.need("nvcc (CUDA toolkit)", toolkit, apt="nvidia-cuda-toolkit")
     else:
         c.found.append(nvcc.strip())
-    if _find_header("cuda_runtime.h", ("CUDA_PATH", "CUDA_HOME")) is None and \
-            not Path("/usr/local/cuda/include/cuda_runtime.h").is_file():
-        c.need("CUDA headers (cuda_runtime.h)", "NVIDIA's CUDA toolkit (or set CUDA_PATH)",
-               apt="nvidia-cuda-toolkit")
+    if _find_cuda_header("cuda_runtime.h") is None:
+        c.need("CUDA headers (cuda_runtime.h)", toolkit, apt="nvidia-cuda-toolkit")
+    if _find_cuda_header("cublas_v2.h") is None or _find_cuda_lib("cublas") is None:
+        release = re.search(r"cuda_(\d+)\.(\d+)", nvcc or "")
+        if release:  # NVIDIA's own toolkit: its cuBLAS package, not the distribution's older toolkit
+            major, minor = release.groups()
+            c.need(f"cuBLAS for CUDA {major}.{minor} (cublas_v2.h, libcublas)",
+                   f"apt install libcublas-dev-{major}-{minor} (NVIDIA's CUDA repository) or the full CUDA "
+                   "toolkit installer")
+        else:
+            c.need("cuBLAS (cublas_v2.h, libcublas)", toolkit, apt="nvidia-cuda-toolkit")
+    else:
+        c.found.append("cuBLAS")
 
 
 def _check_rocm(c: Check) -> None:

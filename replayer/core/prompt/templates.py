@@ -27,7 +27,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
-from replayer.core.prompt import sandbox
+from replayer.core.prompt import output_pieces, sandbox
 from replayer.core.prompt.prepare import Caps
 from replayer.core.textfile import read_text
 
@@ -171,7 +171,10 @@ def _compile(source: str, trusted: bool = False) -> jinja2.Template | sandbox.Bo
     """A trusted template renders here; an untrusted one is checked here and renders in the
     sandbox's worker, on the render budget."""
     try:
-        tpl = (_trusted_environment() if trusted else _environment()).from_string(source)
+        if trusted:  # ours: its outputs are emitted in pieces (no copy of every message)
+            tpl = output_pieces.compile_in_pieces(_trusted_environment(), source)
+        else:
+            tpl = _environment().from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from None
     return tpl if trusted else sandbox.BoundedTemplate(source)

@@ -56,6 +56,11 @@ def response_starts(messages: list[dict[str, Any]]) -> list[int]:
             if m.get("role") == "assistant" and (i == 0 or messages[i - 1].get("role") != "assistant")]
 
 
+def count_turns(request: ChatRequest) -> int:
+    """``len(turns_of_request(request))`` without building the turns (each holds a prefix list)."""
+    return sum(1 for i in response_starts(request.messages) if i > 0) + 1
+
+
 def turns_of_request(request: ChatRequest) -> list[Turn]:
     msgs = request.messages
     rest = {k: v for k, v in request.body.items() if k != "messages"}

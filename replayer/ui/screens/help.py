@@ -35,6 +35,13 @@ several starts is shaded by how many (░ 2–3, ▒ 4–9, ▓ 10–24, █ 25+
 batches coloured by the rule that cut them — green `n_batch` (full), red `user_start`
 (the #25213 regression), yellow `checkpoint_offset` (N−516, N−4), blue `prompt_end`;
 ◆ a context checkpoint.
+
+**Session mode** (setup: mode → session; what-if: freeze the system prompt): each build's
+**turn strip** has one cell per turn (several per cell on a long session) — the bar's height
+is the share of the prompt re-processed, the green behind it the share reused; a **miss**
+shows its cause's letter: C client changed earlier text · R template dropped reasoning ·
+K compaction · N no usable checkpoint · F context full. Below it the current turn's
+timeline, batches and checkpoints; the verdict compares the builds over the whole session.
 """
 
 

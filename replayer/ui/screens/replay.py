@@ -67,6 +67,7 @@ class ReplayScreen(Screen):
         Binding("greater_than_sign,full_stop", "pan(1)", "pan", show=False),
         Binding("escape", "back", "setup"),
     ]
+    PANE = RunPane  # one build's column
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-tiny"), (28, "-short"), (40, "-tall")]
 
@@ -91,13 +92,17 @@ class ReplayScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="panes"):
-            yield RunPane("A", id="pane-A")
-            yield RunPane("B", id="pane-B")
+            yield self.PANE("A", id="pane-A")
+            yield self.PANE("B", id="pane-B")
         # takes no room until there is a verdict; scrolls when the terminal is short
         with VerticalScroll(id="summary"):
             yield Static("", id="verdict")
-            yield ComparisonTable(id="comparison")
+            yield from self.summary_widgets()
         yield Footer()
+
+    def summary_widgets(self) -> ComposeResult:
+        """What the verdict explains itself with (the session screen shows the turns behind it)."""
+        yield ComparisonTable(id="comparison")
 
     def on_mount(self) -> None:
         gc.freeze()  # the prepared session is long-lived: no full GC pass should scan it again
@@ -147,7 +152,7 @@ class ReplayScreen(Screen):
         try:
             # a few ms even for thousands of batches; in a thread it would hold the GIL
             # against the UI for longer than that (the render it overlaps took 3x as long)
-            events = list(run_events(self.prep, run))
+            events = list(self.events_of(run))
             # thousands of long-lived events: keep them (and the app's own start-up objects)
             # out of the garbage collector's full passes, one of which cost ~80 ms mid-replay
             gc.freeze()
@@ -166,6 +171,13 @@ class ReplayScreen(Screen):
         except Exception as exc:  # a failing run is shown, never crashes the app
             buf.append(ev.RunFailed(run=run, error=f"{type(exc).__name__}: {exc}"))
 
+    def events_of(self, run: str):
+        """One run's event stream (the session screen streams turns instead)."""
+        return run_events(self.prep, run)
+
+    def headline(self) -> str:
+        return f"{self.prep.n_tokens:,} tokens"
+
     def show_state(self) -> None:
         """Speed and pause in the header: visible at any terminal size, no extra row."""
         live = self.prep.config.engine == "live"
@@ -173,7 +185,7 @@ class ReplayScreen(Screen):
         if self.paused:
             state += " · ⏸ PAUSED — " + ("the servers keep running; events are held back (space resumes)"
                                           if live else "space resumes")
-        self.sub_title = f"{self.prep.n_tokens:,} tokens · {state}"
+        self.sub_title = f"{self.headline()} · {state}"
         for run in ("A", "B"):
             try:
                 self.pane(run).query_one("#progress").note = "paused" if self.paused else ""
@@ -188,7 +200,7 @@ class ReplayScreen(Screen):
         buf = self.buffers[run]
         worker = get_current_worker()
         self.live_threads[run] = threading.get_ident()  # cancel stops this run's server, not the other's
-        gen = run_events(self.prep, run)
+        gen = self.events_of(run)
         try:
             for e in gen:
                 buf.append(e)
@@ -329,10 +341,13 @@ class ReplayScreen(Screen):
         self.pause.set()
         self.remove_class("-verdict")
         self.query_one("#summary").display = False
-        self.query_one("#verdict", Static).update("")
-        self.query_one("#comparison", ComparisonTable).clear()
+        self.clear_summary()
         self.show_state()
         self.call_after_refresh(self.start_runs)
+
+    def clear_summary(self) -> None:
+        self.query_one("#verdict", Static).update("")
+        self.query_one("#comparison", ComparisonTable).clear()
 
     def action_back(self) -> None:
         for run in ("A", "B"):
@@ -342,7 +357,10 @@ class ReplayScreen(Screen):
             self.app.pop_screen()
             return
         # opened straight on this replay (replay --app): go to its setup instead of a blank screen
-        self.app.switch_screen(self.app.setup_screen(self.prep.session, self.prep.config))
+        self.app.switch_screen(self.setup_screen())
+
+    def setup_screen(self) -> Screen:
+        return self.app.setup_screen(self.prep.session, self.prep.config)
 
     def export_path(self, suffix: str) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -355,11 +373,14 @@ class ReplayScreen(Screen):
         try:
             dest = self.export_path(fmt)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(report(self.prep, self.comparison, fmt, advice=self.advice))
+            dest.write_bytes(self.export_bytes(fmt))
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return
         self.notify(f"exported {dest.resolve()}", timeout=10)
+
+    def export_bytes(self, fmt: str) -> bytes:
+        return report(self.prep, self.comparison, fmt, advice=self.advice)
 
     def action_screenshot(self) -> None:
         self.app.deliver_screenshot(self.export_path("svg").name)

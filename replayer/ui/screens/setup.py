@@ -26,6 +26,12 @@ from replayer.core.session import Session
 LIVE_BACKEND = "cpu"  # what `builds install` compiles by default: the backend a live run starts on
 
 
+MODE_OPTIONS = [("resume — one cold prefill of the whole conversation", "resume"),
+                ("session — every turn as the agent sent it", "session")]
+WHAT_IF_OPTIONS = [("none — the session as recorded", "none"),
+                   ("freeze the system prompt (--freeze-system-prompt)", "freeze-system-prompt")]
+
+
 def build_options(installed: dict[int, list[str]] | None = None) -> list[tuple[str, str]]:
     installed = manager.installed_backends() if installed is None else installed
 
@@ -55,10 +61,13 @@ class SetupScreen(Screen):
     ]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
 
-    def __init__(self, session: Session, config: ReplayConfig | None = None) -> None:
+    def __init__(self, session: Session, config: ReplayConfig | None = None, mode: str = "resume",
+                 what_if: str = "none") -> None:
         super().__init__()
         self.session = session
         self.config = config or ReplayConfig()
+        self.mode = mode
+        self.what_if = what_if
 
     def compose(self) -> ComposeResult:
         s = self.session
@@ -79,6 +88,11 @@ class SetupScreen(Screen):
                 with Horizontal():
                     yield Select(opts, value=c.b, allow_blank=False, id="build-b")
                     yield Input(placeholder="or build number / path", id="build-b-custom")
+                yield Label("mode")
+                yield Select(MODE_OPTIONS, value=self.mode, allow_blank=False, id="mode")
+                # a what-if of the session mode only: shown (and a Tab stop) when that mode is chosen
+                yield Label("what-if", id="what-if-label")
+                yield Select(WHAT_IF_OPTIONS, value=self.what_if, allow_blank=False, id="what-if")
                 yield Label("engine")
                 yield Select([("simulated (cost model)", "simulated"), ("live (real llama-server)", "live")],
                              value=c.engine, allow_blank=False, id="engine")
@@ -131,7 +145,12 @@ class SetupScreen(Screen):
         except ReplayerError as exc:
             missing = f"  ·  {exc}"
         self.query_one("#estimate", Static).update(f"≈ {n:,} prompt tokens (estimate){missing}" if n else missing)
+        self.show_what_if(self.mode == "session")
         self.query_one("#start", Button).focus()
+
+    def show_what_if(self, shown: bool) -> None:
+        for sel in ("#what-if-label", "#what-if"):
+            self.query_one(sel).display = shown
 
     def on_resize(self) -> None:
         # borderless controls below 34 rows: the whole form fits 80×24 with the Replay bar
@@ -185,6 +204,8 @@ class SetupScreen(Screen):
             return
         if event.select.id == "gpu" and val_of(self, "#engine") != "live":
             self.query_one("#backend", Select).value = presets.gpu(str(event.value)).backend
+        elif event.select.id == "mode":
+            self.show_what_if(event.value == "session")
         elif event.select.id == "engine":
             # a live run starts an installed build on this machine: the CPU build `builds install`
             # makes by default; the simulated engine prices the GPU preset's backend
@@ -232,6 +253,10 @@ class SetupScreen(Screen):
             if missing:
                 self.offer_install(missing, cfg.backend or LIVE_BACKEND)
                 return
+            if val_of(self, "#mode") == "session":  # its turns are laid out on the session screen
+                err.update("")
+                self.app.push_screen(self.session_screen(cfg))
+                return
             prep = prepare(self.session.path, cfg, session=self.session)
         except ReplayerError as exc:
             err.update(f"[b red]{exc}[/]")
@@ -239,6 +264,13 @@ class SetupScreen(Screen):
             return
         err.update("")
         self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed))
+
+    def session_screen(self, cfg: ReplayConfig) -> Screen:
+        from replayer.ui.screens.session import SessionScreen, SessionSpec
+
+        spec = SessionSpec(Path(self.session.path), cfg, freeze_system=val_of(self, "#what-if") == "freeze-system-prompt",
+                           session=self.session)
+        return SessionScreen(spec, speed=self.app.default_speed)
 
     def offer_install(self, missing: list[int], backend: str) -> None:
         from replayer.ui.screens.builds import BuildsScreen, ConfirmInstall

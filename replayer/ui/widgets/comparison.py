@@ -1,4 +1,5 @@
-"""The verdict's table (metric, A, B) and, under it, the advice for the slower build.
+"""The verdict's advice (each build's generation and fix, the time lost vs ideal batching, the
+best change) and, under it, the table (metric, A, B).
 
 A ``DataTable`` was used here; it is a scrolling, cursor-driven widget, and its first
 render after the runs finished cost more than the whole last flush. Fifteen rows that
@@ -63,14 +64,14 @@ class ComparisonTable(Widget):
             return 0
         g = self.groups(width)
         height = 1 + -(-len(self.rows) // g)
-        if self.advice:  # a blank line, then the advice wrapped to the width
+        if self.advice:  # the advice wrapped to the width, then a blank line
             height += 1 + len(self._advice_text().wrap(self.app.console, max(width, 1)))
         return height
 
     def render(self) -> Text:
         out = self._text(self.size.width)
-        if self.advice:
-            out = Text.assemble(out, "\n\n", self._advice_text())
+        if self.advice:  # first: on a short terminal what the verdict means shows before the details
+            out = Text.assemble(self._advice_text(), "\n\n", out)
         return out
 
     def _advice_text(self) -> Text:
@@ -79,9 +80,11 @@ class ComparisonTable(Widget):
         for i, line in enumerate(self.advice):
             if i:
                 notes.append("\n")
-            head, sep, rest = line.partition(": ")
-            notes.append(head + sep, style="bold")
-            notes.append(rest)
+            # the head in bold: "advice:", "A b9859 is G1", "A b9859 lost 437.1 s"
+            cut = min((i for i in (line.find(": ") + 2 if ": " in line else -1, line.find(" (")) if i > 0),
+                      default=0)
+            notes.append(line[:cut], style="bold")
+            notes.append(line[cut:])
         return notes
 
     def _text(self, width: int) -> Text:

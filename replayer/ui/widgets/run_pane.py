@@ -8,6 +8,8 @@ lists are outside the scrolling part, so they stay visible.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -15,13 +17,26 @@ from textual.widgets import Log, Sparkline, Static
 
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
+from replayer.core.reasons import REASON_LABELS
 from replayer.ui.widgets.progress_line import ProgressLine
 from replayer.ui.widgets.timeline import Timeline
 
 MAX_BATCH_LINES = 20_000
-# the reason last: a narrow pane cuts the end of the line, and the numbers are what is compared
-BATCH_HEADER = f"{'#':>4} {'start':>7} {'tokens':>6} {'ms':>8}  reason"
-CKPT_HEADER = "checkpoints: ± n_tokens [pos_min, pos_max] MiB (n/max)"
+# the reason last, in its short label: a row fits the 35 columns (and a scroll bar) of an
+# 80-column terminal's pane
+BATCH_HEADER = f"{'#':>3} {'start':>7} {'tok':>5} {'ms':>7} reason"
+# what is compared first (position, size, count); the positions last, where a narrow pane cuts
+CKPT_HEADER = f"{'checkpoint':<11} {'MiB':>6} {'n/max':<6} [pos_min, pos_max]"
+
+
+def batch_row(e: ev.BatchDone) -> str:
+    ms = e.duration_ms
+    return (f"{e.index:>3} {e.start:>7,} {e.n_tokens:>5,} {ms:>7,.{1 if ms < 1000 else 0}f} "
+            f"{REASON_LABELS.get(e.reason, e.reason)}")
+
+
+def checkpoint_row(e: ev.CheckpointCreated) -> str:
+    return f"+ {e.n_tokens:>9,} {e.size_mib:>6.1f} {f'{e.count}/{e.n_max}':<6} [{e.pos_min}, {e.pos_max}]"
 
 
 def run_status(s: RunSummary) -> str:
@@ -35,6 +50,16 @@ def run_status(s: RunSummary) -> str:
     if s.failed is not None:
         return "partial" if s.batches else "failed"
     return "running"
+
+
+@dataclass
+class Applied:
+    """What one ``apply`` collected: rows for the two lists, the newest progress, a title change."""
+
+    rows: list[str] = field(default_factory=list)
+    log_lines: list[str] = field(default_factory=list)
+    progress: int | None = None
+    ended: bool = False
 
 
 class RunPane(Vertical):
@@ -108,52 +133,54 @@ class RunPane(Vertical):
         if not batch:
             return
         tl = self.query_one(Timeline)
-        rows, log_lines = [], []
-        progress = None
-        ended = False
+        out = Applied()
         for e in batch:
             self.summary.apply(e)
             self.events_applied += 1
-            if isinstance(e, ev.RunStarted):
-                self.total = e.n_tokens
-                tl.n_past = e.n_past
-                self.heading = f"{e.run}: {e.build} ({e.generation}) · {e.engine}"
-                ended = True  # the title changes
-            elif isinstance(e, ev.BatchDone):
-                tl.add_batch(e.end, e.reason)
-                rows.append(f"{e.index:>4} {e.start:>7,} {e.n_tokens:>6,} {e.duration_ms:>8,.1f}  {e.reason}")
-                if e.duration_ms > 0:
-                    self.tps.append(e.n_tokens / (e.duration_ms / 1000))
-                progress = e.end
-            elif isinstance(e, ev.Progress):
-                progress = e.processed
-            elif isinstance(e, ev.CheckpointCreated):
-                tl.add_checkpoint(e.n_tokens)
-                log_lines.append(f"+ {e.n_tokens:>7,}  [{e.pos_min}, {e.pos_max}]  {e.size_mib:.3f} MiB  ({e.count}/{e.n_max})")
-            elif isinstance(e, ev.CheckpointErased):
-                log_lines.append(f"- {e.n_tokens:>7,}  erased ({e.reason})")
-            elif isinstance(e, ev.CheckpointRestored):
-                log_lines.append(f"↺ {e.n_tokens:>7,}  restored, n_past {e.n_past}")
-            elif isinstance(e, (ev.RunFinished, ev.RunFailed)):
-                ended = True
-        if rows:
+            self.apply_one(e, tl, out)
+        if out.rows:
             log = self.query_one("#batches", Log)
             # follow the newest batch, unless the user scrolled back to read older ones
             log.auto_scroll = log.scroll_y >= log.max_scroll_y
-            log.write_lines(rows)
-        if log_lines:
-            self.query_one("#ckpts", Log).write_lines(log_lines)
-        if progress is not None and self.total:
-            self.query_one("#progress", ProgressLine).update(progress, self.total)
+            log.write_lines(out.rows)
+        if out.log_lines:
+            self.query_one("#ckpts", Log).write_lines(out.log_lines)
+        if out.progress is not None and self.total:
+            self.query_one("#progress", ProgressLine).update(out.progress, self.total)
         if self.tps:
             recent = self.tps[-400:]
             self.query_one("#tps", Sparkline).data = recent
             self.query_one("#tps-label", Static).update(
                 f"tok/s 0–{max(recent):,.0f}, last {recent[-1]:,.0f}")
-        if ended:
+        if out.ended:
             self._title()
         tl.refresh()
         self._stats()
+
+    def apply_one(self, e: ev.Event, tl: Timeline, out: "Applied") -> None:
+        """One event into the timeline and the rows to write (a session pane adds its turns)."""
+        if isinstance(e, ev.RunStarted):
+            self.total = e.n_tokens
+            tl.n_past = e.n_past
+            self.heading = f"{e.run}: {e.build} ({e.generation}) · {e.engine}"
+            out.ended = True  # the title changes
+        elif isinstance(e, ev.BatchDone):
+            tl.add_batch(e.end, e.reason)
+            out.rows.append(batch_row(e))
+            if e.duration_ms > 0:
+                self.tps.append(e.n_tokens / (e.duration_ms / 1000))
+            out.progress = e.end
+        elif isinstance(e, ev.Progress):
+            out.progress = e.processed
+        elif isinstance(e, ev.CheckpointCreated):
+            tl.add_checkpoint(e.n_tokens)
+            out.log_lines.append(checkpoint_row(e))
+        elif isinstance(e, ev.CheckpointErased):
+            out.log_lines.append(f"- {e.n_tokens:>9,} erased ({e.reason})")
+        elif isinstance(e, ev.CheckpointRestored):
+            out.log_lines.append(f"↺ {e.n_tokens:>9,} restored, n_past {e.n_past}")
+        elif isinstance(e, (ev.RunFinished, ev.RunFailed)):
+            out.ended = True
 
     def _title(self) -> None:
         status = run_status(self.summary)
@@ -180,6 +207,6 @@ class RunPane(Vertical):
         # the numbers that matter first: a narrow pane cuts the end of each line, not these
         text = (f"{s.prompt_ms / 1000:,.1f} s · {s.tokens_per_s:,.1f} tok/s · {s.n_batches} batches\n"
                 f"breaks: user/tool {br.get('user_start', 0)} · n_batch {br.get('n_batch', 0)} · "
-                f"ckpt offset {br.get('checkpoint_offset', 0)} · {len(s.created)} checkpoints "
+                f"ckpt {br.get('checkpoint_offset', 0)} · {len(s.created)} checkpoints "
                 f"({s.checkpoint_mib:,.1f} MiB)")
         self.query_one("#stats", Static).update(text, layout=False)  # fixed size: no re-layout

@@ -21,6 +21,14 @@ from replayer.core.reasons import REASONS
 DENSITY = [(25, "█"), (10, "▓"), (4, "▒"), (2, "░")]
 
 
+def theme_color(widget: Widget, name: str, default: str) -> str:
+    """A theme variable's colour for rich styles drawn by hand (``default`` before the app is up)."""
+    try:
+        return widget.app.theme_variables.get(name, default)
+    except Exception:  # no app yet
+        return default
+
+
 def density_mark(n: int) -> str | None:
     for at_least, mark in DENSITY:
         if n >= at_least:
@@ -103,10 +111,7 @@ class Timeline(Widget, can_focus=True):
         self.refresh()
 
     def _color(self, name: str, default: str) -> str:
-        try:
-            return self.app.theme_variables.get(name, default)
-        except Exception:  # no app yet
-            return default
+        return theme_color(self, name, default)
 
     def render(self) -> Text:
         width = max(1, self.size.width)

@@ -1,0 +1,197 @@
+"""Session replay: every turn of a session on builds A and B, then the verdict over the session.
+
+The resume screen's machinery, reused as is (``ReplayScreen``): one worker per run, buffers
+drained at 20 Hz, pause, speed, cancel, and ``r`` — a new replay owns the screen, so a
+cancelled worker's leftovers land in buffers nobody drains, and a cancelled run is marked
+partial. What differs is the stream (``session_replay``'s turns instead of one prefill),
+the panes (a turn strip and running totals above the current turn, ``SessionPane``) and
+the verdict, which is the core's ``session_replay.report`` over both runs: the app shows
+it, the turns and causes behind it, and exports the same document the CLI prints.
+
+Laying out the turns of a long session takes seconds, so it runs in a thread worker while
+the screen is already up; the runs start once it is done.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.text import Text
+from textual import events, work
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Static
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from replayer.core.compare import Comparison
+from replayer.core.errors import ReplayerError
+from replayer.core.redact import redact
+from replayer.core.replay import ReplayConfig
+from replayer.core.session import Session
+from replayer.core.session_replay import (SessionPrepared, prepare_session, report, simulated_session_events,
+                                          to_markdown, to_text)
+from replayer.ui.screens.replay import ReplayScreen
+from replayer.ui.widgets.session_pane import SessionPane
+
+WHAT_IFS = {"freeze-system-prompt": "freeze the system prompt"}
+
+
+@dataclass
+class SessionSpec:
+    """What a session replay needs before its turns are laid out (that happens on the screen)."""
+
+    path: Path
+    config: ReplayConfig
+    freeze_system: bool = False
+    session: Session | None = None  # already imported (the setup screen's): the way back to it
+
+
+class SessionScreen(ReplayScreen):
+    PANE = SessionPane
+
+    def __init__(self, spec: SessionSpec, speed: float = 1.0, autostart: bool = True) -> None:
+        super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
+        self.spec = spec
+        self.prep: SessionPrepared | None = None
+        self.doc: dict[str, Any] | None = None
+        self.runs: tuple[Any, Any] | None = None
+        self.prepare_error: str | None = None
+
+    def summary_widgets(self) -> ComposeResult:
+        yield Static("", id="session-report")
+
+    def on_mount(self, event: events.Mount) -> None:
+        event.prevent_default()  # Textual calls every class's handler: not the resume screen's
+        self.title = redact(Path(self.spec.path).name)
+        self.show_state()
+        self.set_interval(1 / 20, self.flush)
+        self._prepare()
+
+    @property
+    def session(self) -> Session | None:
+        return self.prep.turns.session if self.prep else self.spec.session
+
+    @work(thread=True, group="prepare", exclusive=True, exit_on_error=False)
+    def _prepare(self) -> None:
+        s = self.spec
+        try:
+            prep = prepare_session(s.path, s.config, freeze_system=s.freeze_system, n_ctx=s.config.ctx_size)
+        except ReplayerError as exc:
+            self.app.call_from_thread(self._prepare_failed, str(exc))
+            return
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._prepared, prep)
+
+    def _prepared(self, prep: SessionPrepared) -> None:
+        if not self.is_attached:
+            return
+        gc.freeze()  # the laid-out turns live as long as the screen
+        self.prep = prep
+        for run in ("A", "B"):
+            self.pane(run).set_prepared(prep)
+        self.show_state()
+        if self.autostart:
+            self.start_runs()
+
+    def _prepare_failed(self, message: str) -> None:
+        self.prepare_error = message
+        self.sub_title = "cannot replay this session"
+        self.query_one("#verdict", Static).update(Text(message, style="bold red"))
+        self.query_one("#summary").display = True
+        self.notify(message, title="cannot replay this session", severity="error", timeout=10)
+        if getattr(self.app, "screenshot_to", None) is not None:  # headless: nobody to read it
+            self.app.shot_error = message
+            self.app.exit(return_code=2)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The preparation's worker is no run: the resume screen's handler (called after this
+        one) must not see it."""
+        if event.worker.group == "prepare":
+            event.prevent_default()
+            if event.state == WorkerState.ERROR:  # anything but a ReplayerError: still a message
+                err = event.worker.error
+                self._prepare_failed(f"{type(err).__name__}: {err}")
+
+    def events_of(self, run: str):
+        cfg = self.prep.config
+        if cfg.engine == "live":
+            from replayer.core.engine.live_session import live_session_events
+
+            return live_session_events(self.prep, run, Path(cfg.model).expanduser(), backend=cfg.backend or "cpu",
+                                       ctx_size=cfg.ctx_size or 32768, request_timeout=cfg.timeout)
+        return simulated_session_events(self.prep, run)
+
+    def show_state(self) -> None:
+        if self.prep is None:
+            self.sub_title = "laying out the turns…"
+            return
+        super().show_state()
+
+    def headline(self) -> str:
+        return f"{len(self.prep.turns.turns):,} turns" + "".join(
+            f" · what-if: {WHAT_IFS.get(w, w)}" for w in self.prep.what_if)
+
+    # -- the verdict ------------------------------------------------------------------------
+    def show_verdict(self) -> None:
+        if self.verdict_pending:
+            return
+        self.verdict_pending = True
+        a, b = (self.pane(run).refresh_facts() for run in ("A", "B"))
+        self.doc = report(self.prep, a, b)
+        self.runs = (a, b)
+        self.comparison = Comparison(a, b)  # a session run is a run summary over all turns
+        self.query_one("#verdict", Static).update(Text(self.doc["verdict"], style="bold"))
+        self.query_one("#session-report", Static).update(Text(self.report_text()))
+        self.query_one("#summary").display = True
+        if self.has_class("-tiny"):
+            self.add_class("-verdict")
+        self.post_message(self.Finished(self.comparison))
+
+    def report_text(self) -> str:
+        """The core's text report without its last word (the verdict, shown above it), then the
+        time each run lost per cause."""
+        doc = self.doc
+        lines = [ln for ln in to_text(doc, self.runs).splitlines() if ln != doc["verdict"]]
+        for r in doc["runs"]:
+            for cause, v in r["lost_by_cause"].items():
+                lines.append(f"{r['label']} lost {v['ms'] / 1000:,.2f} s ({int(v['tokens']):,} tokens) to {cause} "
+                             f"over {int(v['turns'])} turn{'s' if v['turns'] != 1 else ''}")
+        return "\n".join(lines)
+
+    def clear_summary(self) -> None:
+        self.doc = self.runs = None
+        self.query_one("#verdict", Static).update("")
+        self.query_one("#session-report", Static).update("")
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_restart(self) -> None:
+        if self.prep is None:  # still laying out the turns: the runs start when that is done
+            return
+        super().action_restart()
+
+    def action_back(self) -> None:
+        self.workers.cancel_group(self, "prepare")
+        if self.session is None and len(self.app.screen_stack) <= 2:  # opened straight on this replay
+            from replayer.core.session import load_session
+
+            try:
+                self.spec.session = load_session(self.spec.path, self.spec.config.format)
+            except ReplayerError as exc:  # no setup to go back to: say why, stay
+                self.notify(str(exc), title="cannot open session", severity="error")
+                return
+        super().action_back()
+
+    def setup_screen(self) -> Screen:
+        return self.app.setup_screen(self.session, self.spec.config, mode="session",
+                                     what_if="freeze-system-prompt" if self.spec.freeze_system else "none")
+
+    def export_bytes(self, fmt: str) -> bytes:
+        if fmt == "md":
+            return to_markdown(self.doc, self.runs).encode()
+        if fmt == "json":
+            return orjson.dumps(self.doc, option=orjson.OPT_INDENT_2)
+        return super().export_bytes(fmt)  # csv: one row per batch, every turn's

@@ -1,0 +1,133 @@
+"""One build's column in a session replay: the turn strip and running totals above the run pane.
+
+The run pane below shows the *current* turn: its prompt on the timeline (the reused prefix
+drawn as already there), its batches and checkpoint events; the batch list keeps a header
+and a result line per turn, so scrolling back reads the session turn by turn. The per-turn
+facts, the misses and their causes are the core's: the pane keeps the events it was given
+and asks ``session_replay.session_run`` for them whenever a turn has finished. A turn still
+running (or cut short by a cancel) is left out of those facts, so it never reads as a miss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from replayer.core.engine import events as ev
+from replayer.core.engine.cache import SessionRun, TurnFinished, TurnStarted
+from replayer.core.engine.misses import lost_by_cause
+from replayer.core.session_replay import SessionPrepared, session_run
+from replayer.ui.widgets.run_pane import Applied, RunPane
+from replayer.ui.widgets.timeline import Timeline
+from replayer.ui.widgets.turn_strip import CAUSE_MARKS, TurnStrip
+
+
+class SessionPane(RunPane):
+    def __init__(self, run: str, *, id: str | None = None) -> None:
+        super().__init__(run, id=id)
+        self.prep: SessionPrepared | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self.events: list[Any] = []
+        self.settled = 0  # events up to the end of the last finished turn
+        self.failed: ev.RunFailed | None = None
+        self.facts: SessionRun | None = None
+        self.turn: int | None = None  # the turn being prefilled
+        self.turns_done = 0
+        self._first_batch = False
+        self._dirty = False
+
+    def compose(self) -> ComposeResult:
+        yield TurnStrip(id="strip")
+        yield from super().compose()
+
+    def set_prepared(self, prep: SessionPrepared) -> None:
+        self.prep = prep
+        self.query_one(TurnStrip).set_turns(len(prep.turns.turns))
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.prep.turns.turns) if self.prep else 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._clear()
+        self.query_one(TurnStrip).reset()
+
+    def apply_one(self, e: Any, tl: Timeline, out: Applied) -> None:
+        self.events.append(e)
+        kind = type(e)
+        if kind is TurnStarted:
+            self.turn = e.turn
+            self._first_batch = True
+            prompts = self.prep.layouts[self.run].prompts if self.prep else []
+            starts = prompts[e.turn].spans.user_starts if e.turn < len(prompts) else ()
+            tl.reset()
+            tl.set_layout(e.n_tokens, [("user", s) for s in starts])
+            out.rows.append(f"── turn {e.turn}: {e.n_tokens:,} tokens, {e.common_prefix:,} as before ──")
+            return
+        if kind is TurnFinished:
+            self.turn = None
+            self.turns_done += 1
+            self.settled = len(self.events)
+            self._dirty = True
+            note = " · full re-processing" if e.full_reprocess else ""
+            note += f" · {e.error}" if e.error else ""
+            out.rows.append(f"     reused {e.cache_n:,} · processed {e.prompt_n:,} · {e.prompt_ms:,.1f} ms{note}")
+            out.progress = self.turns_done
+            return
+        super().apply_one(e, tl, out)
+        if out.progress is not None:
+            out.progress = self.turns_done  # the progress line counts turns, not the turn's tokens
+        if kind is ev.BatchDone:
+            if self._first_batch:  # the turn's prefill starts where the reused prefix ends
+                tl.n_past = e.start
+                self._first_batch = False
+        elif kind is ev.RunStarted:
+            self.total = self.n_turns  # the progress line counts turns
+        elif kind is ev.RunFinished:
+            self.settled = len(self.events)
+            self._dirty = True
+        elif kind is ev.RunFailed:
+            self.failed = e
+            self._dirty = True
+
+    def apply(self, batch: list[Any]) -> None:
+        super().apply(batch)
+        if self._dirty:
+            self.refresh_facts()
+        else:
+            strip = self.query_one(TurnStrip)
+            if strip.current != self.turn:
+                strip.current = self.turn
+                strip.refresh()
+
+    def refresh_facts(self) -> SessionRun | None:
+        """The core's per-turn facts of the finished turns (and the failure, if the run failed)."""
+        self._dirty = False
+        if self.prep is None:
+            return None
+        events = self.events[:self.settled] + ([self.failed] if self.failed else [])
+        self.facts = session_run(self.prep, self.run, events)
+        self.query_one(TurnStrip).update_turns(self.facts.turns, current=self.turn)
+        self._stats()
+        return self.facts
+
+    def _stats(self) -> None:
+        s = self.facts
+        if s is None:
+            self.query_one("#stats", Static).update("no turn finished yet", layout=False)
+            return
+        lost = lost_by_cause(s)
+        text = (f"processed {s.prompt_n:,} tok in {s.prompt_ms / 1000:,.1f} s · reused {s.cache_n:,} · "
+                f"{len(s.turns)}/{self.n_turns} turns\n")
+        if lost:
+            text += "misses: " + " · ".join(
+                f"{CAUSE_MARKS[c][0]} {int(v['turns'])}× {int(v['tokens']):,} tok {v['ms'] / 1000:,.1f} s"
+                for c, v in lost.items())
+        else:
+            text += f"no misses · {s.n_batches} batches · {len(s.created)} checkpoints"
+        self.query_one("#stats", Static).update(text, layout=False)
