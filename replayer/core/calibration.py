@@ -68,9 +68,8 @@ class Calibration(BaseModel):
         return max((abs(h.error) for h in self.holdout), default=None) if self.holdout else None
 
     def line(self, name: str) -> costmod.LineCost:
-        return costmod.LineCost(name=f"calibration {name}", fixed_ms=self.fixed_ms, per_token_ms=self.per_token_ms,
-                                attn_ms=self.attn_ms, attn_small_ms=self.attn_small_ms,
-                                source=self.model)
+        return Terms(self.fixed_ms, self.per_token_ms, self.attn_ms, self.attn_small_ms).line(
+            f"calibration {name}", source=self.model)
 
 
 class PresetsFile(BaseModel):
@@ -130,6 +129,10 @@ class Terms(NamedTuple):
     attn_ms: float
     attn_small_ms: float
 
+    def line(self, name: str, source: str = "") -> costmod.LineCost:
+        return costmod.LineCost(name=name, fixed_ms=self.fixed_ms, per_token_ms=self.per_token_ms,
+                                attn_ms=self.attn_ms, attn_small_ms=self.attn_small_ms, source=source)
+
 
 #: the fewest short ubatches (< ``cost.FA_TILE_Q`` tokens) a fit needs to price them: a prompt
 #: usually ends in one, and a single noisy batch priced ~20x per token×depth ruins the line
@@ -172,7 +175,7 @@ def _nnls(a, y):
     return best
 
 
-def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
+def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = False) -> Terms:
     """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth
     + attn_small·Σb·depth over ubatches under 64 tokens (only with ``MIN_SMALL_UBATCHES`` of them).
 
@@ -184,7 +187,8 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
     on a shared CPU one run slower as a whole (load) then became a per-ubatch cost, and on
     sessions it was not fitted on it did worse than this weighting (held-out error 26.7 vs
     24.5 %, speed-up error 31.1 vs 26.7 %, over 9 live replays of 6 session shapes;
-    docs/benchmarks.md).
+    docs/benchmarks.md). ``match_totals`` keeps those rows for a line that only prices the
+    runs it was fitted on (``advise``: the ideal batching of these very runs).
     """
     import numpy as np
 
@@ -195,8 +199,15 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> Terms:
     y = np.array([r[1] for r in rows], dtype=float)
     if small_ubatches(batches, n_ubatch) < MIN_SMALL_UBATCHES:
         a[:, 3] = 0.0  # not measured: priced at 0, never guessed from one batch
-    w = 1.0 / np.sqrt(y)
-    a, y = a * w[:, None], y * w
+    runs = sorted({r[2] for r in rows})
+    if match_totals and len(runs) > 1:
+        weight = 30.0 * len(rows) ** 0.5
+        mask = [np.array([r[2] == run for r in rows]) for run in runs]
+        a = np.vstack([a, *[weight * a[m].sum(axis=0) for m in mask]])
+        y = np.concatenate([y, [weight * y[m].sum() for m in mask]])
+    else:
+        w = 1.0 / np.sqrt(y)
+        a, y = a * w[:, None], y * w
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
     coef = _nnls(a / scale, y) / scale  # the features differ by orders of magnitude
