@@ -12,6 +12,11 @@ live: the same request via replayer vs a bare httpx request to the same real ser
 session: the same 2000-message session replayed turn by turn (~1000 turns), simulated on
       both builds (turn prompts, slot cache, per-turn records and misses), vs one resume
       layout. Goal: ≤ 3× the layout.
+calib: ``replay --engine live --calibrate --holdout`` on two agent sessions of different shape
+      (60 tool rounds with short results vs 40 with long ones), each way round: fit on one, predict the other, b9859 and b10001,
+      CPU, tiny llama GGUF. Goal: held-out error ≤ 10 % per build. Not in the default set (it
+      runs 8 live servers, ~4 min on a quiet 2-core machine); ``REPLAYER_BENCH_THREADS=N``
+      gives the servers -t N.
 """
 
 from __future__ import annotations
@@ -289,11 +294,73 @@ def bench_session() -> list[tuple]:
     return rows
 
 
+def _load() -> str:
+    return "load avg " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def bench_calib() -> list[tuple]:
+    """Fit on one session, predict the other, both ways round: the held-out error of the product's
+    own ``--calibrate --holdout`` flow (the lines go to a temporary config folder)."""
+    import os
+
+    import orjson
+
+    from helpers import agent_conversation
+    from replayer.core.builds import manager
+    from replayer.core.replay import ReplayConfig, prepare, replay
+    from replayer.core.tiny_models import make_tiny
+
+    for b in (9859, 10001):
+        manager.install(b, "cpu")
+    d = Path(tempfile.mkdtemp())
+    os.environ["REPLAYER_CONFIG_DIR"] = str(d / "config")
+    model = make_tiny("llama", d / "llama.gguf")
+    sessions = {}
+    # short tool results: b9859 cuts many batches under 64 tokens (ggml-cpu's row-by-row flash
+    # attention); long ones: hardly any. Fitted on either, the line must price the other.
+    for name, kw in (("60 rounds", dict(rounds=60, tool_result_words=2, seed=3)),
+                     ("40 rounds", dict(rounds=40, tool_result_words=150, seed=7))):
+        msgs, tools = agent_conversation(**kw)
+        sessions[name] = d / f"{name.replace(' ', '-')}.json"
+        sessions[name].write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
+    threads = int(os.environ.get("REPLAYER_BENCH_THREADS") or 0) or None
+
+    class Rows(list):
+        def append(self, row: tuple) -> None:  # a long benchmark: say each line as it comes
+            super().append(row)
+            print(f"  {row[0]}: {row[1]}", file=sys.stderr, flush=True)
+
+    rows = Rows()
+    rows.append(("model", f"tiny llama GGUF, CPU, -ub 512, threads {threads or 'server default'}"))
+    rows.append(("load before", _load()))
+    worst: dict[str, float] = {}
+    t0 = time.perf_counter()
+    for fit, other in (("60 rounds", "40 rounds"), ("40 rounds", "60 rounds")):
+        cfg = ReplayConfig(engine="live", model=str(model), a="9859", b="10001", calibrate=True,
+                           holdout=(str(sessions[other]),), threads=threads)
+        out = replay(prepare(sessions[fit], cfg))
+        cal = out.calibration or {}
+        rows.append((f"fit on {fit}", f"{out.comparison.a.n_tokens:,} tokens, {out.comparison.a.n_batches} / "
+                                      f"{out.comparison.b.n_batches} batches; {out.notes[0].splitlines()[0]}"))
+        for h in cal.get("holdout") or []:
+            worst[h["build"]] = max(worst.get(h["build"], 0.0), abs(h["error"]))
+            rows.append((f"  predict {other}, {h['build']}",
+                         f"live {h['live_ms'] / 1000:.2f} s, simulated {h['simulated_ms'] / 1000:.2f} s, "
+                         f"error {h['error'] * 100:+.1f} %, {h['live_batches']} batches"
+                         + (" (match)" if h["batches_match"] else " (DIFFER)")))
+        rows.append(("  load after", _load()))
+    rows.append(("worst held-out error", ", ".join(f"{b} {e * 100:.1f} %" for b, e in sorted(worst.items()))
+                 + " (goal ≤ 10 %)"))
+    rows.append(("duration", f"{time.perf_counter() - t0:.0f} s"))
+    return list(rows)
+
+
 def main(argv: list[str]) -> None:
     which = argv or ["core", "app", "live", "session"]
     print(f"machine: {machine()}\n")
     for name in which:
-        rows = {"core": bench_core, "app": bench_app, "live": bench_live, "session": bench_session}[name]()
+        rows = {"core": bench_core, "app": bench_app, "live": bench_live, "session": bench_session,
+                "calib": bench_calib}[name]()
         print(f"## {name}")
         w = max(len(r[0]) for r in rows)
         for k, v in rows:

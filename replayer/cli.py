@@ -193,7 +193,8 @@ def _config(args: argparse.Namespace):
                         format=args.format, system_prompt=args.system_prompt, tools=args.tools,
                         calibration=opt("calibration"), server=opt("server"), server_b=opt("server_b"),
                         server_log=opt("server_log"), ctx_size=opt("ctx_size"), timeout=opt("timeout", 600.0),
-                        parallel_runs=opt("parallel_runs", False), calibrate=opt("calibrate", False))
+                        parallel_runs=opt("parallel_runs", False), calibrate=opt("calibrate", False),
+                        holdout=tuple(opt("holdout") or ()), threads=opt("threads"))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -219,7 +220,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.jsonl:
         return code
     fmt = "json" if args.json else "md" if args.markdown else "text"
-    _out(report(prep, out.comparison, fmt).decode())
+    _out(report(prep, out.comparison, fmt, calibration=out.calibration).decode())
     return code
 
 
@@ -404,8 +405,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
               for m in data["models"]]
     if data["calibrations"]:
         lines += ["", "calibrations (replay --calibration ID):"]
-        lines += [f"  {c['id']:<30} {c['fixed_ms']:.3f} ms/ubatch + {c['per_token_ms'] * 1000:.3f} µs/token"
-                  for c in data["calibrations"]]
+        lines += [f"  {c['id']:<30} {c['fixed_ms']:.3f} ms/ubatch + {c['per_token_ms'] * 1000:.3f} µs/token, "
+                  + (f"held-out error {c['held_out_error'] * 100:.1f} %" if c["held_out_error"] is not None
+                     else "held-out error not measured") for c in data["calibrations"]]
     th = data["themes"]
     lines += ["", f"themes (settings.json \"theme\"; your own in {th['user_dir']}):"]
     lines += [f"  {t['name']:<22} {t['source']}" for t in th["themes"]]
@@ -619,10 +621,14 @@ def _parse_replay(sub: Any) -> None:
     p.add_argument("--server-b", help="live: run B against this already running server")
     p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")
     p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
+    p.add_argument("--threads", type=int_in(1, 1024), default=None,
+                   help="live: the servers' -t/-tb (default: llama-server's own, every core)")
     p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
     p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0,
                    help="live: wall-clock seconds for the prefill (the run ends after its phases' sum)")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
+    p.add_argument("--holdout", nargs="+", metavar="SESSION",
+                   help="with --calibrate: run these sessions live too and report the line's error on them")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "

@@ -346,7 +346,7 @@ def batching_loss(prep: Prepared, cmp: Comparison) -> dict[str, BatchingLoss]:
     run of the same prompt: a fitted line can be far off on a few tiny batches.
     The run's checkpoint copies are added to a modelled ideal: only the batching differs.
     """
-    from replayer.core.hardware.cost import CostModel, LineCost, batch_ms
+    from replayer.core.hardware.cost import CostModel, batch_ms
 
     cfg = prep.config
     knobs = cfg.knobs()
@@ -364,10 +364,10 @@ def batching_loss(prep: Prepared, cmp: Comparison) -> dict[str, BatchingLoss]:
         from replayer.core import calibration
 
         try:
-            fixed, per, attn = calibration.fit_cost([b for r in runs for b in r.batches], knobs.n_ubatch_eff)
+            fit = calibration.fit_cost([b for r in runs for b in r.batches], knobs.n_ubatch_eff, match_totals=True)
         except ReplayerError:
             return None  # too few timed batches to price anything
-        return LineCost(name="a line fitted to both runs' batches", fixed_ms=fixed, per_token_ms=per, attn_ms=attn)
+        return fit.line("a line fitted to both runs' batches")
 
     # a run that batched ideally measured the ideal: for itself, and (live) for the other run
     # of the same prompt, better than a line fitted to both

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -18,19 +18,58 @@ from replayer.core.errors import ReplayerError, did_you_mean
 from replayer.core.hardware import cost as costmod
 from replayer.core.settings import load_settings
 
+if TYPE_CHECKING:
+    from replayer.core.compare import RunSummary
+
+
+class HeldOut(BaseModel):
+    """One run of a session the line was not fitted on: live, and simulated as a user's
+    ``--calibration ID --model M.gguf`` replay of it would be."""
+
+    session: str
+    build: str
+    live_ms: float = Field(ge=0, allow_inf_nan=False)
+    simulated_ms: float = Field(ge=0, allow_inf_nan=False)
+    error: float = Field(allow_inf_nan=False)  # simulated / live − 1
+    batches_match: bool  # the simulated batches are the live run's (start and size of each)
+    live_batches: int = 0
+    simulated_batches: int = 0
+
 
 class Calibration(BaseModel):
-    """One fitted line: ``fixed_ms`` per ubatch, ``per_token_ms`` per token, ``attn_ms`` per token×depth."""
+    """One fitted line: ``fixed_ms`` per ubatch, ``per_token_ms`` per token, ``attn_ms`` per token×depth
+    and ``attn_small_ms`` per token×depth of a ubatch under 64 tokens (``cost.LineCost``), with
+    what it was checked on.
+
+    ``small_ubatches`` counts the fitted ubatches under 64 tokens: with fewer than
+    ``MIN_SMALL_UBATCHES`` their extra cost cannot be told from noise and is left at 0.
+
+    ``holdout`` is None when no held-out session was run: the line's error on sessions it
+    was not fitted on is then unknown, and the listings say so.
+    """
 
     model_config = ConfigDict(extra="allow")
 
     fixed_ms: float = Field(ge=0, allow_inf_nan=False)
     per_token_ms: float = Field(ge=0, allow_inf_nan=False)
     attn_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    attn_small_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    small_ubatches: int | None = None
     backend: str = ""
     model: str = ""
     n_ubatch: int | None = None
+    threads: int | None = None  # the servers' -t it was measured with (None: their default)
     batches: int | None = None
+    fitted_on: str = ""
+    holdout: list[HeldOut] | None = None
+
+    def held_out_error(self) -> float | None:
+        """The largest |simulated / live − 1| over the held-out runs; None when none was run."""
+        return max((abs(h.error) for h in self.holdout), default=None) if self.holdout else None
+
+    def line(self, name: str) -> costmod.LineCost:
+        return Terms(self.fixed_ms, self.per_token_ms, self.attn_ms, self.attn_small_ms).line(
+            f"calibration {name}", source=self.model)
 
 
 class PresetsFile(BaseModel):
@@ -79,44 +118,77 @@ def calibrated_cost(name: str) -> costmod.CostModel:
         raise ReplayerError(f"no calibration {name!r}" + (f"; saved: {', '.join(cal)}" if cal else
                             "; run a live replay with --calibrate first"),
                             hint=f"did you mean {hint}?" if hint else None)
-    c = cal[name]
-    return costmod.LineCost(name=f"calibration {name}", fixed_ms=c.fixed_ms, per_token_ms=c.per_token_ms,
-                            attn_ms=c.attn_ms, source=c.model)
+    return cal[name].line(name)
 
 
-def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float]:
-    """(ubatches, tokens, Σ b·(depth + (b+1)/2)) of one batch: the terms of ``LineCost``."""
+class Terms(NamedTuple):
+    """The fitted constants of a ``LineCost`` (ms)."""
+
+    fixed_ms: float
+    per_token_ms: float
+    attn_ms: float
+    attn_small_ms: float
+
+    def line(self, name: str, source: str = "") -> costmod.LineCost:
+        return costmod.LineCost(name=name, fixed_ms=self.fixed_ms, per_token_ms=self.per_token_ms,
+                                attn_ms=self.attn_ms, attn_small_ms=self.attn_small_ms, source=source)
+
+
+#: the fewest short ubatches (< ``cost.FA_TILE_Q`` tokens) a fit needs to price them: a prompt
+#: usually ends in one, and a single noisy batch priced ~20x per token×depth ruins the line
+MIN_SMALL_UBATCHES = 3
+
+
+def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float, float]:
+    """(ubatches, tokens, Σ b·(depth + (b+1)/2), the same Σ over short ubatches) of one batch: the
+    fitted terms of ``LineCost``.
+
+    Its ``kv_ms·depth`` (the roofline's per-ubatch KV read) is not fitted: on the CPU runs it came
+    out at 38-55 µs per token of depth, ~1000x what reading a tiny model's KV cache costs, and a
+    line fitted on a well-batched session then priced a fragmented one +47-60 % (the row-by-row
+    attention of short ubatches was what it stood in for; docs/benchmarks.md)."""
     parts = list(costmod.ubatches(b.start, b.n_tokens, n_ubatch))
-    return float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts)
+    return (float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts),
+            sum(n * (depth + (n + 1) / 2) for n, depth in parts if n < costmod.FA_TILE_Q))
 
 
-def _nnls3(a, y):
-    """Exact NNLS for three unknowns: the best non-negative least-squares fit on any subset of columns."""
+def small_ubatches(batches: list[ev.BatchDone], n_ubatch: int) -> int:
+    return sum(1 for b in batches for n, _ in costmod.ubatches(b.start, b.n_tokens, n_ubatch)
+               if n < costmod.FA_TILE_Q)
+
+
+def _nnls(a, y):
+    """Exact NNLS for a handful of unknowns: the best non-negative least-squares fit on any subset of columns."""
     import numpy as np
 
-    best, best_err = np.zeros(3), float(np.sum(y * y))
-    for k in (1, 2, 3):
-        for cols in itertools.combinations(range(3), k):
+    n = a.shape[1]
+    best, best_err = np.zeros(n), float(np.sum(y * y))
+    for k in range(1, n + 1):
+        for cols in itertools.combinations(range(n), k):
             sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
             if (sol < 0).any():
                 continue
             err = float(np.sum((a[:, cols] @ sol - y) ** 2))
             if err < best_err - 1e-12 * best_err:
-                best, best_err = np.zeros(3), err
+                best, best_err = np.zeros(n), err
                 best[list(cols)] = sol
     return best
 
 
-def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, float]:
-    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth.
+def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = False) -> Terms:
+    """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth
+    + attn_small·Σb·depth over ubatches under 64 tokens (only with ``MIN_SMALL_UBATCHES`` of them).
 
     Pool batches of several runs of one server and model: a run whose batches all have the
-    same size cannot tell fixed from per-token cost on its own. Each run's total also enters
-    as a heavily weighted row: what a calibration must get right is every run's prompt time
-    (and so the speed-up). Fitted on batches alone, the few long batches of a well-batched
-    run outweigh the hundreds of short ones of a fragmented run, and on a CPU, where big
-    batches are more efficient per token than the line allows, the fragmented run came out
-    7-18 % short.
+    same size cannot tell fixed from per-token cost on its own. Each batch is weighted by
+    1/√ms, as if its timing noise grew with its length: the few long batches of a well-batched
+    run then do not outweigh the hundreds of short ones of a fragmented run. An earlier fit
+    forced each run's total with a heavily weighted row; that matched the fitted runs, but
+    on a shared CPU one run slower as a whole (load) then became a per-ubatch cost, and on
+    sessions it was not fitted on it did worse than this weighting (held-out error 26.7 vs
+    24.5 %, speed-up error 31.1 vs 26.7 %, over 9 live replays of 6 session shapes;
+    docs/benchmarks.md). ``match_totals`` keeps those rows for a line that only prices the
+    runs it was fitted on (``advise``: the ideal batching of these very runs).
     """
     import numpy as np
 
@@ -125,34 +197,74 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int) -> tuple[float, float, 
         raise ReplayerError("need at least three timed batches to calibrate")
     a = np.array([r[0] for r in rows], dtype=float)
     y = np.array([r[1] for r in rows], dtype=float)
+    if small_ubatches(batches, n_ubatch) < MIN_SMALL_UBATCHES:
+        a[:, 3] = 0.0  # not measured: priced at 0, never guessed from one batch
     runs = sorted({r[2] for r in rows})
-    if len(runs) > 1:
+    if match_totals and len(runs) > 1:
         weight = 30.0 * len(rows) ** 0.5
         mask = [np.array([r[2] == run for r in rows]) for run in runs]
         a = np.vstack([a, *[weight * a[m].sum(axis=0) for m in mask]])
         y = np.concatenate([y, [weight * y[m].sum() for m in mask]])
+    else:
+        w = 1.0 / np.sqrt(y)
+        a, y = a * w[:, None], y * w
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
-    coef = _nnls3(a / scale, y) / scale  # the three features differ by orders of magnitude
-    return float(coef[0]), float(coef[1]), float(coef[2])
+    coef = _nnls(a / scale, y) / scale  # the features differ by orders of magnitude
+    return Terms(*(float(c) for c in coef))
 
 
-def calibrate(batches: list[ev.BatchDone], n_ubatch: int, backend: str, model: Path) -> tuple[str, Calibration, Path]:
+def calibrate(batches: list[ev.BatchDone], n_ubatch: int, backend: str, model: Path,
+              fitted_on: str = "", threads: int | None = None) -> tuple[str, Calibration, Path]:
     """Fit both runs' batches together (the cost belongs to the hardware and model, not the
-    build) and save the line as ``BACKEND-MODEL``."""
-    fixed, per, attn = fit_cost(batches, n_ubatch)
+    build) and save the line as ``BACKEND-MODEL``. Its held-out error is not known yet."""
     name = f"{backend}-{model.stem}"
-    cal = Calibration(fixed_ms=fixed, per_token_ms=per, attn_ms=attn, backend=backend, model=str(model),
-                      n_ubatch=n_ubatch, batches=len(batches))
+    cal = Calibration(**fit_cost(batches, n_ubatch)._asdict(), small_ubatches=small_ubatches(batches, n_ubatch),
+                      backend=backend, model=str(model), n_ubatch=n_ubatch, threads=threads, batches=len(batches),
+                      fitted_on=fitted_on)
     return name, cal, save_calibration(name, cal)
 
 
+def held_out(session: str, live: RunSummary, simulated: RunSummary) -> HeldOut:
+    """One held-out run: the simulated prompt time against the live one, and whether the
+    simulator cut the prompt where the server did (a wrong schedule is a different error
+    than a wrong line)."""
+    live_ms, sim_ms = live.prompt_ms, simulated.prompt_ms
+    return HeldOut(session=session, build=live.build, live_ms=round(live_ms, 1), simulated_ms=round(sim_ms, 1),
+                   error=round(sim_ms / live_ms - 1, 4) if live_ms else 0.0,
+                   batches_match=[(b.start, b.n_tokens) for b in simulated.batches]
+                   == [(b.start, b.n_tokens) for b in live.batches],
+                   live_batches=len(live.batches), simulated_batches=len(simulated.batches))
+
+
+def held_out_summary(cal: Calibration) -> str:
+    """The line every listing of a calibration carries: its error where it was not fitted."""
+    err = cal.held_out_error()
+    if err is None:
+        return "held-out error: not measured (check the line on other sessions with --holdout SESSION …)"
+    return f"held-out error: at most {err * 100:.1f} % over {len(cal.holdout or [])} runs"
+
+
 def describe(name: str, cal: Calibration, dest: Path | None = None) -> str:
-    line = (f"calibrated {name}: {cal.fixed_ms:.3f} ms per ubatch + {cal.per_token_ms * 1000:.3f} µs per token "
-            f"+ {cal.attn_ms * 1e6:.4f} ns per token×depth")
-    return line + (f" → {dest}" if dest else "")
+    """What ``--calibrate`` says: the line, each held-out run and the held-out error."""
+    line = (f"calibrated {name}" + (f" on {Path(cal.fitted_on).name}" if cal.fitted_on else "")
+            + f": {cal.fixed_ms:.3f} ms per ubatch + {cal.per_token_ms * 1000:.3f} µs per token "
+            f"+ {cal.attn_ms * 1e6:.2f} ns per token×depth"
+            f" + {cal.attn_small_ms * 1e6:.1f} ns per token×depth under {costmod.FA_TILE_Q} tokens"
+            + (f" → {dest}" if dest else ""))
+    lines = [line]
+    if cal.small_ubatches is not None and cal.small_ubatches < MIN_SMALL_UBATCHES:
+        lines.append(f"  the fitted runs have {cal.small_ubatches} ubatches under {costmod.FA_TILE_Q} tokens: "
+                     "their extra attention cost is not measured (priced at 0)")
+    for h in cal.holdout or []:
+        lines.append(f"  held out {Path(h.session).name} {h.build}: simulated {h.simulated_ms / 1000:.2f} s, "
+                     f"live {h.live_ms / 1000:.2f} s, error {h.error * 100:+.1f} %"
+                     + ("" if h.batches_match else
+                        f" (simulated batches differ: {h.simulated_batches} vs {h.live_batches} live)"))
+    lines.append("  " + held_out_summary(cal))
+    return "\n".join(lines)
 
 
 def listing() -> list[dict[str, Any]]:
     """The saved lines for ``presets --json``."""
-    return [{"id": k, **v.model_dump()} for k, v in calibrations().items()]
+    return [{"id": k, **v.model_dump(), "held_out_error": v.held_out_error()} for k, v in calibrations().items()]

@@ -62,7 +62,9 @@ class ReplayConfig:
     ctx_size: int | None = None
     timeout: float = 600.0
     parallel_runs: bool = False
+    threads: int | None = None  # live: the servers' -t/-tb (None: llama-server's default)
     calibrate: bool = False
+    holdout: tuple[str, ...] = ()  # sessions --calibrate checks its line on (run live, then simulated)
 
     @classmethod
     def seed(cls, **kw: Any) -> "ReplayConfig":
@@ -131,7 +133,7 @@ class ReplayConfig:
         return LiveTarget(build_spec=self.build_spec(run), model=Path(self.model).expanduser(),
                           backend=self.backend or "cpu", ctx_size=self.ctx_size, timeout=self.timeout,
                           server=server, server_log=Path(self.server_log).expanduser()
-                          if self.server_log and run == "A" else None)
+                          if self.server_log and run == "A" else None, threads=self.threads)
 
     def cost(self) -> costmod.CostModel:
         if self.calibration:
@@ -147,12 +149,29 @@ class ReplayConfig:
             raise ReplayerError(f"unknown engine {self.engine!r}; choose {' or '.join(ENGINES)}")
         self.builds()
         self.knobs()
+        if self.holdout:
+            self._check_holdout()
         if self.engine == "simulated":
             self.cost()
             return
         if not (self.server and self.server_b) and Path(self.model).suffix != ".gguf" \
                 and not Path(self.model).expanduser().is_file():
             raise ReplayerError(f"--model must be a GGUF file for live replays, got {self.model!r}")
+
+    def _check_holdout(self) -> None:
+        if not self.calibrate or self.engine != "live":
+            raise ReplayerError("--holdout checks a calibration: give it with --engine live --calibrate")
+        if not Path(self.model).expanduser().is_file() or Path(self.model).suffix.lower() != ".gguf":
+            raise ReplayerError("--holdout simulates the held-out sessions from the model's GGUF: "
+                                f"give --model PATH.gguf (got {self.model!r})")
+
+    def held_out(self) -> tuple["ReplayConfig", "ReplayConfig"]:
+        """The configs of a held-out session: its live runs (as the fitted ones, no calibration of
+        their own) and its simulation as ``replay S --model M.gguf`` would run it (the GGUF's header,
+        vocabulary and template; the line itself is set once it is fitted)."""
+        live = replace(self, calibrate=False, holdout=())
+        return live, replace(live, engine="simulated", server=None, server_b=None, server_log=None,
+                             calibration=None, backend=None)  # with a line, the backend times nothing
 
 
 def run_spec(run: str, config: ReplayConfig) -> RunSpec:
@@ -167,6 +186,8 @@ def run_spec(run: str, config: ReplayConfig) -> RunSpec:
     settings = {"n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch}
     if not target.server:
         settings = {"backend": target.backend, **settings}
+        if target.threads:  # an attached server runs with its own
+            settings["threads"] = target.threads
     return RunSpec(run=run, build=build, knobs=knobs, label=f"{run}: {build.label}", settings=settings,
                    engine="attach" if target.server else "live", live=target)
 

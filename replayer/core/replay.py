@@ -9,15 +9,18 @@ calibration and pacing are decided here, not in them.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Sequence, Any, Callable, Iterator
 
 from replayer.core.compare import Comparison, compare
 from replayer.core.engine import events as ev
 from replayer.core.engine.base import engine_for
 from replayer.core.prepare import (  # noqa: F401  (re-exported: callers import them from here)
     MODEL_TEMPLATE, RUNS, Prepared, ReplayConfig, demo_session_path, prepare, run_spec)
+
+if TYPE_CHECKING:
+    from replayer.core.calibration import Calibration, HeldOut
 
 EventSink = Callable[[ev.Event], None]
 
@@ -90,6 +93,7 @@ class Outcome:
     events: list[ev.Event]
     comparison: Comparison
     notes: list[str] = field(default_factory=list)  # for stderr: what was saved where
+    calibration: dict[str, Any] | None = None  # the line --calibrate fitted, with its held-out errors
 
     @property
     def failed(self) -> bool:
@@ -110,15 +114,17 @@ def run_extras(prep: Prepared, cmp: Comparison) -> dict[str, dict[str, Any]]:
 REPORT_FORMATS = ("json", "md", "csv", "text")
 
 
-def report(prep: Prepared, cmp: Comparison, fmt: str, advice: Sequence[str] | None = None) -> bytes:
+def report(prep: Prepared, cmp: Comparison, fmt: str, advice: Sequence[str] | None = None,
+           calibration: dict[str, Any] | None = None) -> bytes:
     """A finished replay as the CLI prints it and the app exports it (one document per format).
     The Markdown and terminal reports carry the verdict's advice (``advise.advice_for``;
-    computed when the caller has not already)."""
+    computed when the caller has not already); the JSON one the line ``--calibrate`` fitted, if any."""
     from replayer.core import export
 
     meta = prep.meta()
     if fmt == "json":
-        return export.to_json(cmp, {"session": meta}, run_extras=run_extras(prep, cmp))
+        doc = {"session": meta, **({"calibration": calibration} if calibration else {})}
+        return export.to_json(cmp, doc, run_extras=run_extras(prep, cmp))
     if fmt == "csv":
         return export.to_csv(cmp).encode()
     if advice is None and fmt in ("md", "markdown", "text"):
@@ -132,21 +138,70 @@ def report(prep: Prepared, cmp: Comparison, fmt: str, advice: Sequence[str] | No
     raise ValueError(f"unknown report format {fmt!r}; known: {', '.join(REPORT_FORMATS)}")
 
 
-def calibrate(prep: Prepared, cmp: Comparison) -> str:
-    """Fit a cost line from both live runs' batches and save it; returns the line said about it."""
+@dataclass
+class HeldOutSession:
+    """A session ``--calibrate --holdout`` checks the line on: prepared for its live runs and
+    for its simulation before anything runs, so a bad file is refused before the long part."""
+
+    path: str
+    live: Prepared
+    simulated: Prepared
+
+    @classmethod
+    def prepare(cls, path: str, config: ReplayConfig) -> "HeldOutSession":
+        live_cfg, sim_cfg = config.held_out()
+        live = prepare(path, live_cfg)
+        return cls(path, live, prepare(path, sim_cfg, session=live.session))
+
+    def check(self, name: str) -> tuple[list[HeldOut], list[str]]:
+        """Run the session live (A then B, as the fitted runs were), simulate it with the saved line
+        ``name``; one ``HeldOut`` per run that finished, and a line for each that did not."""
+        from replayer.core import calibration
+
+        live = compare(run_both(self.live))
+        sim_prep = replace(self.simulated, config=replace(self.simulated.config, calibration=name))
+        sim = compare(all_simulated(sim_prep))
+        checks, failed = [], []
+        for lv, sm in ((live.a, sim.a), (live.b, sim.b)):
+            if lv.failed or lv.finished is None:
+                failed.append(f"  held out {Path(self.path).name} {lv.build or lv.run}: not checked, "
+                              f"the live run failed: {lv.failed or 'no prompt time'}")
+            else:
+                checks.append(calibration.held_out(self.path, lv, sm))
+        return checks, failed
+
+
+def calibrate(prep: Prepared, cmp: Comparison,
+              held: Sequence[HeldOutSession] = ()) -> tuple[str, Calibration, str]:
+    """Fit a cost line on both live runs' batches and save it; then check it on each held-out
+    session (never fitted on) and save it again with those errors. Returns the name, the
+    calibration and what to say about it."""
     from replayer.core import calibration
 
     timed = [b for r in (cmp.a, cmp.b) if not r.failed for b in r.batches]
     target = prep.config.live_target("A")
     name, cal, dest = calibration.calibrate(timed, prep.config.knobs().n_ubatch_eff, target.backend,
-                                            target.model or Path("model"))
-    return calibration.describe(name, cal, dest)
+                                            target.model or Path("model"), fitted_on=str(prep.session.path),
+                                            threads=target.threads)
+    failed: list[str] = []
+    if held:
+        cal.holdout = []
+        for session in held:
+            checks, not_checked = session.check(name)
+            cal.holdout += checks
+            failed += not_checked
+        dest = calibration.save_calibration(name, cal)
+    return name, cal, "\n".join([calibration.describe(name, cal, dest), *failed])
 
 
 def replay(prep: Prepared, on_event: EventSink | None = None, speed: float | None = None) -> Outcome:
     """Run both builds and compare them; calibrate when the config asks (live runs only)."""
+    calibrating = prep.config.calibrate and is_realtime(prep.config)
+    held = [HeldOutSession.prepare(h, prep.config) for h in prep.config.holdout] if calibrating else []
     events = run_both(prep, on_event, speed)
     out = Outcome(prep, events, compare(events))
-    if prep.config.calibrate and is_realtime(prep.config):
-        out.notes.append(calibrate(prep, out.comparison))
+    if calibrating:
+        name, cal, said = calibrate(prep, out.comparison, held)
+        out.calibration = {"id": name, **cal.model_dump(mode="json"), "held_out_error": cal.held_out_error()}
+        out.notes.append(said)
     return out

@@ -147,6 +147,7 @@ class LiveTarget:
     timeout: float = 600.0
     server: str | None = None  # attach: this server's URL
     server_log: Path | None = None  # attach: its -lv 4 log file
+    threads: int | None = None  # the server's -t/-tb; None: its own default (every core)
 
 
 @dataclass

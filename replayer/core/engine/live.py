@@ -238,11 +238,11 @@ def live_events(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: d
 def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model: Path, body: dict, *,
                          ctx_size: int | None = None, request_timeout: float = 600.0,
                          result: LiveResult | None = None, settings: dict | None = None,
-                         run_timeout: float | None = None) -> Iterator[ev.Event]:
+                         run_timeout: float | None = None, threads: int | None = None) -> Iterator[ev.Event]:
     """A live run of a build given as the user wrote it (number or binary path).
 
     The build number comes from the binary itself; a build that cannot be resolved is a
-    ``RunFailed`` like any other failure of the run.
+    ``RunFailed`` like any other failure of the run. ``threads`` sets the server's -t and -tb.
     """
     from replayer.core.builds.catalog import parse_build
     from replayer.core.builds.manager import resolve_binary
@@ -257,7 +257,8 @@ def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model:
         yield failed
         return
     opts = LiveOptions(binary=rb.binary, model=model, ctx_size=ctx_size, request_timeout=request_timeout,
-                       run_timeout=run_timeout)
+                       run_timeout=run_timeout,
+                       extra_args=["-t", str(threads), "-tb", str(threads)] if threads else [])
     yield from live_events(run, build, knobs, opts, body, label=f"{run}: {build.label}", result=result,
                            settings=settings)
 

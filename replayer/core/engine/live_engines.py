@@ -51,7 +51,8 @@ class LiveEngine(_ServerEngine):
 
     def stream(self, spec: RunSpec, t: LiveTarget, body: dict, result: LiveResult) -> Iterator[ev.Event]:
         return installed_run_events(spec.run, t.build_spec, t.backend, spec.knobs, t.model, body, ctx_size=t.ctx_size,
-                                    request_timeout=t.timeout, result=result, settings=spec.settings)
+                                    request_timeout=t.timeout, result=result, settings=spec.settings,
+                                    threads=t.threads)
 
 
 class AttachEngine(_ServerEngine):

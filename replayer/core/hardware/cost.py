@@ -26,6 +26,10 @@ from replayer.core.hardware.perf_data import ModelConstants
 from replayer.core.hardware.presets import GPUPreset, ModelPreset
 
 OP_OFFLOAD_MIN_BATCH = 32  # ggml-backend: host weights are used on the GPU from this batch size
+#: ggml-cpu's flash attention tiles queries in blocks of GGML_FA_TILE_Q (ggml-cpu/common.h; 64 in
+#: b9859 and b10001): a ubatch with fewer tokens takes the row-by-row ``_one_chunk`` path of
+#: ``ggml_compute_forward_flash_attn_ext_f16`` instead of the tiled one, ~20x dearer per token×depth
+FA_TILE_Q = 64
 CHECKPOINT_COPY_BPS = 11.5e9  # 186.4 MiB in 17 ms (ik_llama.cpp #1346)
 OFFLOAD_RESERVE_BYTES = 4.5e9  # KV cache, compute buffer, mmproj, --fit-target kept free (§7 estimate)
 
@@ -126,12 +130,16 @@ class RooflineCost:
 
 @dataclass
 class LineCost:
-    """``fixed_ms + per_token_ms·b + attn_ms·b·(depth + (b+1)/2) + kv_ms·depth`` per ubatch.
+    """``fixed_ms + per_token_ms·b + attn_ms·b·(depth + (b+1)/2) + kv_ms·depth`` per ubatch,
+    plus ``attn_small_ms·b·(depth + (b+1)/2)`` for a ubatch of fewer than ``FA_TILE_Q`` tokens.
 
-    The attention term is the roofline's ``T_att`` with one fitted constant, the last one its
-    ``kv·depth/BW``: every ubatch reads the whole KV cache once, however few tokens it has (on
-    a CPU without flash attention this is what makes a fragmented prefill slow at depth).
-    Both are 0 for the seed line (whose per-token cost already averages the depth of that
+    The attention term is the roofline's ``T_att`` with one fitted constant, ``kv_ms`` its
+    ``kv·depth/BW``: every ubatch reads the whole KV cache once, however few tokens it has
+    (``--calibrate`` leaves it at 0: see ``calibration._features``).
+    ``attn_small_ms`` is the extra attention cost of a short ubatch on the CPU backend, whose
+    flash attention handles fewer than 64 queries row by row (measured: a 62-token batch at
+    depth 1,443 took 250 ms where a 126-token one took 26 ms; docs/benchmarks.md). All three
+    are 0 for the seed line (whose per-token cost already averages the depth of that
     session). Small ubatches take the CPU path when the model is partially offloaded.
     """
 
@@ -142,12 +150,13 @@ class LineCost:
     source: str = ""
     attn_ms: float = 0.0
     kv_ms: float = 0.0
+    attn_small_ms: float = 0.0
 
     def ubatch_ms(self, b: int, depth: int) -> float:
         if self.small_batch is not None and b < OP_OFFLOAD_MIN_BATCH:
             return self.small_batch.ubatch_ms(b, depth)
-        return (self.fixed_ms + self.per_token_ms * b + self.attn_ms * b * (depth + (b + 1) / 2)
-                + self.kv_ms * depth)
+        attn = self.attn_ms + (self.attn_small_ms if b < FA_TILE_Q else 0.0)
+        return self.fixed_ms + self.per_token_ms * b + attn * b * (depth + (b + 1) / 2) + self.kv_ms * depth
 
     def checkpoint_ms(self, size_mib: float) -> float:
         return size_mib * 2**20 / CHECKPOINT_COPY_BPS * 1000.0
