@@ -73,3 +73,23 @@ def test_trailing_assistant_is_continued_not_rendered():
 def test_tojson_prints_numbers_as_the_server_does():
     assert templates._tojson({"a": [1, 2.5, 1.0, 1e-7], "b": "é\n"}) == '{"a": [1, 2.5, 1, 1e-07], "b": "é\\n"}'
     assert templates._tojson([1, {"k": 2}], indent=2) == '[\n  1,\n  {\n    "k": 2\n  }\n]'
+
+
+def test_builds_share_a_layout_only_where_the_server_renders_alike():
+    """``prepare`` lays a prompt out once per ``span_rule``: for a template the server trims
+    messages for (StepFun's, from b10001), b9934 and b10001 must not share a layout."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.prepare import span_rule
+    from replayer.core.prompt.prepare import _STEPFUN
+
+    src = "{# " + _STEPFUN + " #}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}"
+    stepfun = templates.Template(name="stepfun-like", source=src)
+    msgs = [{"role": "user", "content": "  padded  "}]
+    old, new = parse_build("9934"), parse_build("10001")
+    assert (templates.render(stepfun, msgs, build_number=old.effective_number)
+            != templates.render(stepfun, msgs, build_number=new.effective_number))
+    assert span_rule(old, stepfun) != span_rule(new, stepfun)
+    chatml = templates.bundled("chatml")
+    assert (templates.render(chatml, msgs, build_number=old.effective_number)
+            == templates.render(chatml, msgs, build_number=new.effective_number))
+    assert span_rule(old, chatml)[3:] == span_rule(new, chatml)[3:]  # the trim rule plays no part here

@@ -25,7 +25,8 @@ from replayer.core.compare import Comparison, RunSummary
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.engine.base import engine_for
-from replayer.core.prepare import RUNS, Prepared, ReplayConfig, prepare, run_spec
+from replayer.core.prepare import RUNS, Prepared, ReplayConfig, prepare, run_spec, span_rule
+from replayer.core.prompt.layout import PromptLayout
 from replayer.core.session import Session, load_session
 
 #: a change must save at least this share of today's time to be recommended
@@ -118,15 +119,17 @@ class ResumeEvaluator:
         self.path = str(path)
         self.session = session
         self._prepared: dict[str, Prepared] = {}
+        # one layout per span rule (most builds share one): the prompt is laid out once or twice, not per build
+        self._layouts: dict[tuple, PromptLayout] = {}
         if known is not None:  # a replay's own layouts: no second layout of the same prompt
-            for run, spec in (("A", known.config.a), ("B", known.config.b)):
-                lay = known.layouts[run]
-                self._prepared.setdefault(spec, dataclasses.replace(known, layouts={"A": lay, "B": lay}))
+            for run, build in zip(("A", "B"), known.config.builds()):
+                self._layouts.setdefault(span_rule(build, known.config.template_obj()), known.layouts[run])
 
     def _prep(self, cfg: ReplayConfig) -> Prepared:
         key = cfg.a
         if key not in self._prepared:
-            self._prepared[key] = prepare(self.path, dataclasses.replace(cfg, b=cfg.a), session=self.session)
+            self._prepared[key] = prepare(self.path, dataclasses.replace(cfg, b=cfg.a), session=self.session,
+                                          layouts=self._layouts)
         return dataclasses.replace(self._prepared[key], config=dataclasses.replace(cfg, b=cfg.a))
 
     def evaluate(self, s: Settings) -> Outcome:

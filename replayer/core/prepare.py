@@ -18,6 +18,7 @@ from replayer.core.hardware import cost as costmod
 from replayer.core.hardware import presets
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import PromptLayout, compute_layout
+from replayer.core.prompt.prepare import STEPFUN_TRIM_FROM, trims_for
 from replayer.core.runspec import DEFAULT_KNOBS, Knobs, LiveTarget, RunSpec
 from replayer.core.session import ChatRequest, Session, load_session
 from replayer.core.session.request import request_from_files
@@ -217,16 +218,30 @@ class Prepared:
         return meta
 
 
-def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None) -> Prepared:
-    """Import, rebuild the request and lay it out once per distinct span rule of the two builds."""
+def span_rule(build: Build, template: templates.Template | None) -> tuple:
+    """What of a build changes this template's rendered prompt or its layout: builds alike
+    here share one layout. ``None``: the GGUF's own template, not read yet (assume it may be
+    one the server trims for)."""
+    trims = template is None or trims_for(template.source)
+    return (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter,
+            trims and build.effective_number >= STEPFUN_TRIM_FROM)
+
+
+def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None,
+            layouts: dict[tuple, PromptLayout] | None = None) -> Prepared:
+    """Import, rebuild the request and lay it out once per distinct span rule of the two builds.
+
+    ``layouts``: layouts by ``span_rule`` already made for this session, request, template
+    and tokenizer (and filled in here) — the advice prices dozens of builds and flags on one
+    prompt and must not lay it out again for each."""
     config.check()
     s = session or load_session(path, config.format, images=config.images)
     req = request_from_files(s, config.system_prompt, config.tools)
     prep = Prepared(config, s, req)
     tpl = config.template_obj()
-    cache: dict[tuple, PromptLayout] = {}
+    cache: dict[tuple, PromptLayout] = {} if layouts is None else layouts
     for run, build in zip(RUNS, config.builds()):
-        key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
+        key = span_rule(build, tpl)
         if key not in cache:
             cache[key] = compute_layout(req.messages, req.body.get("tools"), template=tpl,
                                         tokenizer=config.tokenizer_eff, build=build)

@@ -19,6 +19,7 @@ from replayer.core.engine.misses import explain, lost_by_cause
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import kept_reasoning
 from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts
+from replayer.core.prepare import span_rule
 from replayer.core.replay import ReplayConfig, run_spec
 from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
 
@@ -67,7 +68,7 @@ def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bo
     tpl = config.template_obj()
     cache: dict[tuple, TurnLayouts] = {}
     for run, build in zip(("A", "B"), config.builds()):
-        key = (build.token_space_spans, build.tool_delimiters_for_qwen3_coder, build.minicpm5_tool_delimiter)
+        key = span_rule(build, tpl)
         if key not in cache:
             lay = turn_layouts(st.turns, template=tpl, tokenizer=config.tokenizer_eff, build=build)
             if keep_reasoning:

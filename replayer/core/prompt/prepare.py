@@ -29,6 +29,12 @@ from replayer.core.errors import TemplateError
 MEDIA_MARKER = "<__media__>"
 _KEPT = ("reasoning_content", "name", "tool_call_id")
 _STEPFUN = "You have access to the following functions in JSONSchema format"
+STEPFUN_TRIM_FROM = 10001  # from this build the server trims messages for StepFun-style templates
+
+
+def trims_for(source: str) -> bool:
+    """Whether this template is one the server trims messages for (from ``STEPFUN_TRIM_FROM``)."""
+    return _STEPFUN in source
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,7 @@ def prepare(source: str, caps: Caps, messages: list[dict], tools: list[dict] | N
             raise _refuse("cannot have 2 or more assistant messages at the end of the list")
         continuation = _parsed(messages[-1], allow_media)
         body = messages[:-1]
-    if build_number is not None and build_number >= 10001 and _STEPFUN in source:
+    if build_number is not None and build_number >= STEPFUN_TRIM_FROM and trims_for(source):
         body = [_trimmed(m) for m in body]
         if continuation is not None:
             continuation = _trimmed(continuation)
