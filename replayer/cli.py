@@ -16,7 +16,7 @@ import orjson
 from replayer import __version__
 from replayer.cli_args import MAX_TOKENS, OneLineParser, float_in, int_in, stdout_failed
 from replayer.core.errors import ReplayerError
-from replayer.core.runspec import DEFAULT_KNOBS
+from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
                "bisect", "advise"}
@@ -192,7 +192,8 @@ def _config(args: argparse.Namespace):
                         ctx_checkpoints=args.ctx_checkpoints, tokenizer=args.tokenizer, template=args.template,
                         format=args.format, system_prompt=args.system_prompt, tools=args.tools,
                         calibration=opt("calibration"), server=opt("server"), server_b=opt("server_b"),
-                        server_log=opt("server_log"), ctx_size=opt("ctx_size"), timeout=opt("timeout", 600.0),
+                        server_log=opt("server_log"), ctx_size=opt("ctx_size"),
+                        timeout=opt("timeout", DEFAULT_TIMEOUT_S),
                         parallel_runs=opt("parallel_runs", False), calibrate=opt("calibrate", False),
                         holdout=tuple(opt("holdout") or ()), threads=opt("threads"))
 
@@ -348,14 +349,7 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
                                              keep_reasoning=args.keep_reasoning, session=session))
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
                               keep_reasoning=args.keep_reasoning)
-    if cfg.engine == "live":
-        from replayer.core.engine.live_session import live_session_events
-
-        streams = {run: live_session_events(prep, run, Path(args.model).expanduser(), backend=cfg.backend or "cpu",
-                                            ctx_size=args.ctx_size or 32768, request_timeout=args.timeout)
-                   for run in ("A", "B")}
-    else:
-        streams = {run: sr.simulated_session_events(prep, run) for run in ("A", "B")}
+    streams = {run: sr.session_events(prep, run) for run in ("A", "B")}
     runs = {}
     try:
         for run, stream in streams.items():
@@ -624,7 +618,7 @@ def _parse_replay(sub: Any) -> None:
     p.add_argument("--threads", type=int_in(1, 1024), default=None,
                    help="live: the servers' -t/-tb (default: llama-server's own, every core)")
     p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0,
+    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=DEFAULT_TIMEOUT_S,
                    help="live: wall-clock seconds for the prefill (the run ends after its phases' sum)")
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--holdout", nargs="+", metavar="SESSION",
@@ -655,7 +649,7 @@ def _parse_bisect(sub: Any) -> None:
                    help="what tells a good build from a bad one: prompt tokens/s, decode calls, re-processed tokens")
     _model_options(p, "model preset, or a GGUF path (simulated: its header; live: the model served)")
     p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=600.0,
+    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=DEFAULT_TIMEOUT_S,
                    help="live: wall-clock seconds for each build's prefill")
     p.add_argument("--band", type=float_in(0, 1), default=0.25,
                    help="too close to call: a median within BAND × |good − bad| of the midpoint")

@@ -32,6 +32,7 @@ from replayer.core.builds.catalog import parse_build
 from replayer.core.compare import RunSummary
 from replayer.core.errors import ReplayerError, RunError
 from replayer.core.replay import ReplayConfig, prepare, run_events
+from replayer.core.runspec import DEFAULT_TIMEOUT_S
 from replayer.core.session import Session, load_session
 
 Verdict = Literal["good", "bad", "unsure"]
@@ -360,7 +361,7 @@ class LiveMeasure:
     model: Path
     backend: str = "cpu"
     ctx_size: int | None = None
-    timeout: float = 600.0
+    timeout: float = DEFAULT_TIMEOUT_S
     on_progress: ProgressFn | None = None
     cancel: threading.Event | None = None
 
@@ -409,7 +410,7 @@ class LiveMeasure:
 
 def live(path: str | Path, config: ReplayConfig, good: int, bad: int, metric_: Metric, model: Path, *,
          backend: str = "cpu", thr: Threshold = Threshold(), candidates: Iterable[int] | None = None,
-         ctx_size: int | None = None, timeout: float = 600.0, resume: bool = True,
+         ctx_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, resume: bool = True,
          on_step: Callable[[StepReport], None] | None = None, on_progress: ProgressFn | None = None,
          cancel: threading.Event | None = None) -> BisectResult:
     """Bisect over real builds: every index build in the range, or only ``candidates``

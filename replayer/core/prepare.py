@@ -19,7 +19,7 @@ from replayer.core.hardware import presets
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import PromptLayout, compute_layout
 from replayer.core.prompt.prepare import STEPFUN_TRIM_FROM, trims_for
-from replayer.core.runspec import DEFAULT_KNOBS, Knobs, LiveTarget, RunSpec
+from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S, Knobs, LiveTarget, RunSpec
 from replayer.core.session import ChatRequest, Session, load_session
 from replayer.core.session.request import request_from_files
 
@@ -61,7 +61,7 @@ class ReplayConfig:
     server_b: str | None = None  # attach run B
     server_log: str | None = None  # run A's server log (-lv 4), for checkpoints in attach mode
     ctx_size: int | None = None
-    timeout: float = 600.0
+    timeout: float = DEFAULT_TIMEOUT_S
     parallel_runs: bool = False
     threads: int | None = None  # live: the servers' -t/-tb (None: llama-server's default)
     calibrate: bool = False

@@ -89,6 +89,10 @@ class Knobs:
 
 #: llama-server's defaults, the one place the CLI and the app read them from.
 DEFAULT_KNOBS = Knobs()
+# a live run's wall-clock limit for its prefill (--timeout)
+DEFAULT_TIMEOUT_S = 600.0
+# -c of the one server a live session replay keeps up (its prompts only grow, so room to spare)
+DEFAULT_SESSION_CTX = 32768
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ class LiveTarget:
     model: Path | None = None
     backend: str = "cpu"
     ctx_size: int | None = None
-    timeout: float = 600.0
+    timeout: float = DEFAULT_TIMEOUT_S
     server: str | None = None  # attach: this server's URL
     server_log: Path | None = None  # attach: its -lv 4 log file
     threads: int | None = None  # the server's -t/-tb; None: its own default (every core)

@@ -21,10 +21,11 @@ from replayer.core.prompt import kept_reasoning
 from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts
 from replayer.core.prepare import span_rule
 from replayer.core.replay import ReplayConfig, run_spec
+from replayer.core.runspec import DEFAULT_SESSION_CTX
 from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
 
 __all__ = ["MODES", "SessionPrepared", "load_turns", "prepare_session", "report", "session_run",
-           "simulated_session_events", "to_markdown", "to_text"]
+           "session_events", "simulated_session_events", "to_markdown", "to_text"]
 
 MODES = ("resume", "session")
 
@@ -86,6 +87,17 @@ def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bo
 def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     spec = run_spec(run, prep.config)
     yield from simulate_session(spec, prep.layouts[run].prompts, prep.config.cost(), n_ctx=prep.n_ctx)
+
+
+def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
+    """One run's events on the config's engine: the one place the CLI and the app choose it."""
+    cfg = prep.config
+    if cfg.engine == "live":
+        from replayer.core.engine.live_session import live_session_events  # httpx: only for live runs
+
+        return live_session_events(prep, run, Path(cfg.model).expanduser(), backend=cfg.backend or "cpu",
+                                   ctx_size=cfg.ctx_size or DEFAULT_SESSION_CTX, request_timeout=cfg.timeout)
+    return simulated_session_events(prep, run)
 
 
 def session_run(prep: SessionPrepared, run: str, events) -> SessionRun:

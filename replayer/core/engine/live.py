@@ -35,6 +35,7 @@ from replayer.core.engine import events as ev
 from replayer.core.engine import processes
 from replayer.core.engine.logparse import LogFact, memory_kind, parse_line
 from replayer.core.engine.processes import live_processes, stop_all, stop_started_by  # noqa: F401  (the live engine's API)
+from replayer.core.runspec import DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Chunk, Clock, Guard, Health, http_error, one_line, parse, sse_chunks
 from replayer.core.engine.schedule import Knobs, ReasonRule
 from replayer.core.errors import BuildError, ReplayerError, RunError
@@ -68,7 +69,7 @@ class LiveOptions:
     port: int | None = None  # None: a free port
     extra_args: list[str] = field(default_factory=list)
     health_timeout: float = 120.0  # start → /health says ok (the model loaded)
-    request_timeout: float = 600.0  # the prefill: request sent → every prompt token processed
+    request_timeout: float = DEFAULT_TIMEOUT_S  # the prefill: request sent → every prompt token processed
     log_file: Path | None = None  # also keep the server log here
     start_timeout: float = 30.0  # start → the server answers HTTP at all (llama-server binds before loading)
     layout_timeout: float = 120.0  # /props, /apply-template, /tokenize
@@ -236,7 +237,7 @@ def live_events(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: d
 
 
 def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model: Path, body: dict, *,
-                         ctx_size: int | None = None, request_timeout: float = 600.0,
+                         ctx_size: int | None = None, request_timeout: float = DEFAULT_TIMEOUT_S,
                          result: LiveResult | None = None, settings: dict | None = None,
                          run_timeout: float | None = None, threads: int | None = None) -> Iterator[ev.Event]:
     """A live run of a build given as the user wrote it (number or binary path).
@@ -515,7 +516,7 @@ def _tail(path: Path, lines: "queue.Queue[tuple[float, str]]", all_lines: list[s
 
 def attach_events(run: str, build: Build, knobs: Knobs, url: str, body: dict, *, log_file: Path | None = None,
                   label: str = "", result: LiveResult | None = None, settings: dict | None = None,
-                  timeout: float = 600.0, health_timeout: float = 10.0, layout_timeout: float = 120.0,
+                  timeout: float = DEFAULT_TIMEOUT_S, health_timeout: float = 10.0, layout_timeout: float = 120.0,
                   generation_timeout: float = 60.0, run_timeout: float | None = None) -> Iterator[ev.Event]:
     """A run against a server that is already running: progress stream, plus its log if given.
 

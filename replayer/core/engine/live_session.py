@@ -26,6 +26,7 @@ from replayer.core.builds.catalog import parse_build
 from replayer.core.engine import events as ev
 from replayer.core.engine.cache import TurnFinished, TurnStarted
 from replayer.core.engine.live import LiveOptions, LiveResult, LiveServer, _server_memory, _stream
+from replayer.core.runspec import DEFAULT_SESSION_CTX, DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Clock, Guard
 from replayer.core.errors import ReplayerError, RunError
 from replayer.core.prompt import templates
@@ -36,8 +37,8 @@ from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _Recordin
 FULL_REPROCESS = "forcing full prompt re-processing"
 
 
-def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ctx_size: int = 32768,
-                        request_timeout: float = 600.0, binary: Path | None = None) -> Iterator[Any]:
+def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ctx_size: int = DEFAULT_SESSION_CTX,
+                        request_timeout: float = DEFAULT_TIMEOUT_S, binary: Path | None = None) -> Iterator[Any]:
     """One build's live session run; failures end it with ``RunFailed`` (never raised).
 
     The server's own per-turn layouts replace ``prep.layouts[run]``, so that misses are
@@ -71,7 +72,7 @@ def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ct
 def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iterator[Any]:
     """Start the server once, then send every turn on it in order; the run's totals at the end."""
     turns = prep.turns.turns
-    server = LiveServer(opts, knobs, opts.ctx_size or 32768)
+    server = LiveServer(opts, knobs, opts.ctx_size or DEFAULT_SESSION_CTX)
     # the whole session's wall clock: start-up and layout once, then every turn's prefill and token
     clock = Clock(opts.health_timeout + opts.layout_timeout
                   + len(turns) * (opts.request_timeout + opts.generation_timeout))

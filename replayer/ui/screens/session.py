@@ -32,7 +32,7 @@ from replayer.core.errors import ReplayerError
 from replayer.core.redact import redact
 from replayer.core.replay import ReplayConfig
 from replayer.core.session import Session
-from replayer.core.session_replay import (SessionPrepared, prepare_session, report, simulated_session_events,
+from replayer.core.session_replay import (SessionPrepared, prepare_session, report, session_events,
                                           to_markdown, to_text)
 from replayer.ui.screens.replay import ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
@@ -125,13 +125,7 @@ class SessionScreen(ReplayScreen):
                 self._prepare_failed(f"{type(err).__name__}: {err}")
 
     def events_of(self, run: str):
-        cfg = self.prep.config
-        if cfg.engine == "live":
-            from replayer.core.engine.live_session import live_session_events
-
-            return live_session_events(self.prep, run, Path(cfg.model).expanduser(), backend=cfg.backend or "cpu",
-                                       ctx_size=cfg.ctx_size or 32768, request_timeout=cfg.timeout)
-        return simulated_session_events(self.prep, run)
+        return session_events(self.prep, run)
 
     def show_state(self) -> None:
         if self.prep is None:
