@@ -82,6 +82,7 @@ class RunPane(Vertical):
         self.run = run
         self.summary = RunSummary(run)
         self.tps: list[float] = []
+        self._tps_width = 0
         self.total = 0
         self.events_applied = 0
         self.heading = f"{run}: waiting…"
@@ -127,6 +128,7 @@ class RunPane(Vertical):
         self.query_one("#ckpts", Log).clear()
         self.query_one("#tps", Sparkline).data = []
         self.query_one("#tps-label", Static).update("tok/s")
+        self._tps_width = 0
         self.query_one("#stats", Static).update("")
 
     def apply(self, batch: list[ev.Event]) -> None:
@@ -150,8 +152,12 @@ class RunPane(Vertical):
         if self.tps:
             recent = self.tps[-400:]
             self.query_one("#tps", Sparkline).data = recent
-            self.query_one("#tps-label", Static).update(
-                f"tok/s 0–{max(recent):,.0f}, last {recent[-1]:,.0f}")
+            top = f"{max(recent):,.0f}"
+            text = f"tok/s 0–{top}, last {recent[-1]:>{len(top)},.0f}"  # as wide as the scale: stable
+            # the label is sized by its text: re-layout the screen only when its width changes,
+            # not on every flush (a full-screen layout is the longest frame of a replay)
+            self.query_one("#tps-label", Static).update(text, layout=len(text) != self._tps_width)
+            self._tps_width = len(text)
         if out.ended:
             self._title()
         tl.refresh()
