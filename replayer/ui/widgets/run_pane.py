@@ -39,6 +39,16 @@ def checkpoint_row(e: ev.CheckpointCreated) -> str:
     return f"+ {e.n_tokens:>9,} {e.size_mib:>6.1f} {f'{e.count}/{e.n_max}':<6} [{e.pos_min}, {e.pos_max}]"
 
 
+class FollowLog(Log):
+    """A log that keeps following its newest line when it is resized (the verdict appearing
+    shrinks the pane), unless the user scrolled back. Its own resize, not the pane's: the
+    pane's comes before the log's new size is known."""
+
+    def on_resize(self) -> None:
+        if self.auto_scroll:
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
+
+
 def run_status(s: RunSummary) -> str:
     """complete / partial / failed / running, from what the run's events said.
 
@@ -96,21 +106,12 @@ class RunPane(Vertical):
         yield Static("", id="stats")
         yield Static(BATCH_HEADER, classes="head", id="batches-head")
         # a Log, not a DataTable: thousands of streamed rows cost one refresh per flush
-        yield Log(max_lines=MAX_BATCH_LINES, id="batches", auto_scroll=True)
+        yield FollowLog(max_lines=MAX_BATCH_LINES, id="batches", auto_scroll=True)
         yield Static(CKPT_HEADER, classes="head", id="ckpts-head")
-        yield Log(max_lines=500, id="ckpts", auto_scroll=True)
+        yield FollowLog(max_lines=500, id="ckpts", auto_scroll=True)
 
     def on_mount(self) -> None:
         self.border_title = Text(self.heading)  # the title sits in the border: one row more for the lists
-
-    def on_resize(self) -> None:
-        # the verdict appearing shrinks the pane: a list that followed the newest batch keeps doing so
-        self.call_after_refresh(self.follow)
-
-    def follow(self) -> None:
-        for log in self.query(Log):
-            if log.auto_scroll:
-                log.scroll_end(animate=False, immediate=True)
 
     def set_layout(self, n_tokens: int, spans: list[tuple[str, int]]) -> None:
         self.query_one(Timeline).set_layout(n_tokens, spans)
