@@ -43,11 +43,11 @@ def _pure(n: nodes.Node) -> bool:
 
 
 def _operands(n: nodes.Expr, kind: type) -> list[nodes.Expr]:
-    if isinstance(n, kind) and kind is nodes.Add:
-        return _operands(n.left, kind) + _operands(n.right, kind)
-    if isinstance(n, kind) and kind is nodes.Concat:
-        return [x for part in n.nodes for x in _operands(part, kind)]
-    return [n]
+    """The flattened operands of a chain of ``kind`` (``Add`` or ``Concat``); ``[n]`` otherwise."""
+    if not isinstance(n, kind):
+        return [n]
+    parts = [n.left, n.right] if kind is nodes.Add else n.nodes
+    return [x for part in parts for x in _operands(part, kind)]
 
 
 def _expand(out: nodes.Output) -> list[nodes.Node]:
@@ -58,7 +58,7 @@ def _expand(out: nodes.Output) -> list[nodes.Node]:
         if isinstance(child, nodes.Concat):
             pending += _operands(child, nodes.Concat)
             continue
-        ops = _operands(child, nodes.Add) if isinstance(child, nodes.Add) else []
+        ops = _operands(child, nodes.Add)
         if len(ops) > 1 and all(_pure(o) for o in ops):
             if pending:
                 result.append(nodes.Output(pending, lineno=out.lineno))
