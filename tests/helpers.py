@@ -41,6 +41,11 @@ async def wait_for(pilot, cond, timeout: float = 30.0) -> None:
         await pilot.pause(0.05)
 
 
+def shown_lines(widget) -> list[str]:
+    """The widget's lines as its current region paints them (empty until it is laid out)."""
+    return [line.text for line in widget.render_lines(widget.region.reset_offset)]
+
+
 async def start_from_setup(app, pilot):
     """On the setup screen, Enter (the Replay button has focus) → the replay screen."""
     from replayer.ui.screens.replay import ReplayScreen

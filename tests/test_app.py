@@ -16,7 +16,7 @@ from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.run_pane import RunPane
 
 from conftest import FIXTURES
-from helpers import start_from_setup, wait_for
+from helpers import shown_lines, start_from_setup, wait_for
 
 
 
@@ -49,9 +49,12 @@ async def test_full_flow_shows_the_core_numbers(core_comparison):
             assert [int(l.split()[1].replace(",", "")) for l in ck_lines] == [c.n_tokens for c in core.created]
         table = screen.query_one("#comparison", ComparisonTable)
         assert table.rows == cmp.rows()
-        text = "\n".join(line.text for line in table.render_lines(table.region.reset_offset))
-        for metric, a, b in cmp.rows():
-            assert any(metric in line and a in line and b in line for line in text.splitlines()), metric
+
+        def shows_every_row() -> bool:  # the table is laid out on the frame after its rows arrive
+            lines = shown_lines(table)
+            return all(any(m in line and a in line and b in line for line in lines) for m, a, b in cmp.rows())
+
+        await wait_for(pilot, shows_every_row)
         assert shown.speedup == pytest.approx(cmp.speedup)
         # coalescing: thousands of events, a few dozen repaint batches
         assert screen.pane("A").events_applied + screen.pane("B").events_applied == screen.n_events

@@ -22,7 +22,7 @@ from replayer.ui.widgets.progress_line import ProgressLine
 from replayer.ui.widgets.timeline import Timeline, density_mark
 
 from conftest import FIXTURES
-from helpers import start_from_setup, wait_for
+from helpers import shown_lines, start_from_setup, wait_for
 
 
 
@@ -84,11 +84,15 @@ async def test_keyboard_only_80x24_build_a_to_b9763_then_instant():
         # to the terminal; the table under it is reached by Tab to the verdict and End
         table = screen.query_one("#comparison", ComparisonTable)
         assert table.advice == advice_for(prepare(demo_session_path(), ReplayConfig(a="9763")), core)
-        shown = " ".join(line.text.strip() for line in table.render_lines(table.region.reset_offset))
+
+        def shown_text() -> str:
+            return " ".join(line.strip() for line in shown_lines(table))
+
+        # laid out on the frame after the verdict: wait for the advice, then check how it fits
+        await wait_for(pilot, lambda: all(" ".join(line.split()) in shown_text() for line in table.advice))
         assert table.region.right <= 80
-        assert all(len(line.text.rstrip()) <= 76 for line in table.render_lines(table.region.reset_offset))
-        for line in table.advice:
-            assert " ".join(line.split()) in shown, line
+        assert all(len(line.rstrip()) <= 76 for line in shown_lines(table))
+        shown = shown_text()
         assert "A b9763 is G0" in shown and "B b10001 lost " in shown and "vs ideal batching" in shown
         summary = screen.query_one("#summary")
         assert summary.region.y + 1 < 24 and visible(app, summary)
@@ -168,8 +172,7 @@ async def test_cancelled_run_is_marked_partial_in_pane_and_table():
         await pilot.pause()
         table = screen.query_one("#comparison", ComparisonTable)
         assert table.headers() == ("A partial", "B")
-        text = "\n".join(line.text for line in table.render_lines(table.region.reset_offset))
-        assert "A partial" in text.splitlines()[0]
+        await wait_for(pilot, lambda: bool(shown_lines(table)) and "A partial" in shown_lines(table)[0])
         assert "PARTIAL" in str(screen.pane("A").border_title)
         assert screen.pane("B").summary.finished is not None
 
