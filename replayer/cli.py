@@ -349,12 +349,14 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
                                              keep_reasoning=args.keep_reasoning, session=session))
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
                               keep_reasoning=args.keep_reasoning)
-    streams = {run: sr.session_events(prep, run) for run in ("A", "B")}
     runs = {}
     try:
-        for run, stream in streams.items():
+        for run in ("A", "B"):
+            if cfg.engine != "live" and not args.jsonl:  # nobody reads the stream: the records alone
+                runs[run] = sr.simulated_session_run(prep, run)
+                continue
             evs = []
-            for e in stream:
+            for e in sr.session_events(prep, run):
                 evs.append(e)
                 if args.jsonl:
                     _out(ev.to_json(e))

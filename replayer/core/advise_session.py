@@ -88,7 +88,7 @@ class SessionEvaluator:
             n_ctx = s.ctx_size if s.kv_unified else s.ctx_size // max(1, s.n_parallel)
         base = self._prep(s, cfg)
         prep = dataclasses.replace(base, config=cfg, n_ctx=n_ctx, layouts={"A": base.layouts["A"]})
-        run = sr.session_run(prep, "A", sr.simulated_session_events(prep, "A"))
+        run = sr.simulated_session_run(prep, "A")
         full = [t for t in run.turns if t.error]
         if full:
             return Outcome(float("inf"), 0, 0, f"turn {full[0].turn} does not fit a slot's {n_ctx:,} cells "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from replayer.core.engine.cache import SessionRun, simulate_session, turn_records
+from replayer.core.engine.cache import SessionRun, simulate_session, simulate_session_records, turn_records
 from replayer.core.engine.misses import explain, lost_by_cause
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import kept_reasoning
@@ -25,7 +25,7 @@ from replayer.core.runspec import DEFAULT_SESSION_CTX
 from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
 
 __all__ = ["MODES", "SessionPrepared", "load_turns", "prepare_session", "report", "session_run",
-           "session_events", "simulated_session_events", "to_markdown", "to_text"]
+           "session_events", "simulated_session_events", "simulated_session_run", "to_markdown", "to_text"]
 
 MODES = ("resume", "session")
 
@@ -89,6 +89,14 @@ def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     yield from simulate_session(spec, prep.layouts[run].prompts, prep.config.cost(), n_ctx=prep.n_ctx)
 
 
+def simulated_session_run(prep: SessionPrepared, run: str) -> SessionRun:
+    """``session_run(prep, run, simulated_session_events(prep, run))`` for a reader that needs the
+    per-turn facts, not the stream: the same records, without the events only a stream shows."""
+    spec = run_spec(run, prep.config)
+    return _explained(prep, run, simulate_session_records(spec, prep.layouts[run].prompts, prep.config.cost(),
+                                                          n_ctx=prep.n_ctx))
+
+
 def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     """One run's events on the config's engine: the one place the CLI and the app choose it."""
     cfg = prep.config
@@ -102,7 +110,10 @@ def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
 
 def session_run(prep: SessionPrepared, run: str, events) -> SessionRun:
     """Per-turn facts of one run with every miss explained."""
-    sr = turn_records(run, events)
+    return _explained(prep, run, turn_records(run, events))
+
+
+def _explained(prep: SessionPrepared, run: str, sr: SessionRun) -> SessionRun:
     lay = prep.layouts[run]
     explain(sr, lay.prompts, lay.delimiters)
     return sr

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, Slot
-from replayer.core.engine.simulate import RunSpec, prefill_events
+from replayer.core.engine.simulate import RunSpec, prefill_into
 from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
 
@@ -56,35 +56,91 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
                      n_ctx: int | None = None) -> Iterator[Any]:
     """One build's slot through every turn: the events a live session run would emit."""
     run = spec.run
-    slot = Slot(spec.build, spec.knobs)
-    last = prompts[-1].n_tokens if prompts else 0
-    yield ev.RunStarted(run=run, label=spec.label or spec.build.label, build=spec.build.label,
-                        generation=spec.build.generation.value, engine="simulated", n_tokens=last,
-                        settings=dict(spec.settings, cost_model=cost.name, mode="session", turns=len(prompts)))
+    yield _run_started(spec, prompts, cost)
     t = 0.0
-    prev: TurnPrompt | None = None
     n_batches = n_ckpt = processed = 0
-    for p in prompts:
-        common = shared_prefix(prev, p).n_tokens if prev is not None else 0
-        yield TurnStarted(run, p.index, p.n_tokens, len(p.turn.messages), common, t)
-        if n_ctx is not None and p.n_tokens >= n_ctx:
-            # the server refuses the request before touching the slot
-            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t,
-                               error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
+    for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
+        yield TurnStarted(run, p.index, p.n_tokens, p.turn.n_messages, common, t)
+        if sched is None:
+            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=_context_full(p, n_ctx))
             continue
-        reusable = min(common, slot.cached)
-        sched = _run(slot, p, common, reusable)
-        full = reusable > 0 and sched.n_past == 0 and sched.restored is None
-        turn_ms = yield from prefill_events(spec, sched, cost, t)
+        out: list[Any] = []
+        turn_ms = prefill_into(spec, sched, cost, t, out, out, out, progress=True)
+        yield from out
         n_batches += len(sched.batches)
         n_ckpt += len(sched.created)
         processed += p.n_tokens - sched.n_past
         t += turn_ms
         yield TurnFinished(run, p.index, p.n_tokens, sched.n_past, p.n_tokens - sched.n_past, turn_ms, full, t)
+    yield _run_finished(run, prompts, processed, t, n_batches, n_ckpt)
+
+
+def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
+                             n_ctx: int | None = None) -> "SessionRun":
+    """``turn_records(run, simulate_session(…))`` without the stream: the same slot turns, the
+    same event objects from the same walk (``prefill_into``), put straight into each turn's
+    record — no progress or turn events, nothing dispatched by type but the checkpoints.
+    What ``--json``, ``--markdown`` and the advice read; the app and ``--jsonl`` take the stream."""
+    run = spec.run
+    out = SessionRun(run)
+    out.apply(_run_started(spec, prompts, cost))
+    held = _Held()
+    t = 0.0
+    n_ckpt = processed = 0
+    for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
+        rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=list(held.alive))
+        out.turns.append(rec)
+        if sched is None:
+            rec.error = _context_full(p, n_ctx)
+            continue
+        ck: list[Any] = []
+        turn_ms = prefill_into(spec, sched, cost, t, rec.batches, ck, ck, progress=False)
+        out.batches += rec.batches
+        for e in ck:
+            held.read(e, rec, out)
+        n_ckpt += len(sched.created)
+        processed += p.n_tokens - sched.n_past
+        t += turn_ms
+        rec.cache_n, rec.prompt_n, rec.prompt_ms, rec.full_reprocess = (
+            sched.n_past, p.n_tokens - sched.n_past, turn_ms, full)
+    out.apply(_run_finished(run, prompts, processed, t, len(out.batches), n_ckpt))
+    return out
+
+
+def _slot_turns(spec: RunSpec, prompts: list[TurnPrompt], n_ctx: int | None
+                ) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool]]:
+    """Every turn on one slot: (prompt, common prefix with the previous prompt, the slot's
+    schedule — None when the prompt does not fit ``n_ctx`` — and whether the server fell back
+    to a full re-processing)."""
+    slot = Slot(spec.build, spec.knobs)
+    prev: TurnPrompt | None = None
+    for p in prompts:
+        common = shared_prefix(prev, p).n_tokens if prev is not None else 0
+        if n_ctx is not None and p.n_tokens >= n_ctx:
+            yield p, common, None, False  # the server refuses the request before touching the slot
+            continue
+        reusable = min(common, slot.cached)
+        sched = _run(slot, p, common, reusable)
+        yield p, common, sched, reusable > 0 and sched.n_past == 0 and sched.restored is None
         prev = p
-    yield ev.RunFinished(run=run, n_tokens=last, n_processed=processed, prompt_ms=t,
-                         tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0, n_batches=n_batches,
-                         n_checkpoints=n_ckpt, t_ms=t)
+
+
+def _context_full(p: TurnPrompt, n_ctx: int | None) -> str:
+    return f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}"
+
+
+def _run_started(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel) -> ev.RunStarted:
+    last = prompts[-1].n_tokens if prompts else 0
+    return ev.RunStarted(run=spec.run, label=spec.label or spec.build.label, build=spec.build.label,
+                         generation=spec.build.generation.value, engine="simulated", n_tokens=last,
+                         settings=dict(spec.settings, cost_model=cost.name, mode="session", turns=len(prompts)))
+
+
+def _run_finished(run: str, prompts: list[TurnPrompt], processed: int, t: float, n_batches: int,
+                  n_ckpt: int) -> ev.RunFinished:
+    return ev.RunFinished(run=run, n_tokens=prompts[-1].n_tokens if prompts else 0, n_processed=processed,
+                          prompt_ms=t, tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,
+                          n_batches=n_batches, n_checkpoints=n_ckpt, t_ms=t)
 
 
 def _run(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Schedule:
@@ -174,13 +230,41 @@ class SessionRun(RunSummary):
         return sum(t.cache_n for t in self.turns)
 
 
+class _Held:
+    """The checkpoints alive, as a session run's events tell (a live run has no slot to ask):
+    what each turn's record lists as ``held``."""
+
+    __slots__ = ("alive", "alive_n")
+
+    def __init__(self) -> None:
+        self.alive: list[tuple[int, int, int]] = []
+        self.alive_n: list[int] = []  # their n_tokens, searched at C speed
+
+    def read(self, e: Any, cur: "TurnRecord", out: "SessionRun") -> None:
+        """One checkpoint event of the turn ``cur``, into the turn's and the run's lists."""
+        kind = type(e)
+        if kind is ev.CheckpointCreated:
+            out.created.append(e)
+            cur.created.append(e)
+            self.alive.append((e.n_tokens, e.pos_min, e.pos_max))
+            self.alive_n.append(e.n_tokens)
+        elif kind is ev.CheckpointErased:
+            out.erased.append(e)
+            cur.erased.append(e)
+            if e.n_tokens in self.alive_n:
+                i = self.alive_n.index(e.n_tokens)
+                del self.alive[i], self.alive_n[i]
+        else:
+            cur.restored = e
+
+
 def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
     """A session run's events (either engine) → per-turn facts."""
     out = SessionRun(run)
     cur: TurnRecord | None = None
-    alive: list[tuple[int, int, int]] = []
-    alive_n: list[int] = []  # their n_tokens, searched at C speed
+    held = _Held()
     BatchDone, Progress, Created, Erased = ev.BatchDone, ev.Progress, ev.CheckpointCreated, ev.CheckpointErased
+    checkpoint_events = (Created, Erased, ev.CheckpointRestored)
     for e in events:
         kind = type(e)
         if kind is Progress:  # most events, with the batches: nothing to record
@@ -193,30 +277,19 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
             continue
         if getattr(e, "run", run) != run:
             continue
-        if kind is Created:
-            out.created.append(e)
+        if kind in checkpoint_events:
             if cur is not None:
-                cur.created.append(e)
-                alive.append((e.n_tokens, e.pos_min, e.pos_max))
-                alive_n.append(e.n_tokens)
-        elif kind is Erased:
-            out.erased.append(e)
-            if cur is not None:
-                cur.erased.append(e)
-                if e.n_tokens in alive_n:
-                    i = alive_n.index(e.n_tokens)
-                    del alive[i], alive_n[i]
+                held.read(e, cur, out)
+            elif kind is not ev.CheckpointRestored:
+                out.apply(e)
         elif kind is TurnStarted:
             cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
-                             held=list(alive))
+                             held=list(held.alive))
             out.turns.append(cur)
         elif kind is TurnFinished:
             if cur is not None:
                 cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
                 cur.full_reprocess, cur.error = e.full_reprocess, e.error
-        elif kind is ev.CheckpointRestored:
-            if cur is not None:
-                cur.restored = e
         else:
             out.apply(e)  # the run-level summary
     return out

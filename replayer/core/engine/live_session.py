@@ -95,7 +95,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iter
         for turn in turns:
             p, lay = _turn_prompt(turn, st, layouts, build)
             common = shared_prefix(prev, p).n_tokens if prev is not None else 0
-            yield TurnStarted(run, turn.index, p.n_tokens, len(turn.messages), common, totals.t)
+            yield TurnStarted(run, turn.index, p.n_tokens, turn.n_messages, common, totals.t)
             if p.n_tokens >= n_ctx:
                 yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t,
                                    error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")

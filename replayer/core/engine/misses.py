@@ -111,7 +111,7 @@ def explain(run: SessionRun, prompts: list[TurnPrompt], delims: list[templates.D
                                          "lost_ms": round(t.prompt_ms * lost / t.prompt_n, 3) if t.prompt_n else 0.0}
                 if shared.n_tokens < ideal:
                     loc = locate(prev, p, shared.n_chars, delims)
-                    if len(p.turn.messages) < len(prev.turn.messages):
+                    if p.turn.n_messages < prev.turn.n_messages:
                         kind = "compaction"
                     elif _dropped_reasoning(prev, p, shared.n_chars):
                         kind = "template_dropped_reasoning"

@@ -49,24 +49,38 @@ def prefill_events(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 
     """One request's progress, checkpoint and batch events, stamped ``t0`` + the time into the
     prefill; returns the prefill's duration. A session run calls it once per turn, so it
     builds nothing a turn does not show (no run start/finish events, no per-call settings)."""
+    out: list[ev.Event] = []
+    t = prefill_into(spec, sched, cost, t0, out, out, out, progress=True)
+    yield from out
+    return t
+
+
+def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, batches: list, checkpoints: list,
+                 erased: list, *, progress: bool) -> float:
+    """The one walk of a schedule that builds its events: ``BatchDone`` go to ``batches``, the
+    created and restored checkpoints to ``checkpoints``, the erased to ``erased`` (the event
+    stream passes one list for all three and gets them in time order, with a ``Progress``
+    after each batch); returns the prefill's duration. A session's per-turn records ask for
+    the lists apart and no progress: the same objects, without the ones only a stream shows."""
     run = spec.run
     N = sched.n_tokens
+    add_batch, add_ck, add_erased = batches.append, checkpoints.append, erased.append
     Progress, BatchDone = ev.Progress, ev.BatchDone
-    yield Progress(run, sched.n_past, N, t0)
+    if progress:
+        add_batch(Progress(run, sched.n_past, N, t0))
     t = 0.0
     # erasures come in batch order (those at task start, index −1, first), creations too,
     # at most one per batch: walk both lists alongside the batches
-    erased, created = sched.erased, sched.created
-    n_erased, n_created = len(erased), len(created)
+    s_erased, created = sched.erased, sched.created
+    n_erased, n_created = len(s_erased), len(created)
     ei = ci = 0
-    while ei < n_erased and erased[ei].batch_index < 0:
-        e = erased[ei]
-        c = e.checkpoint
-        yield ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t)
+    while ei < n_erased and s_erased[ei].batch_index < 0:
+        c, reason = s_erased[ei].checkpoint, s_erased[ei].reason
+        add_erased(ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, reason, t0 + t))
         ei += 1
     if sched.restored is not None:
         c = sched.restored
-        yield ev.CheckpointRestored(run, c.n_tokens, c.pos_min, c.pos_max, sched.n_past, t0 + t)
+        add_ck(ev.CheckpointRestored(run, c.n_tokens, c.pos_min, c.pos_max, sched.n_past, t0 + t))
     if n_created:
         n_max = spec.knobs.n_ctx_checkpoints
         size_mib = spec.checkpoint_mib
@@ -77,21 +91,22 @@ def prefill_events(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 
     for i, b in enumerate(sched.batches):
         t_start = t
         if i == next_ck:
-            while ei < n_erased and erased[ei].batch_index <= i:
-                e = erased[ei]
+            while ei < n_erased and s_erased[ei].batch_index <= i:
+                e = s_erased[ei]
                 ei += 1
                 if e.batch_index == i:
                     c = e.checkpoint
-                    yield ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t)
+                    add_erased(ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t))
             ck = created[ci][1]
             t += ckpt_ms
-            yield ev.CheckpointCreated(run, ck.n_tokens, ck.pos_min, ck.pos_max, size_mib, counts[ci], n_max, t0 + t)
+            add_ck(ev.CheckpointCreated(run, ck.n_tokens, ck.pos_min, ck.pos_max, size_mib, counts[ci], n_max, t0 + t))
             ci += 1
             next_ck = created[ci][0] if ci < n_created else -1
         start, n = b.start, b.n_tokens
         t += batch_ms(cost, start, n, n_ubatch)
-        yield BatchDone(run, i, start, n, b.n_ubatches, b.reason, t0 + t_start, t0 + t)
-        yield Progress(run, start + n, N, t0 + t)
+        add_batch(BatchDone(run, i, start, n, b.n_ubatches, b.reason, t0 + t_start, t0 + t))
+        if progress:
+            add_batch(Progress(run, start + n, N, t0 + t))
     return t
 
 

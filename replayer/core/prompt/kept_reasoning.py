@@ -26,14 +26,14 @@ from __future__ import annotations
 import dataclasses
 
 from replayer.core.builds.catalog import Build
-from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _marks, _same_request, prompt_of_text
+from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _marks, prompt_of_text
 from replayer.core.session.turns import Turn
 
 
 def _extends(old: Turn, new: Turn) -> bool:
     """``new`` is ``old`` plus messages, the first of them an assistant response."""
     a, b = old.messages, new.messages
-    return (len(b) > len(a) and b[len(a)].get("role") == "assistant" and _same_request(old.body, new.body)
+    return (len(b) > len(a) and b[len(a)].get("role") == "assistant" and old.same_fields(new)
             and b[:len(a)] == a)
 
 

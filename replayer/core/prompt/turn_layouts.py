@@ -111,11 +111,6 @@ class _Recording:
         return ids
 
 
-def _same_request(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Everything but the messages that a render depends on."""
-    return a.get("tools") == b.get("tools") and a.get("chat_template_kwargs") == b.get("chat_template_kwargs")
-
-
 def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
     """Group turns under the latest request they are a response-boundary prefix of.
 
@@ -129,8 +124,8 @@ def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
     starts: set[int] = set()
     members: list[tuple[Turn, int]] = []
     for t in reversed(turns):
-        m = len(t.messages)
-        if (base is not None and m in starts and _same_request(t.body, base.body)
+        m = t.n_messages
+        if (base is not None and m in starts and t.same_fields(base)
                 and (t.prefix_of == base.index or base.messages[:m] == t.messages)):
             members.append((t, m))
             continue
@@ -260,7 +255,7 @@ def _checks(derived: list[TurnPrompt], shapes: list[tuple[str, bool]]) -> list[i
     seen: dict[tuple[str, bool], int] = {}
     picks = []
     for i, p in enumerate(derived):
-        k = shapes[len(p.turn.messages)]
+        k = shapes[p.turn.n_messages]
         if seen.get(k, 0) < 2:
             seen[k] = seen.get(k, 0) + 1
             picks.append(i)

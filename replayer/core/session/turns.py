@@ -25,20 +25,47 @@ from replayer.core.session import Session, load_session
 from replayer.core.session.request import ChatRequest, request_from_files
 
 
-@dataclass
 class Turn:
-    index: int
-    body: dict[str, Any]  # messages, tools and any stored request fields
-    notes: list[str] = field(default_factory=list)
-    prefix_of: int | None = None  # a turn whose messages begin with these, by construction
+    """One request of the session: its body (messages, tools and any stored request fields).
+
+    A turn rebuilt from a session is the first ``n_messages`` of the whole conversation: it
+    keeps the conversation's body and that count, not a copy of its prefix (a thousand turns
+    each holding their own list would make a long session quadratic in memory).
+    ``messages`` and ``body`` build the turn's own when asked."""
+
+    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body")
+
+    def __init__(self, index: int, body: dict[str, Any], notes: list[str] | None = None,
+                 prefix_of: int | None = None, *, n_messages: int | None = None) -> None:
+        self.index = index
+        self.notes = notes if notes is not None else []
+        self.prefix_of = prefix_of  # a turn whose messages begin with these, by construction
+        self._body = body
+        self.n_messages = len(body["messages"]) if n_messages is None else n_messages
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        return self.body["messages"]
+        m = self._body["messages"]
+        return m if self.n_messages == len(m) else m[:self.n_messages]
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The request as sent."""
+        b = self._body
+        return b if self.n_messages == len(b["messages"]) else {**b, "messages": self.messages}
 
     @property
     def tools(self) -> list[dict[str, Any]] | None:
-        return self.body.get("tools")
+        return self._body.get("tools")
+
+    def same_fields(self, other: "Turn") -> bool:
+        """Everything but the messages that a render depends on is the same."""
+        a, b = self._body, other._body
+        return a is b or (a.get("tools") == b.get("tools")
+                          and a.get("chat_template_kwargs") == b.get("chat_template_kwargs"))
+
+    def __repr__(self) -> str:
+        return f"Turn({self.index}, {self.n_messages} messages)"
 
 
 @dataclass
@@ -57,16 +84,15 @@ def response_starts(messages: list[dict[str, Any]]) -> list[int]:
 
 
 def count_turns(request: ChatRequest) -> int:
-    """``len(turns_of_request(request))`` without building the turns (each holds a prefix list)."""
+    """``len(turns_of_request(request))`` without building the turns."""
     return sum(1 for i in response_starts(request.messages) if i > 0) + 1
 
 
 def turns_of_request(request: ChatRequest) -> list[Turn]:
-    msgs = request.messages
-    rest = {k: v for k, v in request.body.items() if k != "messages"}
-    starts = [i for i in response_starts(msgs) if i > 0]
-    out = [Turn(k, {**rest, "messages": msgs[:i]}, prefix_of=len(starts)) for k, i in enumerate(starts)]
-    out.append(Turn(len(out), {**rest, "messages": list(msgs)}, notes=["the resume request (whole conversation)"]))
+    body = request.body
+    starts = [i for i in response_starts(body["messages"]) if i > 0]
+    out = [Turn(k, body, prefix_of=len(starts), n_messages=i) for k, i in enumerate(starts)]
+    out.append(Turn(len(out), body, notes=["the resume request (whole conversation)"]))
     return out
 
 

@@ -1,0 +1,100 @@
+"""The session records without the stream (``simulate_session_records``, what ``--json``,
+``--markdown`` and the advice read) equal the records read back from the event stream
+(``turn_records`` of ``simulate_session``, what the app and ``--jsonl`` show): the same
+turns, batches, checkpoints created, erased and restored, checkpoints held, cache reuse,
+misses and run summary, on real sample sessions and on the edits that make the slot restore,
+re-process everything, refuse a turn or meet a compaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from replayer.core import session_replay as sr
+from replayer.core.builds.catalog import parse_build
+from replayer.core.engine.cache import simulate_session, simulate_session_records, turn_records
+from replayer.core.engine.misses import explain
+from replayer.core.engine.schedule import Knobs
+from replayer.core.engine.simulate import RunSpec
+from replayer.core.prompt import templates
+from replayer.core.prompt.turn_layouts import turn_layouts
+from replayer.core.replay import ReplayConfig
+from replayer.core.session.turns import load_turns, turns_of_bodies
+
+from conftest import DATA
+from test_session_mode import _turns, edited_tool_result_turns, write_log
+
+SAMPLES = DATA / "samples"
+REAL = ["pi/badlogic-pi-mono_v1_large-session.jsonl", "pi/badlogic-pi-mono_v1_before-compaction.jsonl",
+        "claude-code/claude-code-viewer_5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl",
+        "codex/lazyagents_codex-0.158.0_rollout-2026-09-30T08-39-00-01a0f21c-5c40-7f72-9aa9-ef0b43570680.jsonl"]
+BUILDS = ["9859", "10001", "11434"]
+MEMORIES = ["plain", "swa", "recurrent"]
+
+
+def both(turns, build: str, memory: str, n_ctx: int | None = None):
+    """(records without the stream, records read from the stream), each with its misses explained."""
+    b = parse_build(build)
+    lay = turn_layouts(turns, template=templates.bundled("chatml"), build=b)
+    spec = RunSpec("A", b, Knobs(memory=memory))
+    cost = ReplayConfig().cost()
+    direct = simulate_session_records(spec, lay.prompts, cost, n_ctx=n_ctx)
+    streamed = turn_records("A", list(simulate_session(spec, lay.prompts, cost, n_ctx=n_ctx)))
+    for run in (direct, streamed):
+        explain(run, lay.prompts, lay.delimiters)
+    return direct, streamed
+
+
+def same(direct, streamed) -> None:
+    assert len(direct.turns) == len(streamed.turns) > 0
+    for a, b in zip(direct.turns, streamed.turns):
+        assert a == b, f"turn {a.turn} differs"
+    assert direct == streamed  # and the run's summary: batches, checkpoints, start and finish
+
+
+@pytest.mark.parametrize("memory", MEMORIES)
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("rel", REAL, ids=[r.split("/")[0] + "-" + r.split("/")[1][:24] for r in REAL])
+def test_records_equal_the_stream_on_real_sessions(rel, build, memory):
+    st = load_turns(SAMPLES / rel)
+    direct, streamed = both(st.turns, build, memory)
+    same(direct, streamed)
+    assert direct.n_batches >= len(direct.turns) and direct.finished is not None
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_records_equal_the_stream_when_a_checkpoint_is_restored(build):
+    direct, streamed = both(edited_tool_result_turns(_turns(8)[0]), build, "recurrent")
+    same(direct, streamed)
+    assert direct.turns[10].restored is not None and direct.turns[10].cause["cause"] == "client_changed"
+
+
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_records_equal_the_stream_when_the_system_prompt_changes(tmp_path, memory):
+    st = load_turns(write_log(tmp_path / "log.jsonl", _turns(11)[0], change_from=20))
+    direct, streamed = both(st.turns, "10001", memory)
+    same(direct, streamed)
+    assert direct.turns[20].cause is not None
+    if memory != "plain":  # no checkpoint below the change: everything again, the invalid ones erased
+        assert direct.turns[20].full_reprocess and any(e.reason == "invalidated" for e in direct.turns[20].erased)
+
+
+def test_records_equal_the_stream_with_compaction_and_a_full_context():
+    turns, msgs, tools = _turns(6)
+    summary = [msgs[0], {"role": "user", "content": "Summary of the conversation so far: fixed three bugs."}]
+    bodies = [t.body for t in turns[:8]] + [{"messages": summary, "tools": tools}]
+    log_turns = turns_of_bodies(bodies)
+    n_ctx = both(log_turns, "9859", "swa")[0].turns[5].n_prompt
+    direct, streamed = both(log_turns, "9859", "swa", n_ctx=n_ctx)
+    same(direct, streamed)
+    assert direct.turns[5].error and direct.turns[5].cause["cause"] == "context_full"
+    assert direct.turns[8].cause["cause"] == "compaction"
+
+
+def test_the_session_api_and_the_cli_read_the_records(tmp_path):
+    """``simulated_session_run`` (the CLI's ``--json``) equals ``session_run`` of the events
+    (the app's), for both runs of a config whose builds differ."""
+    log = write_log(tmp_path / "log.jsonl", _turns(11)[0], change_from=20)
+    cfg = ReplayConfig(a="9859", b="10001", model="qwen3.6-35b-a3b-q8_0")
+    prep = sr.prepare_session(log, cfg)
+    for run in ("A", "B"):
+        same(sr.simulated_session_run(prep, run), sr.session_run(prep, run, list(sr.simulated_session_events(prep, run))))
