@@ -96,8 +96,7 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
         ck: list[Any] = []
         turn_ms = prefill_into(spec, sched, cost, t, rec.batches, ck, ck, progress=False)
         out.batches += rec.batches
-        for e in ck:
-            held.read(e, rec, out)
+        held.read(ck, rec, out)
         n_ckpt += len(sched.created)
         processed += p.n_tokens - sched.n_past
         t += turn_ms
@@ -166,7 +165,7 @@ def _run(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Schedule:
 
 # -- reading a session run back ----------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class TurnRecord:
     turn: int
     n_prompt: int = 0
@@ -240,22 +239,24 @@ class _Held:
         self.alive: list[tuple[int, int, int]] = []
         self.alive_n: list[int] = []  # their n_tokens, searched at C speed
 
-    def read(self, e: Any, cur: "TurnRecord", out: "SessionRun") -> None:
-        """One checkpoint event of the turn ``cur``, into the turn's and the run's lists."""
-        kind = type(e)
-        if kind is ev.CheckpointCreated:
-            out.created.append(e)
-            cur.created.append(e)
-            self.alive.append((e.n_tokens, e.pos_min, e.pos_max))
-            self.alive_n.append(e.n_tokens)
-        elif kind is ev.CheckpointErased:
-            out.erased.append(e)
-            cur.erased.append(e)
-            if e.n_tokens in self.alive_n:
-                i = self.alive_n.index(e.n_tokens)
-                del self.alive[i], self.alive_n[i]
-        else:
-            cur.restored = e
+    def read(self, events: list[Any], cur: "TurnRecord", out: "SessionRun") -> None:
+        """Checkpoint events of the turn ``cur``, in order, into the turn's and the run's lists."""
+        alive, alive_n = self.alive, self.alive_n
+        for e in events:
+            kind = type(e)
+            if kind is ev.CheckpointCreated:
+                out.created.append(e)
+                cur.created.append(e)
+                alive.append((e.n_tokens, e.pos_min, e.pos_max))
+                alive_n.append(e.n_tokens)
+            elif kind is ev.CheckpointErased:
+                out.erased.append(e)
+                cur.erased.append(e)
+                if e.n_tokens in alive_n:
+                    i = alive_n.index(e.n_tokens)
+                    del alive[i], alive_n[i]
+            else:
+                cur.restored = e
 
 
 def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
@@ -279,7 +280,7 @@ def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
             continue
         if kind in checkpoint_events:
             if cur is not None:
-                held.read(e, cur, out)
+                held.read([e], cur, out)
             elif kind is not ev.CheckpointRestored:
                 out.apply(e)
         elif kind is TurnStarted:

@@ -161,21 +161,24 @@ class Slot:
         self._n_ubatch = k.n_ubatch_eff
         self._walked: list[Checkpoint] | None = None  # the list the last too-close walk left, and for which task
         self._walked_task = -1
+        self._memory = k.memory
+        self._size_swa = k.size_swa
+        self._swa = k.n_swa if k.memory == "swa" else 0
+        self._user_breaks = build.generation.user_breaks
+        self._g0 = self._user_breaks == "before_last_user"
+        self._spacing = build.generation.spacing
 
     # -- memory model -----------------------------------------------------------------
     def _pos_min(self, n_cached: int) -> int:
         """What the memory reports as its minimum position with ``n_cached`` tokens in it."""
         if n_cached <= 0:
             return -1
-        mem = self.knobs.memory
+        mem = self._memory
         if mem == "recurrent":
             return n_cached - 1
         if mem == "swa":
-            return max(0, n_cached - self.knobs.size_swa)
+            return max(0, n_cached - self._size_swa)
         return 0
-
-    def _n_swa(self) -> int:
-        return self.knobs.n_swa if self.knobs.memory == "swa" else 0
 
     # -- checkpoint list (§6) ---------------------------------------------------------
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
@@ -234,7 +237,7 @@ class Slot:
         restored = None
         if 0 < n_past <= self.cached:
             pos_next = n_past
-            thold = max(0, pos_next - self._n_swa() - (0 if n_past < n_tokens else 1))
+            thold = max(0, pos_next - self._swa - (0 if n_past < n_tokens else 1))
             if self._pos_min(self.cached) >= thold:
                 found = None
                 for c in reversed(self.checkpoints):
@@ -266,29 +269,30 @@ class Slot:
     # -- the fill loop (§5) -------------------------------------------------------------
     def _user_break(self, r: "_RunState", start: int, limit: int) -> int:
         """Where the user-start rule ends a batch that could reach ``limit`` (``limit``: no break)."""
-        rule = r.gen.user_breaks
+        rule = self._user_breaks
         if rule == "before_last_user":
             nbu = r.n_before_user
             return nbu if nbu > 0 and start < nbu <= limit else limit
-        U, n_u = r.spans.user_starts, r.n_u
+        U, n_u = r.starts, r.n_u
         i = bisect_left(U, start + 1)
         if rule == "every_user":
             return U[i] if i < n_u and U[i] < limit else limit
-        if r.ckpt_enabled:  # where_checkpoint_due
+        if self._ckpt_enabled:  # where_checkpoint_due
             last_ck = self.checkpoints[-1].n_tokens if self.checkpoints else None
+            step = self._step
             while i < n_u and U[i] <= limit:
                 p = U[i]
-                if p == r.last_user or last_ck is None or p > last_ck + r.step:
+                if p == r.last_user or last_ck is None or p > last_ck + step:
                     return min(limit, p)
                 i += 1
         return limit
 
     def _checkpoint_due(self, r: "_RunState", start: int, end: int) -> bool:
         """The checkpoint decision (§5.3), taken before the batch ``[start, end)`` is decoded."""
-        if not r.ckpt_enabled or start <= 0:  # start 0: nothing decoded yet, the memory is empty
+        if not self._ckpt_enabled or start <= 0:  # start 0: nothing decoded yet, the memory is empty
             return False
-        near_prompt_end = r.N < end + r.nub
-        g0 = r.gen.user_breaks == "before_last_user"
+        near_prompt_end = r.N < end + self._n_ubatch
+        g0 = self._g0
         if end != r.N:
             if g0:
                 if r.n_before_user <= 0 and not near_prompt_end:
@@ -300,8 +304,8 @@ class Slot:
             return False
         if not self.checkpoints:
             return True
-        spaced = start > self.checkpoints[-1].n_tokens + r.step
-        rule = r.gen.spacing
+        spaced = start > self.checkpoints[-1].n_tokens + self._step
+        rule = self._spacing
         if rule == "min_step":
             return spaced
         if rule == "min_step_or_last_user":
@@ -310,11 +314,11 @@ class Slot:
 
     def run(self, spans: PromptSpans, common_prefix: int | None = None) -> Schedule:
         """Schedule one request. ``common_prefix``: tokens shared with the slot's cache."""
-        r = _RunState(self, spans)
-        N, nb, nub = r.N, self._n_batch, r.nub
+        r = _RunState(spans)
+        N, nb, nub, ckpt_enabled = r.N, self._n_batch, self._n_ubatch, self._ckpt_enabled
         near1, near2 = _near_end(N, nb, nub)
         near_lo = min(near1, near2)
-        reason_of = ReasonRule._of(N, nb, r.user_set, (near1, near2) if r.ckpt_enabled else ())
+        reason_of = ReasonRule._of(N, nb, r.user_set, (near1, near2) if ckpt_enabled else ())
 
         self.task += 1
         erased: list[Erasure] = []
@@ -329,7 +333,7 @@ class Slot:
             # the loop appends tokens one by one; instead of stepping we jump to the first
             # position any rule can fire at, which is equivalent and O(#breaks)
             end = self._user_break(r, start, min(N, start + nb))
-            if r.ckpt_enabled and end >= near_lo:  # near-end rule
+            if ckpt_enabled and end >= near_lo:  # near-end rule
                 for p in (near1, near2):
                     if start < p <= end:
                         end = p
@@ -348,23 +352,18 @@ class Slot:
 
 
 class _RunState:
-    """What one request's fill loop reads on every batch, computed once."""
+    """What one request's fill loop reads of its prompt on every batch, computed once (what it
+    reads of the build and the knobs, the slot holds)."""
 
-    __slots__ = ("gen", "spans", "N", "n_u", "user_set", "last_user", "n_before_user", "step", "nub",
-                 "ckpt_enabled")
+    __slots__ = ("starts", "N", "n_u", "user_set", "last_user", "n_before_user")
 
-    def __init__(self, slot: Slot, spans: PromptSpans) -> None:
-        self.gen = slot._gen
-        self.spans = spans
+    def __init__(self, spans: PromptSpans) -> None:
         self.N = spans.n_tokens
-        starts = spans.user_starts
+        self.starts = starts = spans.user_starts
         self.n_u = len(starts)
         self.user_set = frozenset(starts)
         self.last_user = starts[-1] if starts else -1
         self.n_before_user = spans.n_before_user if spans.n_before_user is not None else self.last_user
-        self.step = slot._step
-        self.nub = slot._n_ubatch
-        self.ckpt_enabled = slot._ckpt_enabled
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,

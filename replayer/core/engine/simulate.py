@@ -88,6 +88,7 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
         counts = sched.created_counts
     next_ck = created[0][0] if n_created else -1
     n_ubatch = spec.knobs.n_ubatch_eff
+    ubatch_ms = cost.ubatch_ms
     for i, b in enumerate(sched.batches):
         t_start = t
         if i == next_ck:
@@ -103,7 +104,7 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
             ci += 1
             next_ck = created[ci][0] if ci < n_created else -1
         start, n = b.start, b.n_tokens
-        t += batch_ms(cost, start, n, n_ubatch)
+        t += ubatch_ms(n, start) if n <= n_ubatch else batch_ms(cost, start, n, n_ubatch)  # = batch_ms
         add_batch(BatchDone(run, i, start, n, b.n_ubatches, b.reason, t0 + t_start, t0 + t))
         if progress:
             add_batch(Progress(run, start + n, N, t0 + t))

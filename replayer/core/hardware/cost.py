@@ -18,7 +18,7 @@ live run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
 from replayer.core.hardware import presets
@@ -83,30 +83,43 @@ class RooflineCost:
     h2d_bps: float = 16.7e9
     host_bps: float = 70e9
     cpu_flops: float = 2.4e12
+    _per_b: dict[int, tuple[float, float, float, float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def ubatch_ms(self, b: int, depth: int) -> float:
-        m = self.model
-        L, n_ne, n_e_tot, n_e_act = m.L, m.N_ne, m.N_e_tot, m.N_e_act
-        w_ne, w_e, kv, att = m.W_ne, m.W_e, m.kv, m.att
-        if self.w_host and not w_e:
+        if self.w_host and not self.model.W_e:
             return self._dense_offload_ms(b, depth)
+        per_b = self._per_b.get(b)
+        if per_b is None:
+            per_b = self._per_b[b] = self._size_terms(b)
+        mem_b, t_mm, att_b, half, host = per_b
+        m = self.model
+        t_mem = (mem_b + m.kv * depth) / self.bw
+        t = self.tau * m.L + math.hypot(t_mem, t_mm) + att_b * (depth + half) / self.p_a
+        if self.w_host:
+            t += host
+        return t * self.h * 1000.0
+
+    def _size_terms(self, b: int) -> tuple[float, float, float, float, float]:
+        """What a ubatch's time depends on besides its depth, for ``b`` tokens: computed once per
+        size (a session prices thousands of ubatches of a few hundred sizes), with the same
+        operations in the same order as written out in full, so the sums are the same floats.
+        (weights read, matmul time, attention's att·b, (b+1)/2, host-RAM experts' time)."""
+        m = self.model
+        n_ne, n_e_tot, n_e_act, w_e = m.N_ne, m.N_e_tot, m.N_e_act, m.W_e
         u = _u(b, m.k, m.E) if m.moe else 0.0
         host_frac = min(1.0, self.w_host / w_e) if w_e and self.w_host else 0.0
         w_e_dev = w_e * (1 - host_frac)
-        t_mem = (w_ne + w_e_dev * u + kv * depth) / self.bw
         if b <= self.b_mv:
             t_mm = 2 * (n_ne + n_e_act * (1 - host_frac)) * b / self.p_mv
         else:
             t_mm = (2 * n_ne * (b + self.bh) / self.p
                     + 2 * (n_e_act * b + n_e_tot * u * self.bh_e) * (1 - host_frac) / self.p_e)
-        t_att = att * b * (depth + (b + 1) / 2) / self.p_a
-        t = self.tau * L + math.hypot(t_mem, t_mm) + t_att
-        if self.w_host:
-            if b >= OP_OFFLOAD_MIN_BATCH:
-                t += self.w_host / self.h2d_bps  # every touched-or-not expert is copied per ubatch
-            else:
-                t += self.w_host * u / self.host_bps + 2 * n_e_act * host_frac * b / self.cpu_flops
-        return t * self.h * 1000.0
+        if b >= OP_OFFLOAD_MIN_BATCH:
+            host = self.w_host / self.h2d_bps  # every touched-or-not expert is copied per ubatch
+        else:
+            host = self.w_host * u / self.host_bps + 2 * n_e_act * host_frac * b / self.cpu_flops
+        return m.W_ne + w_e_dev * u, t_mm, m.att * b, (b + 1) / 2, host
 
     def _dense_offload_ms(self, b: int, depth: int) -> float:
         """A dense model with whole layers in host RAM: from 32 tokens their weights are copied

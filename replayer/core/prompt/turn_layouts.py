@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from replayer.core.builds.catalog import Build
 from replayer.core.runspec import PromptSpans
@@ -53,6 +53,10 @@ class TurnPrompt:
     suffix_ids: list[int] | None = None
     derived: bool = False
     n_users: int = 0  # a derived turn's user starts: the first n_users of base_spans'
+    # the last answers of spans_from and shared_prefix: both builds of a session ask the same
+    # question of each turn (not copied by dataclasses.replace)
+    _reach: tuple[int, PromptSpans | None] | None = field(default=None, init=False, repr=False, compare=False)
+    _shared: tuple[TurnPrompt, Shared] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def spans(self) -> PromptSpans:
@@ -65,13 +69,15 @@ class TurnPrompt:
     def spans_from(self, pos: int) -> PromptSpans | None:
         """The spans with only the user starts from ``pos`` on (and always the last one), or
         None when that would drop at most one: what a prefill from ``pos`` can reach."""
+        if self._reach is not None and self._reach[0] == pos:
+            return self._reach[1]
         starts = self.base_spans.user_starts
         n = self.n_users if self.derived else len(starts)
         i = bisect_left(starts, pos, 0, n)
-        if i <= 1:
-            return None
-        return PromptSpans(self.n_tokens, starts[i:n] or starts[n - 1:n],
-                           None if self.derived else self.base_spans.n_before_user)
+        spans = None if i <= 1 else PromptSpans(self.n_tokens, starts[i:n] or starts[n - 1:n],
+                                                None if self.derived else self.base_spans.n_before_user)
+        self._reach = (pos, spans)
+        return spans
 
     @property
     def text(self) -> str:
@@ -279,8 +285,9 @@ def _first_difference(a, b) -> int:
     return lo
 
 
-@dataclass(frozen=True)
-class Shared:
+class Shared(NamedTuple):
+    """(A tuple: a session asks for one per turn and build, and a frozen dataclass costs five times as much.)"""
+
     n_tokens: int  # tokens the new prompt shares with the old one (the server's common prefix)
     n_chars: int  # characters they share
 
@@ -291,6 +298,14 @@ def shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     Same family and the old turn ends where the new one goes on: the old prompt is all
     shared without looking at a character. Otherwise the texts (and ids) are compared.
     """
+    if new._shared is not None and new._shared[0] is old:
+        return new._shared[1]
+    shared = _shared_prefix(old, new)
+    new._shared = (old, shared)
+    return shared
+
+
+def _shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     if (old.family == new.family and old.base is new.base and old.cut <= new.cut
             and new.base.startswith(old.suffix, old.cut)):
         n_chars = old.cut + len(old.suffix)  # len(old.text) without building it
