@@ -283,8 +283,12 @@ def bench_session() -> list[tuple]:
             t_layout = min(t_layout, best(lambda: compute_layout(req.messages, req.body.get("tools"), template=tpl),
                                           1, clock))
             t_turns = min(t_turns, best(lambda: sr.prepare_session(p, cfg, turns=st), 1, clock))
-            t_sim = min(t_sim, best(lambda: [sr.simulated_session_run(prep, r) for r in ("A", "B")], 1, clock))
-            t_stream = min(t_stream, best(lambda: [sr.session_run(prep, r, list(sr.simulated_session_events(prep, r)))
+            # each on fresh turn prompts: B reuses what A asked of each turn, a second replay of
+            # the same prompts would find A's answers too
+            fresh = sr.prepare_session(p, cfg, turns=st)
+            t_sim = min(t_sim, best(lambda: [sr.simulated_session_run(fresh, r) for r in ("A", "B")], 1, clock))
+            fresh = sr.prepare_session(p, cfg, turns=st)
+            t_stream = min(t_stream, best(lambda: [sr.session_run(fresh, r, list(sr.simulated_session_events(fresh, r)))
                                                    for r in ("A", "B")], 1, clock))
             t_all = min(t_all, best(replay, 1, clock))
         rows += [

@@ -8,7 +8,10 @@ token re-evaluated when everything is cached — all of which ``schedule.Slot`` 
 and then the prefill with its own checkpoints. Per turn the run emits ``TurnStarted``, the
 usual batch/checkpoint events, and ``TurnFinished``; the live engine emits the same
 events from a real server, and ``turn_records`` reads either stream back into per-turn
-facts, so both engines are reported and compared by the same code.
+facts, so both engines are reported and compared by the same code. A reader that wants
+the facts and not the stream (``--json``, the advice) takes ``simulate_session_records``:
+the same slot turns and the same event objects, without the progress and turn events only
+a stream shows (tests/test_session_records.py holds the two equal).
 """
 
 from __future__ import annotations

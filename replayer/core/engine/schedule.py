@@ -332,7 +332,8 @@ class Slot:
             start = pos
             # the loop appends tokens one by one; instead of stepping we jump to the first
             # position any rule can fire at, which is equivalent and O(#breaks)
-            end = self._user_break(r, start, min(N, start + nb))
+            limit = start + nb
+            end = self._user_break(r, start, limit if limit < N else N)
             if ckpt_enabled and end >= near_lo:  # near-end rule
                 for p in (near1, near2):
                     if start < p <= end:
