@@ -121,13 +121,6 @@ class ReasonRule:
         self.user_set = frozenset(user_starts)
         self.near = near_end_points(n_tokens, knobs) if enabled else ()
 
-    @classmethod
-    def _of(cls, n_tokens: int, n_batch: int, user_set, near: tuple[int, ...]) -> "ReasonRule":
-        """The rule from values the scheduler already holds (it builds one per request)."""
-        rule = cls.__new__(cls)
-        rule.n_tokens, rule.n_batch, rule.user_set, rule.near = n_tokens, n_batch, user_set, near
-        return rule
-
     def __call__(self, start: int, end: int) -> str:
         if end >= self.n_tokens:
             return "prompt_end"
@@ -291,9 +284,9 @@ class Slot:
         """The checkpoint decision (§5.3), taken before the batch ``[start, end)`` is decoded."""
         if not self._ckpt_enabled or start <= 0:  # start 0: nothing decoded yet, the memory is empty
             return False
-        near_prompt_end = r.N < end + self._n_ubatch
+        near_prompt_end = r.n_tokens < end + self._n_ubatch
         g0 = self._g0
-        if end != r.N:
+        if end != r.n_tokens:
             if g0:
                 if r.n_before_user <= 0 and not near_prompt_end:
                     return False
@@ -314,11 +307,10 @@ class Slot:
 
     def run(self, spans: PromptSpans, common_prefix: int | None = None) -> Schedule:
         """Schedule one request. ``common_prefix``: tokens shared with the slot's cache."""
-        r = _RunState(spans)
-        N, nb, nub, ckpt_enabled = r.N, self._n_batch, self._n_ubatch, self._ckpt_enabled
+        N, nb, nub, ckpt_enabled = spans.n_tokens, self._n_batch, self._n_ubatch, self._ckpt_enabled
         near1, near2 = _near_end(N, nb, nub)
         near_lo = min(near1, near2)
-        reason_of = ReasonRule._of(N, nb, r.user_set, (near1, near2) if ckpt_enabled else ())
+        r = reason_of = _RunState(spans, nb, (near1, near2) if ckpt_enabled else ())
 
         self.task += 1
         erased: list[Erasure] = []
@@ -352,14 +344,14 @@ class Slot:
         return Schedule(N, n_past, batches, created, erased, restored, list(self.checkpoints), counts)
 
 
-class _RunState:
+class _RunState(ReasonRule):
     """What one request's fill loop reads of its prompt on every batch, computed once (what it
-    reads of the build and the knobs, the slot holds)."""
+    reads of the build and the knobs, the slot holds); also the request's ``ReasonRule``."""
 
-    __slots__ = ("starts", "N", "n_u", "user_set", "last_user", "n_before_user")
+    __slots__ = ("starts", "n_u", "last_user", "n_before_user")
 
-    def __init__(self, spans: PromptSpans) -> None:
-        self.N = spans.n_tokens
+    def __init__(self, spans: PromptSpans, n_batch: int, near: tuple[int, ...]) -> None:
+        self.n_tokens, self.n_batch, self.near = spans.n_tokens, n_batch, near
         self.starts = starts = spans.user_starts
         self.n_u = len(starts)
         self.user_set = frozenset(starts)
