@@ -69,8 +69,9 @@ class TurnPrompt:
     def spans_from(self, pos: int) -> PromptSpans | None:
         """The spans with only the user starts from ``pos`` on (and always the last one), or
         None when that would drop at most one: what a prefill from ``pos`` can reach."""
-        if self._reach is not None and self._reach[0] == pos:
-            return self._reach[1]
+        reach = self._reach  # read once: the two runs may ask from two threads
+        if reach is not None and reach[0] == pos:
+            return reach[1]
         starts = self.base_spans.user_starts
         n = self.n_users if self.derived else len(starts)
         i = bisect_left(starts, pos, 0, n)
@@ -298,8 +299,9 @@ def shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     Same family and the old turn ends where the new one goes on: the old prompt is all
     shared without looking at a character. Otherwise the texts (and ids) are compared.
     """
-    if new._shared is not None and new._shared[0] is old:
-        return new._shared[1]
+    known = new._shared  # read once: the two runs may ask from two threads
+    if known is not None and known[0] is old:
+        return known[1]
     shared = _shared_prefix(old, new)
     new._shared = (old, shared)
     return shared
