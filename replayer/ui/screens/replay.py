@@ -27,7 +27,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from replayer.core.redact import redact
@@ -36,6 +36,7 @@ from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
 from replayer.core.replay import RUNS, Prepared, is_realtime, report, run_events
 from replayer.ui.widgets.comparison import ComparisonTable
+from replayer.ui.widgets.key_footer import KeyFooter
 from replayer.ui.widgets.run_pane import RunPane, run_status
 from replayer.ui.widgets.timeline import Timeline
 
@@ -98,7 +99,7 @@ class ReplayScreen(Screen):
         with VerticalScroll(id="summary"):
             yield Static("", id="verdict")
             yield from self.summary_widgets()
-        yield Footer()
+        yield KeyFooter()
 
     def summary_widgets(self) -> ComposeResult:
         """What the verdict explains itself with (the session screen shows the turns behind it)."""
