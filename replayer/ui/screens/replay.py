@@ -253,7 +253,9 @@ class ReplayScreen(Screen):
         self.verdict_pending = True
         self._advise(Comparison(self.pane("A").summary, self.pane("B").summary))  # the panes saw every event
 
-    @work(thread=True, group="advice", exclusive=True, exit_on_error=False)
+    # a description, or Textual builds one from repr(cmp): every event of both runs, 46 ms of
+    # the UI thread in the frame that finishes the runs
+    @work(thread=True, group="advice", exclusive=True, exit_on_error=False, description="advice")
     def _advise(self, cmp: Comparison) -> None:
         """The advice simulates a dozen variants (~0.1 s): off the UI thread, shown with the verdict."""
         from replayer.core.advise import advice_for
