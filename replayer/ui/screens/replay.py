@@ -4,7 +4,8 @@ Each run is a worker in its own group (cancelling A leaves B alone). Workers onl
 events to a per-run buffer; a 20 Hz timer drains the buffers into the panes inside one
 ``batch_update``, so a run producing thousands of events a second costs ~20 repaints.
 An instant replay hands over all its events at once and is drained right after the
-screen's first frame: one pass through the panes, one layout, one repaint.
+screen's first frame, in slices with the event loop let through between them (keys and
+timers are served), and repainted once at the end: one layout, one repaint.
 
 A replay owns the screen: ``r`` gives the new runs fresh buffers, so anything a cancelled
 worker still appends lands in a buffer nobody drains, and the verdict is built only from
@@ -42,6 +43,8 @@ from replayer.ui.widgets.timeline import Timeline
 
 FLUSH_HZ = 20
 MAX_EVENTS_PER_FLUSH = 20000  # per run and frame: a huge instant run spreads over a few frames
+DRAIN_SLICE = 1000  # per run: an instant replay's events reach the panes ~10 ms at a time
+SIM_SLICE = 1000  # simulated events between two turns of the event loop
 SPEEDS = {"1": 1.0, "2": 10.0, "3": 0.0}  # ×1, ×10, instant
 
 
@@ -89,8 +92,16 @@ class ReplayScreen(Screen):
         self.waiting_on: Worker | None = None  # live A, when B waits for it to end
         self.paused = False
         self.live_threads: dict[str, int] = {}
+        self.draining = False  # an instant run's events are going into the panes (``_drain``)
+        self.drain_worker: Worker | None = None
 
     def compose(self) -> ComposeResult:
+        # the size classes (-wide, -tall, ...) before anything is styled: Textual sets them on the
+        # screen's first Resize, after its first layout, and the class change then restyled,
+        # laid out and repainted the whole screen a second time (~90 ms on a 2-core Xeon)
+        width, height = self.app.size
+        self.set_classes([*self._get_breakpoint_classes(width, self.HORIZONTAL_BREAKPOINTS),
+                          *self._get_breakpoint_classes(height, self.VERTICAL_BREAKPOINTS), *self.classes])
         yield Header()
         with Horizontal(id="panes"):
             yield self.PANE("A", id="pane-A")
@@ -151,15 +162,21 @@ class ReplayScreen(Screen):
         buf = self.buffers[run]
         n = 0
         try:
-            # a few ms even for thousands of batches; in a thread it would hold the GIL
-            # against the UI for longer than that (the render it overlaps took 3x as long)
-            events = list(self.events_of(run))
+            # ~30 ms for 5,000 batches: on the event loop, letting it through every
+            # SIM_SLICE events (in a thread it would hold the GIL against the UI for longer)
+            events = []
+            for e in self.events_of(run):
+                events.append(e)
+                if len(events) % SIM_SLICE == 0:
+                    await asyncio.sleep(0)
             # thousands of long-lived events: keep them (and the app's own start-up objects)
             # out of the garbage collector's full passes, one of which cost ~80 ms mid-replay
             gc.freeze()
-            if not self.speed and self.pause.is_set():  # instant: all at once, the flush paces the UI
+            if not self.speed and self.pause.is_set():  # instant: all at once, the drain paces the UI
                 buf.extend(events)
-                self.call_later(self.flush)  # now (the screen is painted), not at the next 20 Hz tick
+                if not self.draining:  # now (the screen is painted), not at the next 20 Hz tick
+                    self.draining = True
+                    self.drain_worker = self.run_worker(self._drain, group="drain", exit_on_error=False)
                 return
             async for e in apaced(iter(events), lambda: self.speed, pause=self.pause):
                 buf.append(e)
@@ -222,13 +239,26 @@ class ReplayScreen(Screen):
             self.run_live("B")  # one server at a time, as the CLI runs them
 
     # -- coalescing -----------------------------------------------------------------------
-    def flush(self) -> None:
-        if self.paused:
-            return  # held back: nothing reaches the panes until resumed
+    async def _drain(self) -> None:
+        """An instant run's events into the panes, DRAIN_SLICE per run at a time with the event
+        loop let through between slices, and one repaint at the end: 10,000 events in one
+        flush held the UI for ~60 ms, and the frame after it for as long again."""
+        try:
+            with self.app.batch_update():
+                while not self.paused and any(self.buffers.values()):
+                    self.flush(limit=DRAIN_SLICE, draining=True)
+                    await asyncio.sleep(0)
+        finally:
+            if get_current_worker() is self.drain_worker:  # not a drain that ``r`` cancelled
+                self.draining = False
+
+    def flush(self, limit: int = MAX_EVENTS_PER_FLUSH, draining: bool = False) -> None:
+        if self.paused or (self.draining and not draining):
+            return  # held back until resumed / the drain has them
         drained = {}
         for run, buf in self.buffers.items():
             items = []
-            while buf and len(items) < MAX_EVENTS_PER_FLUSH:
+            while buf and len(items) < limit:
                 items.append(buf.popleft())
             if items:
                 drained[run] = items
@@ -339,6 +369,8 @@ class ReplayScreen(Screen):
         self.finished.clear()
         self.comparison = None
         self.workers.cancel_group(self, "advice")
+        self.workers.cancel_group(self, "drain")
+        self.draining = False
         self.verdict_pending = False
         self.paused = False
         self.pause.set()
