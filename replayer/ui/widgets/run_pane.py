@@ -72,7 +72,9 @@ class FollowLog(Log):
 
     def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
         style = self._frame_style or self.rich_style
-        if y >= len(self._lines) or self.highlight or self.text_selection is not None:
+        if y >= len(self._lines):  # below the last line (all of an empty list)
+            return Strip.blank(width, style)
+        if self.highlight or self.text_selection is not None:
             return super()._render_line(y, scroll_x, width)
         line = self._render_line_cache.get(y)  # emptied by Log on clear, prune and restyle
         if line is None:
