@@ -95,6 +95,7 @@ class ReplayScreen(Screen):
         self.draining = False  # an instant run's events are going into the panes (``_drain``)
         self.drain_worker: Worker | None = None
         self.resumed = False
+        self.restarts = 0  # ``r`` presses: a verdict scheduled before one is dropped
 
     def compose(self) -> ComposeResult:
         # the size classes (-wide, -tall, ...) before anything is styled: Textual sets them on the
@@ -289,7 +290,11 @@ class ReplayScreen(Screen):
         if self.verdict_pending:
             return
         self.verdict_pending = True
-        self._advise(Comparison(self.pane("A").summary, self.pane("B").summary))  # the panes saw every event
+        cmp = Comparison(self.pane("A").summary, self.pane("B").summary)  # the panes saw every event
+        # after the frame that paints the last events: the advice thread holds the GIL for
+        # 0.3-1 s, and a frame sharing it with that thread took twice its own time
+        restarts = self.restarts
+        self.call_after_refresh(lambda: restarts == self.restarts and self._advise(cmp))
 
     # a description, or Textual builds one from repr(cmp): every event of both runs, 46 ms of
     # the UI thread in the frame that finishes the runs
@@ -379,6 +384,7 @@ class ReplayScreen(Screen):
         self.workers.cancel_group(self, "advice")
         self.workers.cancel_group(self, "drain")
         self.draining = False
+        self.restarts += 1
         self.verdict_pending = False
         self.paused = False
         self.pause.set()
