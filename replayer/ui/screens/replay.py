@@ -27,6 +27,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, VerticalScroll
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -120,6 +121,15 @@ class ReplayScreen(Screen):
         if not self.resumed:
             self.resumed = True
             event.refresh_styles = False
+
+    def _screen_resized(self, size: Size) -> None:
+        if size == self._compositor.size:
+            # the Resize that the screen's own first layout sends, at the size it was just laid
+            # out at: the layout it asks for (widgets learning their sizes) goes to the next
+            # update instead of running inside the push's stall (20-30 ms)
+            self.refresh(layout=True)
+            return
+        super()._screen_resized(size)
 
     def summary_widgets(self) -> ComposeResult:
         """What the verdict explains itself with (the session screen shows the turns behind it)."""
