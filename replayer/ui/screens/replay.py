@@ -95,6 +95,7 @@ class ReplayScreen(Screen):
         self.live_threads: dict[str, int] = {}
         self.draining = False  # an instant run's events are going into the panes (``_drain``)
         self.drain_worker: Worker | None = None
+        self.drain_left = 0  # events the drain still takes
         self.resumed = False
         self.restarts = 0  # ``r`` presses: a verdict scheduled before one is dropped
 
@@ -193,9 +194,7 @@ class ReplayScreen(Screen):
             gc.freeze()
             if not self.speed and self.pause.is_set():  # instant: all at once, the drain paces the UI
                 buf.extend(events)
-                if not self.draining:  # now (the screen is painted), not at the next 20 Hz tick
-                    self.draining = True
-                    self.drain_worker = self.run_worker(self._drain, group="drain", exit_on_error=False)
+                self.start_drain(len(events))  # now (the screen is painted), not at the next 20 Hz tick
                 return
             async for e in apaced(iter(events), lambda: self.speed, pause=self.pause):
                 buf.append(e)
@@ -258,22 +257,32 @@ class ReplayScreen(Screen):
             self.run_live("B")  # one server at a time, as the CLI runs them
 
     # -- coalescing -----------------------------------------------------------------------
+    def start_drain(self, n_events: int) -> None:
+        """Drain ``n_events`` more in slices (only those: a live run's later events go to the
+        20 Hz flush, so a steady stream cannot hold the repaint back)."""
+        self.drain_left += n_events
+        if not self.draining:
+            self.draining = True
+            self.drain_worker = self.run_worker(self._drain, group="drain", exit_on_error=False)
+
     async def _drain(self) -> None:
         """An instant run's events into the panes, DRAIN_SLICE per run at a time with the event
         loop let through between slices, and one repaint at the end: 10,000 events in one
         flush held the UI for ~60 ms, and the frame after it for as long again."""
         try:
             with self.app.batch_update():
-                while not self.paused and any(self.buffers.values()):
-                    self.flush(limit=DRAIN_SLICE, draining=True)
+                while self.drain_left > 0 and not self.paused and any(self.buffers.values()):
+                    self.drain_left -= self.flush(limit=DRAIN_SLICE, draining=True)
                     await asyncio.sleep(0)
         finally:
             if get_current_worker() is self.drain_worker:  # not a drain that ``r`` cancelled
                 self.draining = False
+                self.drain_left = 0
 
-    def flush(self, limit: int = MAX_EVENTS_PER_FLUSH, draining: bool = False) -> None:
+    def flush(self, limit: int = MAX_EVENTS_PER_FLUSH, draining: bool = False) -> int:
+        """Buffered events (at most ``limit`` per run) into the panes; how many."""
         if self.paused or (self.draining and not draining):
-            return  # held back until resumed / the drain has them
+            return 0  # held back until resumed / the drain has them
         drained = {}
         for run, buf in self.buffers.items():
             items = []
@@ -282,7 +291,7 @@ class ReplayScreen(Screen):
             if items:
                 drained[run] = items
         if not drained:
-            return
+            return 0
         self.flushes += 1
         with self.app.batch_update():
             for run, items in drained.items():
@@ -295,6 +304,7 @@ class ReplayScreen(Screen):
                     self.finished.add(run)
         if self.finished == {"A", "B"} and self.comparison is None:
             self.show_verdict()
+        return sum(len(items) for items in drained.values())
 
     def show_verdict(self) -> None:
         if self.verdict_pending:
@@ -349,7 +359,8 @@ class ReplayScreen(Screen):
             self.pause.set()
             for run in ("A", "B"):
                 self.pane(run).query_one("#progress").restart_rate()
-            self.call_later(self.flush)
+            # what was held back, in slices (one flush of it all was a long stall)
+            self.start_drain(sum(len(b) for b in self.buffers.values()))
         self.show_state()
 
     def action_speed(self, key: str) -> None:
@@ -394,6 +405,7 @@ class ReplayScreen(Screen):
         self.workers.cancel_group(self, "advice")
         self.workers.cancel_group(self, "drain")
         self.draining = False
+        self.drain_left = 0
         self.restarts += 1
         self.verdict_pending = False
         self.paused = False
