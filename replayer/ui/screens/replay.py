@@ -96,6 +96,7 @@ class ReplayScreen(Screen):
         self.draining = False  # an instant run's events are going into the panes (``_drain``)
         self.drain_worker: Worker | None = None
         self.drain_left = 0  # events the drain still takes
+        self.after_drain = None  # the advice's start, when the drain's last slice ended the runs
         self.resumed = False
         self.restarts = 0  # ``r`` presses: a verdict scheduled before one is dropped
 
@@ -274,6 +275,9 @@ class ReplayScreen(Screen):
                 while self.drain_left > 0 and not self.paused and any(self.buffers.values()):
                     self.drain_left -= self.flush(limit=DRAIN_SLICE, draining=True)
                     await asyncio.sleep(0)
+            if self.after_drain is not None:  # the batch is over: after the frame it repaints
+                self.call_after_refresh(self.after_drain)
+                self.after_drain = None
         finally:
             if get_current_worker() is self.drain_worker:  # not a drain that ``r`` cancelled
                 self.draining = False
@@ -314,7 +318,14 @@ class ReplayScreen(Screen):
         # after the frame that paints the last events: the advice thread holds the GIL for
         # 0.3-1 s, and a frame sharing it with that thread took twice its own time
         restarts = self.restarts
-        self.call_after_refresh(lambda: restarts == self.restarts and self._advise(cmp))
+
+        def start() -> None:
+            if restarts == self.restarts:
+                self._advise(cmp)
+        if self.draining:  # a repaint held back by the drain's batch would not count as one
+            self.after_drain = start
+        else:
+            self.call_after_refresh(start)
 
     # a description, or Textual builds one from repr(cmp): every event of both runs, 46 ms of
     # the UI thread in the frame that finishes the runs
@@ -406,6 +417,7 @@ class ReplayScreen(Screen):
         self.workers.cancel_group(self, "drain")
         self.draining = False
         self.drain_left = 0
+        self.after_drain = None
         self.restarts += 1
         self.verdict_pending = False
         self.paused = False
