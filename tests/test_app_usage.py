@@ -13,7 +13,7 @@ from textual.widgets import Input, Log, Select, Static
 from replayer.core.advise import advice_for
 from replayer.core.compare import compare
 from replayer.core.engine import events as ev
-from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare
+from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare, run_events
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.replay import ReplayScreen
 from replayer.ui.screens.setup import SetupScreen
@@ -358,3 +358,31 @@ def run_status_of(summary):
     from replayer.ui.widgets.run_pane import run_status
 
     return run_status(summary)
+
+
+async def test_instant_events_go_in_by_slices_and_pause_holds_them(monkeypatch):
+    """An instant replay's events reach the panes in slices (the event loop runs between
+    them); paused, none go in; resumed, all of them, and the verdict is the core's."""
+    import replayer.ui.screens.replay as replay_screen
+
+    monkeypatch.setattr(replay_screen, "DRAIN_SLICE", 40)
+    prep = prepare(demo_session_path(), ReplayConfig())
+    app = ReplayerApp(session=demo_session_path(), default_speed=0.0, deterministic=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = ReplayScreen(prep, speed=0.0, autostart=False)
+        await app.push_screen(screen)
+        await pilot.pause()
+        events = {run: list(run_events(prep, run)) for run in ("A", "B")}
+        await pilot.press("space")  # paused
+        for run, evs in events.items():
+            screen.buffers[run].extend(evs)
+        total = sum(len(v) for v in events.values())
+        screen.start_drain(total)
+        await pilot.pause(0.2)
+        assert screen.n_events == 0 and screen.comparison is None
+        await pilot.press("space")  # resumed
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        assert screen.n_events == total and not screen.draining
+        assert screen.flushes >= max(len(v) for v in events.values()) // 40  # slices, not one flush
+        core = compare(all_simulated(prep))
+        assert screen.comparison.speedup == pytest.approx(core.speedup)

@@ -14,13 +14,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Log, ProgressBar, Select, Static
+from textual.widgets import Button, Header, Input, Label, Log, ProgressBar, Select, Static
 from textual.worker import get_current_worker
 
 from replayer.core import bisect
 from replayer.core.errors import ReplayerError
 from replayer.core.replay import ReplayConfig
 from replayer.core.session import Session
+from replayer.ui.widgets.key_footer import KeyFooter
 
 
 class BisectScreen(Screen):
@@ -77,7 +78,7 @@ class BisectScreen(Screen):
             yield ProgressBar(total=100, show_eta=False, id="bisect-progress")
         yield Log(id="bisect-steps", highlight=False)
         yield Static("", id="bisect-result")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "replayer — bisect"

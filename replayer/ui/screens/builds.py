@@ -17,10 +17,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Log, Select, Static
+from textual.widgets import Button, DataTable, Header, Input, Label, Log, Select, Static
 
 from replayer.core.builds.catalog import GENERATIONS
 from replayer.core.errors import BuildError, ReplayerError
+from replayer.ui.widgets.key_footer import KeyFooter
 from replayer.ui.widgets.progress_line import ProgressLine
 
 #: share of the whole install each stage takes (a cold CPU compile: most of it is compile)
@@ -125,7 +126,7 @@ class BuildsScreen(Screen):
             yield Static("", id="stage")
             yield ProgressLine(show_eta=True, id="install-progress")
             yield Log(id="build-log", max_lines=2000)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "replayer — builds"

@@ -17,12 +17,13 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.suggester import Suggester
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from replayer.core.errors import ReplayerError
 from replayer.core.replay import demo_session_path
 from replayer.core.session import load_session
 from replayer.core.session.discover import default_roots, discover
+from replayer.ui.widgets.key_footer import KeyFooter
 
 DEMO_KEY = "__demo__"
 
@@ -92,7 +93,7 @@ class PickerScreen(Screen):
             yield Input(placeholder="open file… (path to a session log; → completes, ⏎ opens)", id="path",
                         suggester=PathSuggester())
             yield Static("", id="picker-error")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "replayer — sessions"

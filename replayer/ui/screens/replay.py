@@ -4,7 +4,8 @@ Each run is a worker in its own group (cancelling A leaves B alone). Workers onl
 events to a per-run buffer; a 20 Hz timer drains the buffers into the panes inside one
 ``batch_update``, so a run producing thousands of events a second costs ~20 repaints.
 An instant replay hands over all its events at once and is drained right after the
-screen's first frame: one pass through the panes, one layout, one repaint.
+screen's first frame, in slices with the event loop let through between them (keys and
+timers are served), and repainted once at the end: one layout, one repaint.
 
 A replay owns the screen: ``r`` gives the new runs fresh buffers, so anything a cancelled
 worker still appends lands in a buffer nobody drains, and the verdict is built only from
@@ -21,13 +22,14 @@ from collections import deque
 from datetime import datetime
 from pathlib import Path
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, VerticalScroll
+from textual.geometry import Size
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from replayer.core.redact import redact
@@ -36,11 +38,14 @@ from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
 from replayer.core.replay import RUNS, Prepared, is_realtime, report, run_events
 from replayer.ui.widgets.comparison import ComparisonTable
+from replayer.ui.widgets.key_footer import KeyFooter
 from replayer.ui.widgets.run_pane import RunPane, run_status
 from replayer.ui.widgets.timeline import Timeline
 
 FLUSH_HZ = 20
 MAX_EVENTS_PER_FLUSH = 20000  # per run and frame: a huge instant run spreads over a few frames
+DRAIN_SLICE = 1000  # per run: an instant replay's events reach the panes ~10 ms at a time
+SIM_SLICE = 1000  # simulated events between two turns of the event loop
 SPEEDS = {"1": 1.0, "2": 10.0, "3": 0.0}  # ×1, ×10, instant
 
 
@@ -88,8 +93,20 @@ class ReplayScreen(Screen):
         self.waiting_on: Worker | None = None  # live A, when B waits for it to end
         self.paused = False
         self.live_threads: dict[str, int] = {}
+        self.draining = False  # an instant run's events are going into the panes (``_drain``)
+        self.drain_worker: Worker | None = None
+        self.drain_left = 0  # events the drain still takes
+        self.after_drain = None  # the advice's start, when the drain's last slice ended the runs
+        self.resumed = False
+        self.restarts = 0  # ``r`` presses: a verdict scheduled before one is dropped
 
     def compose(self) -> ComposeResult:
+        # the size classes (-wide, -tall, ...) before anything is styled: Textual sets them on the
+        # screen's first Resize, after its first layout, and the class change then restyled,
+        # laid out and repainted the whole screen a second time (~90 ms on a 2-core Xeon)
+        width, height = self.app.size
+        self.set_classes([*self._get_breakpoint_classes(width, self.HORIZONTAL_BREAKPOINTS),
+                          *self._get_breakpoint_classes(height, self.VERTICAL_BREAKPOINTS), *self.classes])
         yield Header()
         with Horizontal(id="panes"):
             yield self.PANE("A", id="pane-A")
@@ -98,7 +115,23 @@ class ReplayScreen(Screen):
         with VerticalScroll(id="summary"):
             yield Static("", id="verdict")
             yield from self.summary_widgets()
-        yield Footer()
+        yield KeyFooter()
+
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        """Runs before Textual's own handler: on the first resume, just after every widget
+        was mounted and styled, it restyled them all again (18-35 ms of the push's stall)."""
+        if not self.resumed:
+            self.resumed = True
+            event.refresh_styles = False
+
+    def _screen_resized(self, size: Size) -> None:
+        if size == self._compositor.size:
+            # the Resize that the screen's own first layout sends, at the size it was just laid
+            # out at: the layout it asks for (widgets learning their sizes) goes to the next
+            # update instead of running inside the push's stall (20-30 ms)
+            self.refresh(layout=True)
+            return
+        super()._screen_resized(size)
 
     def summary_widgets(self) -> ComposeResult:
         """What the verdict explains itself with (the session screen shows the turns behind it)."""
@@ -150,15 +183,19 @@ class ReplayScreen(Screen):
         buf = self.buffers[run]
         n = 0
         try:
-            # a few ms even for thousands of batches; in a thread it would hold the GIL
-            # against the UI for longer than that (the render it overlaps took 3x as long)
-            events = list(self.events_of(run))
+            # ~30 ms for 5,000 batches: on the event loop, letting it through every
+            # SIM_SLICE events (in a thread it would hold the GIL against the UI for longer)
+            events = []
+            for e in self.events_of(run):
+                events.append(e)
+                if len(events) % SIM_SLICE == 0:
+                    await asyncio.sleep(0)
             # thousands of long-lived events: keep them (and the app's own start-up objects)
             # out of the garbage collector's full passes, one of which cost ~80 ms mid-replay
             gc.freeze()
-            if not self.speed and self.pause.is_set():  # instant: all at once, the flush paces the UI
+            if not self.speed and self.pause.is_set():  # instant: all at once, the drain paces the UI
                 buf.extend(events)
-                self.call_later(self.flush)  # now (the screen is painted), not at the next 20 Hz tick
+                self.start_drain(len(events))  # now (the screen is painted), not at the next 20 Hz tick
                 return
             async for e in apaced(iter(events), lambda: self.speed, pause=self.pause):
                 buf.append(e)
@@ -221,18 +258,44 @@ class ReplayScreen(Screen):
             self.run_live("B")  # one server at a time, as the CLI runs them
 
     # -- coalescing -----------------------------------------------------------------------
-    def flush(self) -> None:
-        if self.paused:
-            return  # held back: nothing reaches the panes until resumed
+    def start_drain(self, n_events: int) -> None:
+        """Drain ``n_events`` more in slices (only those: a live run's later events go to the
+        20 Hz flush, so a steady stream cannot hold the repaint back)."""
+        self.drain_left += n_events
+        if not self.draining:
+            self.draining = True
+            self.drain_worker = self.run_worker(self._drain, group="drain", exit_on_error=False)
+
+    async def _drain(self) -> None:
+        """An instant run's events into the panes, DRAIN_SLICE per run at a time with the event
+        loop let through between slices, and one repaint at the end: 10,000 events in one
+        flush held the UI for ~60 ms, and the frame after it for as long again."""
+        try:
+            with self.app.batch_update():
+                while self.drain_left > 0 and not self.paused and any(self.buffers.values()):
+                    self.drain_left -= self.flush(limit=DRAIN_SLICE, draining=True)
+                    await asyncio.sleep(0)
+            if self.after_drain is not None:  # the batch is over: after the frame it repaints
+                self.call_after_refresh(self.after_drain)
+                self.after_drain = None
+        finally:
+            if get_current_worker() is self.drain_worker:  # not a drain that ``r`` cancelled
+                self.draining = False
+                self.drain_left = 0
+
+    def flush(self, limit: int = MAX_EVENTS_PER_FLUSH, draining: bool = False) -> int:
+        """Buffered events (at most ``limit`` per run) into the panes; how many."""
+        if self.paused or (self.draining and not draining):
+            return 0  # held back until resumed / the drain has them
         drained = {}
         for run, buf in self.buffers.items():
             items = []
-            while buf and len(items) < MAX_EVENTS_PER_FLUSH:
+            while buf and len(items) < limit:
                 items.append(buf.popleft())
             if items:
                 drained[run] = items
         if not drained:
-            return
+            return 0
         self.flushes += 1
         with self.app.batch_update():
             for run, items in drained.items():
@@ -245,14 +308,28 @@ class ReplayScreen(Screen):
                     self.finished.add(run)
         if self.finished == {"A", "B"} and self.comparison is None:
             self.show_verdict()
+        return sum(len(items) for items in drained.values())
 
     def show_verdict(self) -> None:
         if self.verdict_pending:
             return
         self.verdict_pending = True
-        self._advise(Comparison(self.pane("A").summary, self.pane("B").summary))  # the panes saw every event
+        cmp = Comparison(self.pane("A").summary, self.pane("B").summary)  # the panes saw every event
+        # after the frame that paints the last events: the advice thread holds the GIL for
+        # 0.3-1 s, and a frame sharing it with that thread took twice its own time
+        restarts = self.restarts
 
-    @work(thread=True, group="advice", exclusive=True, exit_on_error=False)
+        def start() -> None:
+            if restarts == self.restarts:
+                self._advise(cmp)
+        if self.draining:  # a repaint held back by the drain's batch would not count as one
+            self.after_drain = start
+        else:
+            self.call_after_refresh(start)
+
+    # a description, or Textual builds one from repr(cmp): every event of both runs, 46 ms of
+    # the UI thread in the frame that finishes the runs
+    @work(thread=True, group="advice", exclusive=True, exit_on_error=False, description="advice")
     def _advise(self, cmp: Comparison) -> None:
         """The advice simulates a dozen variants (~0.1 s): off the UI thread, shown with the verdict."""
         from replayer.core.advise import advice_for
@@ -293,7 +370,8 @@ class ReplayScreen(Screen):
             self.pause.set()
             for run in ("A", "B"):
                 self.pane(run).query_one("#progress").restart_rate()
-            self.call_later(self.flush)
+            # what was held back, in slices (one flush of it all was a long stall)
+            self.start_drain(sum(len(b) for b in self.buffers.values()))
         self.show_state()
 
     def action_speed(self, key: str) -> None:
@@ -336,6 +414,11 @@ class ReplayScreen(Screen):
         self.finished.clear()
         self.comparison = None
         self.workers.cancel_group(self, "advice")
+        self.workers.cancel_group(self, "drain")
+        self.draining = False
+        self.drain_left = 0
+        self.after_drain = None
+        self.restarts += 1
         self.verdict_pending = False
         self.paused = False
         self.pause.set()

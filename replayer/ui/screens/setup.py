@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
+from textual.widgets import Button, Header, Input, Label, Select, Static
 
 from replayer.core.builds.catalog import BUILD_PRESETS, parse_build
 from replayer.core.builds import manager
@@ -22,6 +22,7 @@ from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.replay import ReplayConfig, prepare
 from replayer.core.session import Session
+from replayer.ui.widgets.key_footer import KeyFooter
 
 LIVE_BACKEND = "cpu"  # what `builds install` compiles by default: the backend a live run starts on
 
@@ -118,7 +119,7 @@ class SetupScreen(Screen):
                 yield Button("Builds…  ctrl+b", id="open-builds")
                 # last in the focus order: Tab from it goes round to build A, the first control
                 yield Button("Replay  ⏎ / ctrl+r", variant="primary", id="start")
-        yield Footer()
+        yield KeyFooter()
 
     def _cost_model_rows(self, c: ReplayConfig) -> ComposeResult:
         """GPU, backend and model: what the cost model prices, each with the config's value

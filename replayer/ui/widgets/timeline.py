@@ -5,20 +5,45 @@ coloured by the rule that cut them (a ┃ at each cut), checkpoint markers (◆)
 A column holding several starts is shaded by how many (░ 2–3, ▒ 4–9, ▓ 10–24, █ 25+):
 300 starts in 66 columns used to make one solid row of ▼. ``+``/``-`` zoom and ``←``/``→``
 scroll every timeline on the screen together (A and B stay aligned token for token).
+
+The rows are drawn as strips of segments (Textual's line API), one segment per run of cells
+in the same style, and kept until the data, size, zoom or theme change: drawn as a Rich
+``Text`` of ~260 one-cell spans, Textual's conversion made the two timelines the longest
+part of every replay frame (~12 ms each at 140 columns, 4 ms of it ours).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
 from replayer.core.reasons import REASONS
 #: (fewest starts in one column, mark): one start keeps its role's marker
 DENSITY = [(25, "█"), (10, "▓"), (4, "▒"), (2, "░")]
+
+Run = tuple[str, str]  # (text, rich style): cells in one style
+
+
+class Row:
+    """One row of cells, stored as runs of the same style (a row is a few dozen runs, not a
+    hundred one-cell spans)."""
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+
+    def append(self, text: str, style: str = "") -> None:
+        if self.runs and self.runs[-1][1] == style:
+            self.runs[-1] = (self.runs[-1][0] + text, style)
+        else:
+            self.runs.append((text, style))
 
 
 def theme_color(widget: Widget, name: str, default: str) -> str:
@@ -60,6 +85,9 @@ class Timeline(Widget, can_focus=True):
         self.ends: list[int] = []
         self.reasons: list[str] = []
         self.checkpoints: list[int] = []
+        self._rows_key: tuple | None = None
+        self._rows: list[list[Run]] = []
+        self._version = 0  # bumped by every change of what is drawn
 
     def set_layout(self, n_tokens: int, spans: list[tuple[str, int]], n_past: int = 0) -> None:
         self.n_tokens = n_tokens
@@ -67,17 +95,21 @@ class Timeline(Widget, can_focus=True):
         self.user_starts = sorted(s for r, s in spans if r == "user")
         self.tool_starts = sorted(s for r, s in spans if r == "tool")
         self.assistant_starts = sorted(s for r, s in spans if r == "assistant")
+        self._version += 1
         self.refresh()
 
     def add_batch(self, end: int, reason: str) -> None:
         self.ends.append(end)
         self.reasons.append(reason)
+        self._version += 1
 
     def add_checkpoint(self, n_tokens: int) -> None:
         self.checkpoints.append(n_tokens)
+        self._version += 1
 
     def reset(self) -> None:
         self.ends, self.reasons, self.checkpoints = [], [], []
+        self._version += 1
         self.refresh()
 
     def _all(self) -> list["Timeline"]:
@@ -113,47 +145,69 @@ class Timeline(Widget, can_focus=True):
     def _color(self, name: str, default: str) -> str:
         return theme_color(self, name, default)
 
-    def render(self) -> Text:
+    def rows(self) -> list[list[Run]]:
+        """The four rows as runs of cells, computed once per change of data, size, zoom or theme."""
         width = max(1, self.size.width)
+        key = (width, self.zoom, self.offset, self.n_tokens, self.n_past, self._version,
+               theme_color(self, "accent", ""), getattr(self.app, "theme", None) if self.is_attached else None)
+        if key != self._rows_key:
+            self._rows = self._compute_rows(width)
+            self._rows_key = key
+        return self._rows
+
+    def _compute_rows(self, width: int) -> list[list[Run]]:
         if not self.n_tokens:
-            return Text("(no prompt)")
+            return [[("(no prompt)", "")]]
         tpc = self._tpc()
         cells = [(int(self.offset + i * tpc), int(self.offset + (i + 1) * tpc)) for i in range(width)]
         cells = [(a, max(a + 1, b)) for a, b in cells if a < self.n_tokens]
         colors = {r.name: self._color(r.theme_var, r.colour) for r in REASONS}
         c_user = colors["user_start"]
-        msgs, batches, ckpts = Text(), Text(), Text()
+        c_ckpt = self._color("accent", "#F5A623")
+        msgs, batches, ckpts = Row(), Row(), Row()
         processed = self.ends[-1] if self.ends else self.n_past
         ck = sorted(self.checkpoints)
         for a, b in cells:
             n_user = bisect_left(self.user_starts, b) - bisect_left(self.user_starts, a)
             n_tool = bisect_left(self.tool_starts, b) - bisect_left(self.tool_starts, a)
             if n_user:
-                msgs.append(density_mark(n_user) or "▼", style=c_user)
+                msgs.append(density_mark(n_user) or "▼", c_user)
             elif n_tool:
-                msgs.append(density_mark(n_tool) or "▽", style="cyan")
+                msgs.append(density_mark(n_tool) or "▽", "cyan")
             elif bisect_left(self.assistant_starts, a) < bisect_left(self.assistant_starts, b):
-                msgs.append("·", style="dim")
+                msgs.append("·", "dim")
             else:
                 msgs.append(" ")
             # a cut inside this cell?
             i = bisect_left(self.ends, a)
             if i < len(self.ends) and self.ends[i] < b and self.ends[i] < self.n_tokens:
-                batches.append("┃", style=f"bold {colors.get(self.reasons[i], colors['other'])}")
+                batches.append("┃", f"bold {colors.get(self.reasons[i], colors['other'])}")
             elif a < processed:
                 j = bisect_right(self.ends, a)
                 reason = self.reasons[j] if j < len(self.reasons) else "other"
-                batches.append("━", style=colors.get(reason, colors["other"]))
+                batches.append("━", colors.get(reason, colors["other"]))
             elif a < self.n_past:
-                batches.append("═", style="dim")
+                batches.append("═", "dim")
             else:
-                batches.append("─", style="dim")
+                batches.append("─", "dim")
             k = bisect_left(ck, a)
-            ckpts.append("◆" if k < len(ck) and ck[k] < b else " ", style=self._color("accent", "#F5A623"))
+            ckpts.append("◆" if k < len(ck) and ck[k] < b else " ", c_ckpt)
         left = f"{cells[0][0]:,}"
         right = f"{cells[-1][1]:,} tokens" + (f"  ×{self.zoom:g}" if self.zoom > 1 else "")
-        axis = Text(left + " " * max(1, len(cells) - len(left) - len(right)) + right, style="dim")
-        return Text("\n").join([msgs, batches, ckpts, axis])
+        axis = [(left + " " * max(1, len(cells) - len(left) - len(right)) + right, "dim")]
+        return [msgs.runs, batches.runs, ckpts.runs, axis]
+
+    def render_line(self, y: int) -> Strip:
+        rows = self.rows()
+        base = self.rich_style
+        if y >= len(rows):
+            return Strip.blank(self.size.width, base)
+        segments = [Segment(text, base + Style.parse(style) if style else base) for text, style in rows[y]]
+        return Strip(segments, sum(cell_len(text) for text, _ in rows[y]))
+
+    def render(self) -> Text:
+        """The rows as one ``Text`` (what the tests and a plain-text export read)."""
+        return Text("\n").join(Text.assemble(*rows) for rows in self.rows())
 
     def cells_of(self, positions: list[int]) -> set[int]:
         """Which columns show a marker for these token positions (for tests)."""
