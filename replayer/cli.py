@@ -195,7 +195,7 @@ def _config(args: argparse.Namespace):
                         server_log=opt("server_log"), ctx_size=opt("ctx_size"),
                         timeout=opt("timeout", DEFAULT_TIMEOUT_S),
                         parallel_runs=opt("parallel_runs", False), calibrate=opt("calibrate", False),
-                        holdout=tuple(opt("holdout") or ()), threads=opt("threads"))
+                        holdout=tuple(opt("holdout") or ()), repeat=opt("repeat", 1), threads=opt("threads"))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -625,6 +625,9 @@ def _parse_replay(sub: Any) -> None:
     p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
     p.add_argument("--holdout", nargs="+", metavar="SESSION",
                    help="with --calibrate: run these sessions live too and report the line's error on them")
+    p.add_argument("--repeat", type=int_in(1, 20), default=1, metavar="N",
+                   help="with --calibrate: run each session and build N times and time each batch by "
+                        "the median (a shared or throttled machine varies ±20%% from run to run)")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "

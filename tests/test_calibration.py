@@ -49,14 +49,40 @@ def test_held_out_error_is_zero_on_the_lines_own_timing_and_shows_a_slower_run()
     prep = prepare(SESSION, ReplayConfig(calibration="cpu-x", model="llama-8b-q4_0", template="chatml"))
     sim = compare(all_simulated(prep))
     assert sim.a.n_batches > sim.b.n_batches > 1  # b9859 fragments the prompt, b10001 does not
-    same = calibration.held_out("s.json", sim.a, sim.a)
+    same = calibration.held_out("s.json", [sim.a], sim.a)
     assert same.error == 0 and same.batches_match and same.live_batches == same.simulated_batches == sim.a.n_batches
     slow = compare(_slower(all_simulated(prep), 1.25))
-    h = calibration.held_out("s.json", slow.b, sim.b)
+    h = calibration.held_out("s.json", [slow.b], sim.b)
     assert h.error == pytest.approx(1 / 1.25 - 1, abs=1e-4) and h.batches_match
     assert h.live_ms == pytest.approx(sim.b.prompt_ms * 1.25, abs=0.1)
     # another schedule (b9859's batches against b10001's) is reported as such, not hidden in the time
-    assert not calibration.held_out("s.json", sim.a, sim.b).batches_match
+    assert not calibration.held_out("s.json", [sim.a], sim.b).batches_match
+
+
+def test_repeated_runs_are_timed_by_each_batchs_median_and_their_spread_is_said():
+    """Three runs of one build, the second 30 % slower as a whole and the third with one batch
+    5 s late: the fit sees each batch's middle time, the held-out check the middle total."""
+    calibration.save_calibration("cpu-x", calibration.Calibration(fixed_ms=20.0, per_token_ms=0.3, attn_ms=1e-5))
+    prep = prepare(SESSION, ReplayConfig(calibration="cpu-x", model="llama-8b-q4_0", template="chatml"))
+    base = all_simulated(prep)
+    one, slow = compare(base), compare(_slower(base, 1.3))
+    spiked = compare(base)
+    spiked.a.batches[2] = dataclasses.replace(spiked.a.batches[2], t_ms=spiked.a.batches[2].t_ms + 5000.0)
+    merged = calibration.median_batches([one.a.batches, slow.a.batches, spiked.a.batches])
+    assert [(b.start, b.n_tokens) for b in merged] == [(b.start, b.n_tokens) for b in one.a.batches]
+    # each batch: the middle of (x, 1.3x, x) is x; the spiked one's middle of (x, 1.3x, x + 5 s) is 1.3x
+    assert [b.duration_ms for b in merged] == pytest.approx(
+        [b.duration_ms * (1.3 if i == 2 else 1.0) for i, b in enumerate(one.a.batches)])
+    two = calibration.median_batches([one.a.batches, slow.a.batches])  # two runs: the mean of each batch
+    assert [b.duration_ms for b in two] == pytest.approx([b.duration_ms * 1.15 for b in one.a.batches])
+    assert calibration.spread([one.a.prompt_ms, slow.a.prompt_ms]) == pytest.approx(0.3)
+    assert calibration.spread([one.a.prompt_ms]) == 0.0
+    h = calibration.held_out("s.json", [one.b, slow.b, compare(_slower(base, 1.1)).b], one.b)
+    assert h.live_ms == pytest.approx(one.b.prompt_ms * 1.1, abs=0.1) and h.batches_match
+    with pytest.raises(ReplayerError, match="different batches"):
+        calibration.median_batches([one.a.batches, one.b.batches])  # b9859's cuts vs b10001's
+    said = calibration.describe("cpu-x", calibration.Calibration(fixed_ms=1, per_token_ms=0.1, repeat=3, spread=0.3))
+    assert "3 live runs of each session and build" in said and "up to 30.0 %" in said
 
 
 def test_held_out_errors_are_saved_with_the_line_and_listed():
@@ -101,6 +127,15 @@ def test_holdout_is_refused_where_it_cannot_check_anything(extra, message):
     assert len(r.stderr.strip().splitlines()) <= 2 and not r.stdout
 
 
+def test_repeat_is_refused_without_a_live_calibration():
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(SESSION), "--repeat", "3"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode != 0 and "--repeat times a calibration" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(SESSION), "--repeat", "0"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode != 0 and "--repeat" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_missing_held_out_session_is_refused_before_any_server_starts(tmp_path):
     model = make_tiny("llama", tmp_path / "tiny.gguf")
     cfg = ReplayConfig(engine="live", model=str(model), calibrate=True, holdout=(str(tmp_path / "nope.json"),))
@@ -123,6 +158,26 @@ def test_a_held_out_run_that_fails_is_said_not_dropped(tmp_path):
     calibration.save_calibration("cpu-tiny", calibration.Calibration(fixed_ms=1, per_token_ms=0.1))
     cfg = ReplayConfig(engine="live", model=str(model), calibrate=True, holdout=(str(SESSION),),
                        server="http://127.0.0.1:1", server_b="http://127.0.0.1:1", timeout=5)
-    checks, failed = HeldOutSession.prepare(str(SESSION), cfg).check("cpu-tiny")
+    held = HeldOutSession.prepare(str(SESSION), cfg)
+    checks, failed = held.check("cpu-tiny", [held.run_live()])
     assert checks == [] and len(failed) == 2
     assert all("held out agent-45-rounds.json" in f and "the live run failed" in f for f in failed)
+
+
+def test_cpu_attention_is_priced_in_whole_query_tiles():
+    """ggml-cpu's tiled flash attention computes 64-row query tiles, the last one zero-padded:
+    65 tokens cost two tiles, 64 one, and a short ubatch (row by row) its own rows."""
+    from replayer.core.hardware import cost as costmod
+
+    assert costmod.attn_work(65, 1000, 64) == 64 * (1000 + 64) + 64 * (1000 + 65)
+    assert costmod.attn_work(128, 1000, 64) == costmod.attn_work(65, 1000, 64) + 64 * (128 - 65)  # same tiles, keys to row 128
+    assert costmod.attn_work(64, 0, 64) == 64 * 64
+    assert costmod.attn_work(63, 1000, 64) == costmod.attn_work(63, 1000, 0) == 63 * (1000 + 32)
+    # without tiles, every row reads the keys up to itself
+    assert costmod.attn_work(512, 0, 0) == 512 * 513 / 2
+    line = calibration.Calibration(fixed_ms=1.0, per_token_ms=0.0, attn_ms=1e-6, q_tile=64, backend="cpu").line("t")
+    assert line.ubatch_ms(65, 10_000) == pytest.approx(line.ubatch_ms(128, 10_000) - 1e-6 * 64 * 63)
+    assert calibration.q_tile_for("cpu") == 64 and calibration.q_tile_for("cuda") == 0
+    # a line saved before tiles were counted prices as it was fitted: per row
+    old = calibration.Calibration.model_validate({"fixed_ms": 1.0, "per_token_ms": 0.0, "attn_ms": 1e-6})
+    assert old.q_tile == 0 and old.line("o").ubatch_ms(65, 1000) == pytest.approx(1.0 + 1e-6 * 65 * 1033)

@@ -42,10 +42,13 @@ def test_a_line_fitted_on_one_session_is_checked_live_on_another(tmp_path):
     fit = _session(tmp_path / "fit.json", rounds=16, tool_result_words=60, seed=1)
     other = _session(tmp_path / "other.json", rounds=8, tool_result_words=200, seed=7)  # fewer, longer results
     r = _cli("replay", str(fit), "--engine", "live", "--a", "9859", "--b", "10001", "--model", str(model),
-             "--calibrate", "--holdout", str(other), "--json")
+             "--calibrate", "--holdout", str(other), "--repeat", "2", "--json")
     assert r.returncode == 0, r.stderr
     doc = orjson.loads(r.stdout)
     cal = doc["calibration"]
+    # two live runs of each session and build: the servers cut them alike, and their spread is said
+    assert cal["repeat"] == 2 and cal["spread"] is not None and cal["spread"] >= 0
+    assert "2 live runs of each session and build" in r.stderr
     fitted = {run["build"]: run for run in doc["runs"]}
     assert cal["id"] == "cpu-llama" and cal["fitted_on"].endswith("fit.json")
     assert cal["batches"] == sum(run["n_batches"] for run in doc["runs"])  # the fitted session's batches only

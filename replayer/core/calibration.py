@@ -7,6 +7,9 @@ a damaged or mistyped file is one clear error, never a traceback or a half-read 
 from __future__ import annotations
 
 import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -61,6 +64,9 @@ class Calibration(BaseModel):
     threads: int | None = None  # the servers' -t it was measured with (None: their default)
     batches: int | None = None
     fitted_on: str = ""
+    q_tile: int = 0  # the attention term's query tile (cost.attn_work); 0 in lines saved before it
+    repeat: int = 1  # live runs of each session and build; each batch timed by their median
+    spread: float | None = None  # the fitted runs' largest max/min − 1 of one build's prompt time
     holdout: list[HeldOut] | None = None
 
     def held_out_error(self) -> float | None:
@@ -69,7 +75,7 @@ class Calibration(BaseModel):
 
     def line(self, name: str) -> costmod.LineCost:
         return Terms(self.fixed_ms, self.per_token_ms, self.attn_ms, self.attn_small_ms).line(
-            f"calibration {name}", source=self.model)
+            f"calibration {name}", source=self.model, q_tile=self.q_tile)
 
 
 class PresetsFile(BaseModel):
@@ -129,9 +135,16 @@ class Terms(NamedTuple):
     attn_ms: float
     attn_small_ms: float
 
-    def line(self, name: str, source: str = "") -> costmod.LineCost:
+    def line(self, name: str, source: str = "", q_tile: int = 0) -> costmod.LineCost:
         return costmod.LineCost(name=name, fixed_ms=self.fixed_ms, per_token_ms=self.per_token_ms,
-                                attn_ms=self.attn_ms, attn_small_ms=self.attn_small_ms, source=source)
+                                attn_ms=self.attn_ms, attn_small_ms=self.attn_small_ms, source=source,
+                                q_tile=q_tile)
+
+
+def q_tile_for(backend: str | None) -> int:
+    """The query tile of a backend's flash attention as the line prices it: ggml-cpu's tiles
+    (measured here); other backends' kernels tile differently and are priced per row."""
+    return costmod.FA_TILE_Q if backend == "cpu" else 0
 
 
 #: the fewest short ubatches (< ``cost.FA_TILE_Q`` tokens) a fit needs to price them: a prompt
@@ -139,16 +152,19 @@ class Terms(NamedTuple):
 MIN_SMALL_UBATCHES = 3
 
 
-def _features(b: ev.BatchDone, n_ubatch: int) -> tuple[float, float, float, float]:
-    """(ubatches, tokens, Σ b·(depth + (b+1)/2), the same Σ over short ubatches) of one batch: the
-    fitted terms of ``LineCost``.
+def _features(b: ev.BatchDone, n_ubatch: int, q_tile: int = 0) -> tuple[float, float, float, float]:
+    """(ubatches, tokens, Σ attn_work, Σ b·(depth + (b+1)/2) over short ubatches) of one batch:
+    the fitted terms of ``LineCost``. Counting whole query tiles (``q_tile``) took the mean
+    held-out error over 24 fit/predict pairs of 4 session shapes from 8.5 to 7.2 % (per-batch
+    medians of 3 quiet runs): a line fitted where batches are just over 64 tokens no longer
+    overprices a well-batched session's full tiles (docs/benchmarks.md).
 
     Its ``kv_ms·depth`` (the roofline's per-ubatch KV read) is not fitted: on the CPU runs it came
     out at 38-55 µs per token of depth, ~1000x what reading a tiny model's KV cache costs, and a
     line fitted on a well-batched session then priced a fragmented one +47-60 % (the row-by-row
     attention of short ubatches was what it stood in for; docs/benchmarks.md)."""
     parts = list(costmod.ubatches(b.start, b.n_tokens, n_ubatch))
-    return (float(len(parts)), float(b.n_tokens), sum(n * (depth + (n + 1) / 2) for n, depth in parts),
+    return (float(len(parts)), float(b.n_tokens), sum(costmod.attn_work(n, depth, q_tile) for n, depth in parts),
             sum(n * (depth + (n + 1) / 2) for n, depth in parts if n < costmod.FA_TILE_Q))
 
 
@@ -175,7 +191,7 @@ def _nnls(a, y):
     return best
 
 
-def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = False) -> Terms:
+def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = False, q_tile: int = 0) -> Terms:
     """Non-negative least squares of batch ms = fixed·ubatches + per_token·tokens + attn·Σb·depth
     + attn_small·Σb·depth over ubatches under 64 tokens (only with ``MIN_SMALL_UBATCHES`` of them).
 
@@ -192,7 +208,7 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = Fa
     """
     import numpy as np
 
-    rows = [(_features(b, n_ubatch), b.duration_ms, b.run) for b in batches if b.duration_ms > 0]
+    rows = [(_features(b, n_ubatch, q_tile), b.duration_ms, b.run) for b in batches if b.duration_ms > 0]
     if len(rows) < 3:
         raise ReplayerError("need at least three timed batches to calibrate")
     a = np.array([r[0] for r in rows], dtype=float)
@@ -215,25 +231,51 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = Fa
 
 
 def calibrate(batches: list[ev.BatchDone], n_ubatch: int, backend: str, model: Path,
-              fitted_on: str = "", threads: int | None = None) -> tuple[str, Calibration, Path]:
+              fitted_on: str = "", threads: int | None = None, repeat: int = 1,
+              run_spread: float | None = None) -> tuple[str, Calibration, Path]:
     """Fit both runs' batches together (the cost belongs to the hardware and model, not the
     build) and save the line as ``BACKEND-MODEL``. Its held-out error is not known yet."""
-    name = f"{backend}-{model.stem}"
-    cal = Calibration(**fit_cost(batches, n_ubatch)._asdict(), small_ubatches=small_ubatches(batches, n_ubatch),
-                      backend=backend, model=str(model), n_ubatch=n_ubatch, threads=threads, batches=len(batches),
-                      fitted_on=fitted_on)
+    name, q_tile = f"{backend}-{model.stem}", q_tile_for(backend)
+    cal = Calibration(**fit_cost(batches, n_ubatch, q_tile=q_tile)._asdict(), q_tile=q_tile,
+                      small_ubatches=small_ubatches(batches, n_ubatch), backend=backend, model=str(model),
+                      n_ubatch=n_ubatch, threads=threads, batches=len(batches), fitted_on=fitted_on,
+                      repeat=repeat, spread=run_spread)
     return name, cal, save_calibration(name, cal)
 
 
-def held_out(session: str, live: RunSummary, simulated: RunSummary) -> HeldOut:
-    """One held-out run: the simulated prompt time against the live one, and whether the
-    simulator cut the prompt where the server did (a wrong schedule is a different error
-    than a wrong line)."""
-    live_ms, sim_ms = live.prompt_ms, simulated.prompt_ms
+def _cuts(batches: Sequence[ev.BatchDone]) -> list[tuple[int, int]]:
+    return [(b.start, b.n_tokens) for b in batches]
+
+
+def median_batches(runs: Sequence[Sequence[ev.BatchDone]]) -> list[ev.BatchDone]:
+    """One build's repeated runs of a prompt as one run, each batch timed by the median of its
+    runs: on a shared or throttled machine a whole run is 15-25 % slower or faster than the
+    next (docs/benchmarks.md), and one such run fitted or checked alone decides the error.
+    The server cuts a prompt the same way every time; repeats that cut it differently are
+    refused, never averaged."""
+    first = runs[0]
+    if any(_cuts(r) != _cuts(first) for r in runs[1:]):
+        raise ReplayerError("the repeated live runs cut the prompt into different batches; "
+                            "calibrate on one run (--repeat 1)")
+    return [replace(b, t_ms=b.t_start_ms + statistics.median(r[i].duration_ms for r in runs))
+            for i, b in enumerate(first)]
+
+
+def spread(times: Sequence[float]) -> float:
+    """max / min − 1 of one build's prompt times over repeated runs: the noise a held-out error
+    is to be read against."""
+    return max(times) / min(times) - 1 if len(times) > 1 and min(times) > 0 else 0.0
+
+
+def held_out(session: str, lives: Sequence[RunSummary], simulated: RunSummary) -> HeldOut:
+    """One build of a held-out session (run live once or ``--repeat`` times): the simulated
+    prompt time against the live runs' median, and whether the simulator cut the prompt where
+    the server did (a wrong schedule is a different error than a wrong line)."""
+    live = lives[0]
+    live_ms, sim_ms = statistics.median(r.prompt_ms for r in lives), simulated.prompt_ms
     return HeldOut(session=session, build=live.build, live_ms=round(live_ms, 1), simulated_ms=round(sim_ms, 1),
                    error=round(sim_ms / live_ms - 1, 4) if live_ms else 0.0,
-                   batches_match=[(b.start, b.n_tokens) for b in simulated.batches]
-                   == [(b.start, b.n_tokens) for b in live.batches],
+                   batches_match=all(_cuts(simulated.batches) == _cuts(r.batches) for r in lives),
                    live_batches=len(live.batches), simulated_batches=len(simulated.batches))
 
 
@@ -253,6 +295,9 @@ def describe(name: str, cal: Calibration, dest: Path | None = None) -> str:
             f" + {cal.attn_small_ms * 1e6:.1f} ns per token×depth under {costmod.FA_TILE_Q} tokens"
             + (f" → {dest}" if dest else ""))
     lines = [line]
+    if cal.repeat > 1:
+        lines.append(f"  {cal.repeat} live runs of each session and build, each batch timed by their median; "
+                     f"the fitted runs' prompt time varied by up to {(cal.spread or 0) * 100:.1f} % from run to run")
     if cal.small_ubatches is not None and cal.small_ubatches < MIN_SMALL_UBATCHES:
         lines.append(f"  the fitted runs have {cal.small_ubatches} ubatches under {costmod.FA_TILE_Q} tokens: "
                      "their extra attention cost is not measured (priced at 0)")

@@ -66,6 +66,7 @@ class ReplayConfig:
     threads: int | None = None  # live: the servers' -t/-tb (None: llama-server's default)
     calibrate: bool = False
     holdout: tuple[str, ...] = ()  # sessions --calibrate checks its line on (run live, then simulated)
+    repeat: int = 1  # --calibrate: live runs of each session and build; each batch timed by their median
 
     @classmethod
     def seed(cls, **kw: Any) -> "ReplayConfig":
@@ -152,6 +153,8 @@ class ReplayConfig:
         self.knobs()
         if self.holdout:
             self._check_holdout()
+        if self.repeat != 1 and not (self.calibrate and self.engine == "live"):
+            raise ReplayerError("--repeat times a calibration: give it with --engine live --calibrate")
         if self.engine == "simulated":
             self.cost()
             return
@@ -170,7 +173,7 @@ class ReplayConfig:
         """The configs of a held-out session: its live runs (as the fitted ones, no calibration of
         their own) and its simulation as ``replay S --model M.gguf`` would run it (the GGUF's header,
         vocabulary and template; the line itself is set once it is fitted)."""
-        live = replace(self, calibrate=False, holdout=())
+        live = replace(self, calibrate=False, holdout=(), repeat=1)
         return live, replace(live, engine="simulated", server=None, server_b=None, server_log=None,
                              calibration=None, backend=None)  # with a line, the backend times nothing
 

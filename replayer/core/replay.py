@@ -153,41 +153,73 @@ class HeldOutSession:
         live = prepare(path, live_cfg)
         return cls(path, live, prepare(path, sim_cfg, session=live.session))
 
-    def check(self, name: str) -> tuple[list[HeldOut], list[str]]:
-        """Run the session live (A then B, as the fitted runs were), simulate it with the saved line
-        ``name``; one ``HeldOut`` per run that finished, and a line for each that did not."""
+    def run_live(self) -> Comparison:
+        """One live run of the session, A then B, as the fitted runs were."""
+        return compare(run_both(self.live))
+
+    def check(self, name: str, lives: Sequence[Comparison]) -> tuple[list[HeldOut], list[str]]:
+        """The session's live runs (``run_live``, once or ``--repeat`` times) against its
+        simulation with the saved line ``name``; one ``HeldOut`` per build whose runs all
+        finished, and a line for each that did not."""
         from replayer.core import calibration
 
-        live = compare(run_both(self.live))
         sim_prep = replace(self.simulated, config=replace(self.simulated.config, calibration=name))
         sim = compare(all_simulated(sim_prep))
         checks, failed = [], []
-        for lv, sm in ((live.a, sim.a), (live.b, sim.b)):
-            if lv.failed or lv.finished is None:
-                failed.append(f"  held out {Path(self.path).name} {lv.build or lv.run}: not checked, "
-                              f"the live run failed: {lv.failed or 'no prompt time'}")
+        for side, sm in (("a", sim.a), ("b", sim.b)):
+            runs = [getattr(c, side) for c in lives]
+            broken = next((r for r in runs if r.failed or r.finished is None), None)
+            if broken is not None:
+                failed.append(f"  held out {Path(self.path).name} {broken.build or broken.run}: not checked, "
+                              f"the live run failed: {broken.failed or 'no prompt time'}")
             else:
-                checks.append(calibration.held_out(self.path, lv, sm))
+                checks.append(calibration.held_out(self.path, runs, sm))
         return checks, failed
 
 
-def calibrate(prep: Prepared, cmp: Comparison,
-              held: Sequence[HeldOutSession] = ()) -> tuple[str, Calibration, str]:
-    """Fit a cost line on both live runs' batches and save it; then check it on each held-out
-    session (never fitted on) and save it again with those errors. Returns the name, the
-    calibration and what to say about it."""
+def _fitted_batches(cmps: Sequence[Comparison]) -> tuple[list[ev.BatchDone], float | None]:
+    """Both builds' batches over the (repeated) live runs that finished, each timed by its
+    median, and the largest run-to-run spread of one build's prompt time (None for one run)."""
     from replayer.core import calibration
 
-    timed = [b for r in (cmp.a, cmp.b) if not r.failed for b in r.batches]
+    timed: list[ev.BatchDone] = []
+    spread: float | None = None
+    for side in ("a", "b"):
+        runs = [s for s in (getattr(c, side) for c in cmps) if not s.failed]
+        if runs:
+            timed += calibration.median_batches([r.batches for r in runs])
+        if len(runs) > 1:
+            spread = max(spread or 0.0, calibration.spread([r.prompt_ms for r in runs]))
+    return timed, spread
+
+
+def calibrate(prep: Prepared, cmp: Comparison, held: Sequence[HeldOutSession] = ()) -> tuple[str, Calibration, str]:
+    """Fit a cost line on both live runs' batches and save it; then check it on each held-out
+    session (never fitted on) and save it again with those errors. Returns the name, the
+    calibration and what to say about it.
+
+    With ``--repeat N`` the fitted session (``cmp`` is its first run) and the held-out ones
+    are run in turns, N rounds of each: on this kind of machine a whole run drifts 15-35 %
+    over minutes (docs/benchmarks.md), and a slow spell then slows both sides alike instead
+    of deciding the error; each batch is timed by the median of its rounds."""
+    from replayer.core import calibration
+
+    fitted, lives = [cmp], [[] for _ in held]
+    for i in range(prep.config.repeat):
+        if i:
+            fitted.append(compare(run_both(prep)))
+        for session, runs in zip(held, lives):
+            runs.append(session.run_live())
+    timed, run_spread = _fitted_batches(fitted)
     target = prep.config.live_target("A")
     name, cal, dest = calibration.calibrate(timed, prep.config.knobs().n_ubatch_eff, target.backend,
                                             target.model or Path("model"), fitted_on=str(prep.session.path),
-                                            threads=target.threads)
+                                            threads=target.threads, repeat=len(fitted), run_spread=run_spread)
     failed: list[str] = []
     if held:
         cal.holdout = []
-        for session in held:
-            checks, not_checked = session.check(name)
+        for session, runs in zip(held, lives):
+            checks, not_checked = session.check(name, runs)
             cal.holdout += checks
             failed += not_checked
         dest = calibration.save_calibration(name, cal)

@@ -51,6 +51,21 @@ def ubatches(start: int, n_tokens: int, n_ubatch: int) -> Iterator[tuple[int, in
         pos += b
 
 
+def attn_work(b: int, depth: int, q_tile: int = 0) -> float:
+    """The query×key pairs a ubatch of ``b`` tokens at ``depth`` computes in causal attention.
+
+    With ``q_tile`` (the CPU backend: ``FA_TILE_Q``) a ubatch of at least that many tokens takes
+    ggml-cpu's tiled flash attention (``ggml_compute_forward_flash_attn_ext_tiled``), which
+    computes queries in tiles of ``q_tile`` rows, zero-padding the last one, and each tile
+    reads the keys up to its last row: a 65-token ubatch costs two whole tiles, twice the
+    pairs of its 65 rows. Batches cut at every message start are often just over a tile."""
+    if q_tile and b >= q_tile:
+        full, rest = divmod(b, q_tile)
+        pairs = q_tile * (full * depth + q_tile * full * (full + 1) / 2)
+        return pairs + (q_tile * (depth + b) if rest else 0.0)
+    return b * (depth + (b + 1) / 2)
+
+
 def batch_ms(cost: CostModel, start: int, n_tokens: int, n_ubatch: int) -> float:
     """A batch costs the sum of its ubatches, each its own graph evaluation."""
     if n_tokens <= n_ubatch:  # the common case in a fragmented prefill: one ubatch
@@ -143,7 +158,7 @@ class RooflineCost:
 
 @dataclass
 class LineCost:
-    """``fixed_ms + per_token_ms·b + attn_ms·b·(depth + (b+1)/2) + kv_ms·depth`` per ubatch,
+    """``fixed_ms + per_token_ms·b + attn_ms·attn_work(b, depth, q_tile) + kv_ms·depth`` per ubatch,
     plus ``attn_small_ms·b·(depth + (b+1)/2)`` for a ubatch of fewer than ``FA_TILE_Q`` tokens.
 
     The attention term is the roofline's ``T_att`` with one fitted constant, ``kv_ms`` its
@@ -164,12 +179,17 @@ class LineCost:
     attn_ms: float = 0.0
     kv_ms: float = 0.0
     attn_small_ms: float = 0.0
+    q_tile: int = 0  # attention computed in whole query tiles of this many rows (0: per row)
 
     def ubatch_ms(self, b: int, depth: int) -> float:
         if self.small_batch is not None and b < OP_OFFLOAD_MIN_BATCH:
             return self.small_batch.ubatch_ms(b, depth)
-        attn = self.attn_ms + (self.attn_small_ms if b < FA_TILE_Q else 0.0)
-        return self.fixed_ms + self.per_token_ms * b + attn * b * (depth + (b + 1) / 2) + self.kv_ms * depth
+        t = self.fixed_ms + self.per_token_ms * b + self.kv_ms * depth
+        if self.attn_ms:  # 0 on the seed lines, which every default replay prices with
+            t += self.attn_ms * attn_work(b, depth, self.q_tile)
+        if b < FA_TILE_Q and self.attn_small_ms:
+            t += self.attn_small_ms * b * (depth + (b + 1) / 2)
+        return t
 
     def checkpoint_ms(self, size_mib: float) -> float:
         return size_mib * 2**20 / CHECKPOINT_COPY_BPS * 1000.0
