@@ -155,9 +155,9 @@ MIN_SMALL_UBATCHES = 3
 def _features(b: ev.BatchDone, n_ubatch: int, q_tile: int = 0) -> tuple[float, float, float, float]:
     """(ubatches, tokens, Σ attn_work, Σ b·(depth + (b+1)/2) over short ubatches) of one batch:
     the fitted terms of ``LineCost``. Counting whole query tiles (``q_tile``) took the mean
-    held-out error over 24 fit/predict pairs of 4 session shapes from 8.5 to 7.2 % (per-batch
-    medians of 3 quiet runs): a line fitted where batches are just over 64 tokens no longer
-    overprices a well-batched session's full tiles (docs/benchmarks.md).
+    held-out error over 20 fit/predict pairs of 4 session shapes from 9.5 to 8.2 % (per-batch
+    medians of 3 quiet runs, ``benchmarks/calib_cv.py``): a line fitted where batches are just
+    over 64 tokens no longer overprices a well-batched session's full tiles (docs/benchmarks.md).
 
     Its ``kv_ms·depth`` (the roofline's per-ubatch KV read) is not fitted: on the CPU runs it came
     out at 38-55 µs per token of depth, ~1000x what reading a tiny model's KV cache costs, and a
