@@ -50,46 +50,51 @@ def record(out: Path, repeats: int) -> None:
 
 
 def _median_runs(runs: list[dict]) -> list[dict]:
-    from statistics import median
+    """One run per shape and build, each batch timed by the median of its repeats: the
+    product's own ``calibration.median_batches``, as ``--calibrate --repeat`` times them."""
+    from replayer.core import calibration
 
-    merged: dict[tuple, dict] = {}
+    merged: dict[tuple, list[dict]] = {}
     for r in runs:
-        m = merged.setdefault((r["shape"], r["build"]), dict(r, rep=0, times=[[] for _ in r["batches"]]))
-        for t, b in zip(m["times"], r["batches"]):
-            t.append(b[2])
-    for m in merged.values():
-        m["batches"] = [(b[0], b[1], median(t)) for b, t in zip(m["batches"], m["times"])]
-        m["prompt_ms"] = sum(b[2] for b in m["batches"])
-    return list(merged.values())
+        merged.setdefault((r["shape"], r["build"]), []).append(r)
+    out = []
+    for reps in merged.values():
+        batches = [(b.start, b.n_tokens, b.duration_ms)
+                   for b in calibration.median_batches([_events(r) for r in reps])]
+        out.append(dict(reps[0], rep=0, batches=batches, prompt_ms=sum(b[2] for b in batches)))
+    return out
+
+
+def _events(r: dict) -> list:
+    from replayer.core.engine.events import BatchDone
+
+    return [BatchDone(r["build"], i, s, n, 0, "", 0.0, ms) for i, (s, n, ms) in enumerate(r["batches"])]
 
 
 def cv(path: Path, use_median: bool) -> None:
     import numpy as np
 
     from replayer.core import calibration
-    from replayer.core.engine.events import BatchDone
+    from replayer.core.hardware.cost import batch_ms
 
     runs = [json.loads(line) for line in path.read_text().splitlines()]
     if use_median:
         runs = _median_runs(runs)
-    as_events = lambda r: [BatchDone(r["build"], i, s, n, 0, "", 0.0, ms)  # noqa: E731
-                           for i, (s, n, ms) in enumerate(r["batches"])]
     for q_tile in (0, 64):
         errs = []
         for fit in runs:
             fitted = [r for r in runs if r["shape"] == fit["shape"] and r["rep"] == fit["rep"]]
             if fit is not fitted[0]:
                 continue
-            batches = [b for r in fitted for b in as_events(r)]
-            line = calibration.fit_cost(batches, 512, q_tile=q_tile).line("cv", q_tile=q_tile)
+            batches = [b for r in fitted for b in _events(r)]
+            line = calibration.fit_cost(batches, 512, q_tile=q_tile).line("cv")
             measured_small = calibration.small_ubatches(batches, 512) >= calibration.MIN_SMALL_UBATCHES
             for r in runs:
                 # a line that could not measure short ubatches prices them at 0 and says so:
                 # sessions full of them are outside what it knows (--all counts them too)
-                short = calibration.small_ubatches(as_events(r), 512) >= calibration.MIN_SMALL_UBATCHES
+                short = calibration.small_ubatches(_events(r), 512) >= calibration.MIN_SMALL_UBATCHES
                 if r["shape"] != fit["shape"] and (measured_small or not short or "--all" in sys.argv):
-                    sim = sum(line.ubatch_ms(n, d) for s, k, _ in r["batches"]
-                              for n, d in calibration.costmod.ubatches(s, k, 512))
+                    sim = sum(batch_ms(line, s, k, 512) for s, k, _ in r["batches"])
                     errs.append(abs(sim / r["prompt_ms"] - 1))
         a = np.array(errs)
         print(f"q_tile {q_tile:2d}: {len(a)} pairs, mean {a.mean() * 100:.1f} %, median {np.median(a) * 100:.1f} %, "

@@ -627,7 +627,7 @@ def _parse_replay(sub: Any) -> None:
                    help="with --calibrate: run these sessions live too and report the line's error on them")
     p.add_argument("--repeat", type=int_in(1, 20), default=1, metavar="N",
                    help="with --calibrate: run each session and build N times and time each batch by "
-                        "the median (a shared or throttled machine varies ±20%% from run to run)")
+                        "the median (a shared or throttled machine varies 15-35%% from run to run)")
     p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "

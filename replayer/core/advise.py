@@ -367,12 +367,11 @@ def batching_loss(prep: Prepared, cmp: Comparison) -> dict[str, BatchingLoss]:
         from replayer.core import calibration
 
         try:
-            q_tile = calibration.q_tile_for(cfg.live_target("A").backend)
             fit = calibration.fit_cost([b for r in runs for b in r.batches], knobs.n_ubatch_eff, match_totals=True,
-                                       q_tile=q_tile)
+                                       q_tile=calibration.q_tile_for(cfg.live_target("A").backend))
         except ReplayerError:
             return None  # too few timed batches to price anything
-        return fit.line("a line fitted to both runs' batches", q_tile=q_tile)
+        return fit.line("a line fitted to both runs' batches")
 
     # a run that batched ideally measured the ideal: for itself, and (live) for the other run
     # of the same prompt, better than a line fitted to both

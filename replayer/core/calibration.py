@@ -74,8 +74,8 @@ class Calibration(BaseModel):
         return max((abs(h.error) for h in self.holdout), default=None) if self.holdout else None
 
     def line(self, name: str) -> costmod.LineCost:
-        return Terms(self.fixed_ms, self.per_token_ms, self.attn_ms, self.attn_small_ms).line(
-            f"calibration {name}", source=self.model, q_tile=self.q_tile)
+        return Terms(self.fixed_ms, self.per_token_ms, self.attn_ms, self.attn_small_ms, self.q_tile).line(
+            f"calibration {name}", source=self.model)
 
 
 class PresetsFile(BaseModel):
@@ -134,11 +134,12 @@ class Terms(NamedTuple):
     per_token_ms: float
     attn_ms: float
     attn_small_ms: float
+    q_tile: int = 0  # the query tile ``attn_ms`` was fitted per (``cost.attn_work``)
 
-    def line(self, name: str, source: str = "", q_tile: int = 0) -> costmod.LineCost:
+    def line(self, name: str, source: str = "") -> costmod.LineCost:
         return costmod.LineCost(name=name, fixed_ms=self.fixed_ms, per_token_ms=self.per_token_ms,
                                 attn_ms=self.attn_ms, attn_small_ms=self.attn_small_ms, source=source,
-                                q_tile=q_tile)
+                                q_tile=self.q_tile)
 
 
 def q_tile_for(backend: str | None) -> int:
@@ -165,7 +166,7 @@ def _features(b: ev.BatchDone, n_ubatch: int, q_tile: int = 0) -> tuple[float, f
     attention of short ubatches was what it stood in for; docs/benchmarks.md)."""
     parts = list(costmod.ubatches(b.start, b.n_tokens, n_ubatch))
     return (float(len(parts)), float(b.n_tokens), sum(costmod.attn_work(n, depth, q_tile) for n, depth in parts),
-            sum(n * (depth + (n + 1) / 2) for n, depth in parts if n < costmod.FA_TILE_Q))
+            sum(costmod.attn_work(n, depth) for n, depth in parts if n < costmod.FA_TILE_Q))
 
 
 def small_ubatches(batches: list[ev.BatchDone], n_ubatch: int) -> int:
@@ -227,7 +228,7 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = Fa
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
     coef = _nnls(a / scale, y) / scale  # the features differ by orders of magnitude
-    return Terms(*(float(c) for c in coef))
+    return Terms(*(float(c) for c in coef), q_tile=q_tile)
 
 
 def calibrate(batches: list[ev.BatchDone], n_ubatch: int, backend: str, model: Path,
@@ -235,8 +236,8 @@ def calibrate(batches: list[ev.BatchDone], n_ubatch: int, backend: str, model: P
               run_spread: float | None = None) -> tuple[str, Calibration, Path]:
     """Fit both runs' batches together (the cost belongs to the hardware and model, not the
     build) and save the line as ``BACKEND-MODEL``. Its held-out error is not known yet."""
-    name, q_tile = f"{backend}-{model.stem}", q_tile_for(backend)
-    cal = Calibration(**fit_cost(batches, n_ubatch, q_tile=q_tile)._asdict(), q_tile=q_tile,
+    name = f"{backend}-{model.stem}"
+    cal = Calibration(**fit_cost(batches, n_ubatch, q_tile=q_tile_for(backend))._asdict(),
                       small_ubatches=small_ubatches(batches, n_ubatch), backend=backend, model=str(model),
                       n_ubatch=n_ubatch, threads=threads, batches=len(batches), fitted_on=fitted_on,
                       repeat=repeat, spread=run_spread)
@@ -249,7 +250,7 @@ def _cuts(batches: Sequence[ev.BatchDone]) -> list[tuple[int, int]]:
 
 def median_batches(runs: Sequence[Sequence[ev.BatchDone]]) -> list[ev.BatchDone]:
     """One build's repeated runs of a prompt as one run, each batch timed by the median of its
-    runs: on a shared or throttled machine a whole run is 15-25 % slower or faster than the
+    runs: on a shared or throttled machine a whole run is 15-35 % slower or faster than the
     next (docs/benchmarks.md), and one such run fitted or checked alone decides the error.
     The server cuts a prompt the same way every time; repeats that cut it differently are
     refused, never averaged."""

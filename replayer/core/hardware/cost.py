@@ -188,7 +188,7 @@ class LineCost:
         if self.attn_ms:  # 0 on the seed lines, which every default replay prices with
             t += self.attn_ms * attn_work(b, depth, self.q_tile)
         if b < FA_TILE_Q and self.attn_small_ms:
-            t += self.attn_small_ms * b * (depth + (b + 1) / 2)
+            t += self.attn_small_ms * attn_work(b, depth)
         return t
 
     def checkpoint_ms(self, size_mib: float) -> float:
