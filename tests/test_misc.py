@@ -82,7 +82,16 @@ def test_calibration_fit_recovers_the_cost_model():
         t += ms
         start += n
     fit = fit_cost(batches, 512)
-    assert fit == (pytest.approx(12.0), pytest.approx(0.25), pytest.approx(2e-6), pytest.approx(4e-5))
+    assert fit == (pytest.approx(12.0), pytest.approx(0.25), pytest.approx(2e-6), pytest.approx(4e-5), 0)
+    # the CPU line's whole query tiles: fitted per tile, the same constants come back, tile kept
+    tiled = LineCost("truth", fixed_ms=12.0, per_token_ms=0.25, attn_ms=2e-6, attn_small_ms=4e-5, q_tile=64)
+    retimed, t = [], 0.0
+    for b in batches:
+        ms = batch_ms(tiled, b.start, b.n_tokens, 512)
+        retimed.append(ev.BatchDone("A", b.index, b.start, b.n_tokens, b.n_ubatches, "n_batch", t, t + ms))
+        t += ms
+    assert fit_cost(retimed, 512, q_tile=64) == (pytest.approx(12.0), pytest.approx(0.25), pytest.approx(2e-6),
+                                                 pytest.approx(4e-5), 64)
     # one short ubatch (a prompt's last) cannot price short ubatches: that term stays 0
     few = [b for b in batches if b.n_tokens >= 64 or b.n_tokens == 35]
     assert fit_cost(few, 512).attn_small_ms == 0
