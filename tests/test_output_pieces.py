@@ -65,7 +65,7 @@ def test_calls_are_not_evaluated_twice():
 def test_bundled_templates_are_compiled_in_pieces(name):
     tpl = templates.bundled(name)
     compiled = templates._compile(tpl.source, tpl.trusted)
-    assert output_pieces.ALL_STR in compiled.environment.globals
+    assert output_pieces.ALL_STR in compiled.environment.tests
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
             {"role": "assistant", "content": "A"}, {"role": "user", "content": "V"}]
     # rendered through the server's message preparation, the same text as the plain template

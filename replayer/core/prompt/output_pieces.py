@@ -24,7 +24,13 @@ ALL_STR = "__replayer_all_str"
 
 
 def _all_str(*values: Any) -> bool:
-    return all(type(v) is str for v in values)
+    """A Jinja *test*, not a global: the sandbox sends every global call through
+    ``environment.call`` (its safety checks), while a test is called directly; the guard runs
+    for ~3,000 outputs of a 2,000-message session (docs/benchmarks.md, core)."""
+    for v in values:
+        if type(v) is not str:
+            return False
+    return True
 
 
 def _pure(n: nodes.Node) -> bool:
@@ -63,8 +69,7 @@ def _expand(out: nodes.Output) -> list[nodes.Node]:
             if pending:
                 result.append(nodes.Output(pending, lineno=out.lineno))
                 pending = []
-            test = nodes.Call(nodes.Name(ALL_STR, "load", lineno=out.lineno), ops, [], None, None,
-                              lineno=out.lineno)
+            test = nodes.Test(ops[0], ALL_STR, ops[1:], [], None, None, lineno=out.lineno)
             result.append(nodes.If(test, [nodes.Output(ops, lineno=out.lineno)], [],
                                    [nodes.Output([child], lineno=out.lineno)], lineno=out.lineno))
             continue
@@ -92,7 +97,7 @@ def _rewrite(node: nodes.Node) -> None:
 
 def compile_in_pieces(env: Environment, source: str) -> Any:
     """``env.from_string(source)`` with the outputs' concatenations emitted as pieces."""
-    env.globals.setdefault(ALL_STR, _all_str)
+    env.tests.setdefault(ALL_STR, _all_str)
     tree = env.parse(source)
     _rewrite(tree)
     tree.set_environment(env)
