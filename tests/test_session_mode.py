@@ -156,9 +156,9 @@ def test_exact_tokenizer_turns_equal_tokenizing_each_turn(tmp_path):
         assert shared_prefix(a, c).n_tokens == a.n_tokens  # each turn only appends
 
 
-def _reasoning_turns():
+def _reasoning_turns(rounds=4):
     msgs = [{"role": "system", "content": "You are an agent."}]
-    for i in range(4):
+    for i in range(rounds):
         msgs.append({"role": "user", "content": f"task {i}: fix the bug in module {i}"})
         msgs.append({"role": "assistant", "content": f"reading {i}", "reasoning_content": f"I should open file {i} first"})
         msgs.append({"role": "tool", "tool_call_id": str(i), "content": f"contents of file {i}"})

@@ -84,3 +84,27 @@ def test_cli_keep_reasoning(tmp_path):
     assert bad.returncode == 2 and "--mode session" in bad.stderr and "Traceback" not in bad.stderr
     live = cli("replay", str(log), "--mode", "session", "--engine", "live", "--keep-reasoning")
     assert live.returncode == 2 and "simulated only" in live.stderr and "Traceback" not in live.stderr
+
+
+class _NoSlices(list):
+    """A conversation's message list that refuses to be copied by slicing."""
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            raise AssertionError("a turn's prefix was copied")
+        return super().__getitem__(i)
+
+
+def test_keep_reasoning_reads_a_long_session_in_place():
+    """The turns of an imported session share one message list: the what-if walks it in place
+    (linear), never copying a turn's prefix (quadratic over a long session)."""
+    turns = _reasoning_turns(50)
+    b = parse_build("10001")
+    real = turn_layouts(turns, template=templates.from_file(THINK), build=b)
+    expected, n = keep_reasoning(real, b)
+    assert n > 0
+    body = turns[0]._body
+    assert all(t._body is body for t in turns)
+    body["messages"] = _NoSlices(body["messages"])
+    kept, changed = keep_reasoning(real, b)
+    assert changed == n and [p.text for p in kept.prompts] == [p.text for p in expected.prompts]

@@ -28,6 +28,7 @@ from replayer.core.engine.base import engine_for
 from replayer.core.prepare import RUNS, Prepared, ReplayConfig, prepare, run_spec, span_rule
 from replayer.core.prompt.layout import PromptLayout
 from replayer.core.session import Session, load_session
+from replayer.core.what_ifs import WHAT_IFS
 
 #: a change must save at least this share of today's time to be recommended
 MIN_SAVING = 0.005
@@ -47,6 +48,20 @@ class Settings:
     @property
     def build(self) -> Build:
         return parse_build(self.config.a)
+
+    def simulated_config(self) -> ReplayConfig:
+        """The replay config that simulates these flags: ``--swa-full`` gives an SWA model a
+        full-size cache, which never needs checkpoints (a plain one)."""
+        if self.swa_full and presets.model(self.config.model).memory == "swa":
+            return dataclasses.replace(self.config, memory="plain")
+        return self.config
+
+    def slot_cells(self) -> int | None:
+        """The cells of one slot: ``-c`` split over the ``-np`` slots unless ``--kv-unified``
+        shares them; None: large enough for the prompt."""
+        if self.ctx_size is None:
+            return None
+        return self.ctx_size if self.kv_unified else self.ctx_size // max(1, self.n_parallel)
 
     def with_(self, **kw: Any) -> "Settings":
         cfg_fields = {f.name for f in dataclasses.fields(ReplayConfig)}
@@ -133,16 +148,12 @@ class ResumeEvaluator:
         return dataclasses.replace(self._prepared[key], config=dataclasses.replace(cfg, b=cfg.a))
 
     def evaluate(self, s: Settings) -> Outcome:
-        cfg = s.config
-        if s.swa_full and presets.model(cfg.model).memory == "swa":
-            cfg = dataclasses.replace(cfg, memory="plain")  # a full-size SWA cache never needs checkpoints
-        prep = self._prep(cfg)
+        prep = self._prep(s.simulated_config())
         n = prep.n_tokens
-        if s.ctx_size is not None:
-            per_slot = s.ctx_size if s.kv_unified else s.ctx_size // max(1, s.n_parallel)
-            if n >= per_slot:
-                return Outcome(float("inf"), 0, 0, f"the {n:,}-token prompt does not fit a slot's "
-                                                    f"{per_slot:,} cells (-c {s.ctx_size} / -np {s.n_parallel})")
+        per_slot = s.slot_cells()
+        if per_slot is not None and n >= per_slot:
+            return Outcome(float("inf"), 0, 0, f"the {n:,}-token prompt does not fit a slot's "
+                                                f"{per_slot:,} cells (-c {s.ctx_size} / -np {s.n_parallel})")
         spec = run_spec("A", prep.config)
         run = RunSummary.from_events("A", engine_for(spec.engine).events(spec, prep))
         return Outcome(run.prompt_ms, run.n_batches, len(run.created))
@@ -187,10 +198,10 @@ def variants(s: Settings) -> list[Variant]:
         out.append(Variant("parallel", "-np 1", {"n_parallel": 1}))
     if not s.kv_unified:
         out.append(Variant("parallel", "--kv-unified", {"kv_unified": True}))
-    out.append(Variant("client", "keep the system prompt fixed between turns", {}, side="client",
-                       modes=frozenset({"session"}), why_not="a client-side switch: priced per turn in session mode"))
-    out.append(Variant("client", "keep the reasoning of earlier turns in the prompt", {}, side="client",
-                       modes=frozenset({"session"}), why_not="a client-side switch: priced per turn in session mode"))
+    for w in WHAT_IFS:  # priced by a session evaluator, whose settings carry the switch as a field
+        if not getattr(s, w.field, False):
+            out.append(Variant("client", w.title, {w.field: True}, side="client", modes=frozenset({"session"}),
+                               tradeoff=w.tradeoff, why_not="a client-side switch: priced per turn in session mode"))
     return out
 
 
@@ -243,9 +254,8 @@ def advise(path: str | Path, settings: Settings, session: Session | None = None,
     ev = evaluator or ResumeEvaluator(path, s)
     today = ev.evaluate(settings)
     adv = Advice(settings, str(path), ev.mode, today)
-    variants_of = getattr(ev, "variants", variants)  # an evaluator may price more (session: client switches)
     priced: list[tuple[Variant, Settings, Outcome]] = []
-    for v in variants_of(settings):
+    for v in variants(settings):
         if ev.mode not in v.modes:
             adv.no_effect.append({"kind": v.kind, "title": v.title, "side": v.side, "reason": v.why_not})
             continue
@@ -255,7 +265,7 @@ def advise(path: str | Path, settings: Settings, session: Session | None = None,
     if upgrades and upgrades[0][2].prompt_ms < today.prompt_ms:
         # the knobs once more on the best newer build: a fix can make a flag matter
         v0, s0, _ = upgrades[0]
-        for v in variants_of(s0):
+        for v in variants(s0):
             if v.kind in ("upgrade", "client") or ev.mode not in v.modes:
                 continue
             new = s0.with_(**v.overrides)

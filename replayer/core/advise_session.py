@@ -21,20 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replayer.core import advise
-from replayer.core.advise import Advice, Outcome, Settings, Variant
-from replayer.core.hardware import presets
+from replayer.core.advise import Advice, Outcome, Settings
 from replayer.core.session.turns import SessionTurns
-
-#: client-side switches: the settings field, the title, the what-if flag that replays it, and
-#: what to change in the agent to get it
-CLIENT_SWITCHES = (
-    ("freeze_system", "keep the system prompt fixed between turns", "--freeze-system-prompt",
-     "client: send the same system prompt on every turn (move dates, cwd or status lines out of it, "
-     "e.g. into the latest user message)"),
-    ("keep_reasoning", "keep the reasoning of earlier turns in the prompt", "--keep-reasoning",
-     "client/template: send the history back as it was rendered, reasoning included (a template "
-     "that keeps earlier reasoning, or a client that keeps it in the messages)"),
-)
+from replayer.core.what_ifs import WHAT_IFS
 
 CACHE_RAM_NOTE = ("not modelled: the simulated slot always holds this conversation's previous prompt; "
                   "the RAM prompt cache only helps when another conversation took the slot")
@@ -42,7 +31,8 @@ CACHE_RAM_NOTE = ("not modelled: the simulated slot always holds this conversati
 
 @dataclass(frozen=True)
 class SessionSettings(Settings):
-    """``Settings`` plus the client-side switches a session replay can apply."""
+    """``Settings`` plus the client-side switches a session replay can apply (``what_ifs``:
+    advise's client rows set them)."""
 
     freeze_system: bool = False
     keep_reasoning: bool = False
@@ -80,12 +70,8 @@ class SessionEvaluator:
         from replayer.core import session_replay as sr
 
         s = session_settings(s)
-        cfg = dataclasses.replace(s.config, b=s.config.a)
-        if s.swa_full and presets.model(cfg.model).memory == "swa":
-            cfg = dataclasses.replace(cfg, memory="plain")  # a full-size SWA cache never needs checkpoints
-        n_ctx = None
-        if s.ctx_size is not None:
-            n_ctx = s.ctx_size if s.kv_unified else s.ctx_size // max(1, s.n_parallel)
+        cfg = dataclasses.replace(s.simulated_config(), b=s.config.a)
+        n_ctx = s.slot_cells()
         base = self._prep(s, cfg)
         prep = dataclasses.replace(base, config=cfg, n_ctx=n_ctx, layouts={"A": base.layouts["A"]})
         run = sr.simulated_session_run(prep, "A")
@@ -95,28 +81,18 @@ class SessionEvaluator:
                                                 f"(-c {s.ctx_size} / -np {s.n_parallel})")
         return Outcome(run.prompt_ms, run.n_batches, len(run.created))
 
-    def variants(self, s: Settings) -> list[Variant]:
-        """``advise.variants`` with the client-side switches made priceable (a settings field each)."""
-        out = [v for v in advise.variants(s) if v.side != "client"]
-        for name, title, _, change in CLIENT_SWITCHES:
-            if not getattr(s, name, False):
-                out.append(Variant("client", title, {name: True}, side="client", modes=frozenset({"session"}),
-                                   tradeoff="" if name == "freeze_system" else
-                                   "the kept reasoning is context the model reads on every later turn"))
-        return out
-
 
 def advise_session(path: str | Path, settings: Settings, turns: SessionTurns | None = None) -> Advice:
     """``advise`` over every turn of the session; client rows say what to change in the agent."""
     s = session_settings(settings)
     adv = advise.advise(path, s, evaluator=SessionEvaluator(path, turns))
-    switches = {title: (flag, change) for _, title, flag, change in CLIENT_SWITCHES}
+    by_title = {w.title: w for w in WHAT_IFS}
     for r in adv.recommendations:
-        if r["side"] == "client" and r["title"] in switches:
-            flag, change = switches[r["title"]]
-            r["command"] = change
+        if r["side"] == "client" and r["title"] in by_title:
+            w = by_title[r["title"]]
+            r["command"] = w.change
             r["flags"] = []
-            r["replayer_command"] = "replayer " + shlex.join(["replay", str(path), "--mode", "session", flag,
+            r["replayer_command"] = "replayer " + shlex.join(["replay", str(path), "--mode", "session", w.flag,
                                                               "--a", str(s.config.a), "--b", str(s.config.a),
                                                               "--model", s.config.model, "--json"])
     for n in adv.no_effect:

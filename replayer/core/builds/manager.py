@@ -24,7 +24,9 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tarfile
 import time
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from pydantic import BaseModel
 
 from replayer.core import paths
 from replayer.core.builds import index, toolchain
+from replayer.core.engine import processes
 from replayer.core.errors import BuildError, did_you_mean
 
 BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
@@ -247,9 +250,11 @@ def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
     with log.open("a") as logf:
         logf.write(f"$ {' '.join(cmd)}\n")
         logf.flush()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        # the step's whole tree (cmake → make → compilers) dies with replayer, even by SIGKILL;
+        # -P: the work folder (the step's cwd, untrusted sources) is not on the guard's import path
+        proc = processes.spawn([sys.executable, "-P", "-m", "replayer.core.engine.tree_guard", *cmd],
+                               death_signal=signal.SIGTERM, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         try:
             assert proc.stdout is not None
             frac, step = 0.0, stage

@@ -133,9 +133,8 @@ class LiveServer:
         env = dict(os.environ)
         env.pop("LLAMA_ARG_HOST", None)  # never let the environment move the bind address
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1,
-                                     start_new_session=True, env=env)
+        self.proc = processes.spawn(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1, env=env)
         processes.register(self.proc)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -30,40 +30,43 @@ from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _marks, p
 from replayer.core.session.turns import Turn
 
 
-def _extends(old: Turn, new: Turn) -> bool:
-    """``new`` is ``old`` plus messages, the first of them an assistant response."""
-    a, b = old.messages, new.messages
-    return (len(b) > len(a) and b[len(a)].get("role") == "assistant" and old.same_fields(new)
-            and b[:len(a)] == a)
-
-
-def _n_assistant(turn: Turn) -> int:
-    return sum(1 for m in turn.messages if m.get("role") == "assistant")
+def _assistants(turn: Turn, start: int = 0) -> int:
+    """The assistant messages of ``turn`` from message ``start`` on, read in place."""
+    return sum(1 for i in range(start, turn.n_messages) if turn.message(i).get("role") == "assistant")
 
 
 def keep_reasoning(lay: TurnLayouts, build: Build) -> tuple[TurnLayouts, int]:
-    """The layouts with every turn's what-if prompt, and how many turns changed."""
+    """The layouts with every turn's what-if prompt, and how many turns changed.
+
+    Linear in the session's messages: a turn that begins with the previous one (every turn of
+    an imported session, by construction) counts only its new messages, and no turn's prefix
+    is copied (``Turn.messages`` would copy it, once per turn)."""
     out = dataclasses.replace(lay, prompts=[])
     family = max((p.family for p in lay.prompts), default=0) + 1
     prev: TurnPrompt | None = None
     kept_prev = ""  # the previous turn's what-if text
     gen_prev: int | None = None  # the length of its generation prompt (None: unknown)
+    n_a_prev = 0  # its assistant messages
     changed = 0
     for p in lay.prompts:
         text = p.text
         marks = _marks(text, lay.delimiters, "assistant")
-        n_a = _n_assistant(p.turn)
+        grows = prev is not None and p.turn.starts_with(prev.turn)
+        n_a = n_a_prev + _assistants(p.turn, prev.turn.n_messages) if grows else _assistants(p.turn)
         # one marker per assistant message, and one for the generation prompt unless the
         # turn ends with an assistant message the model continues (the resume request)
         marked = len(marks) in (n_a, n_a + 1)
         kept = text
-        if marked and prev is not None and gen_prev is not None and _extends(prev.turn, p.turn):
-            kept = kept_prev[:len(kept_prev) - gen_prev] + text[marks[_n_assistant(prev.turn)]:]
+        # the turn extends the previous one: its messages plus an assistant response and more
+        if (marked and grows and gen_prev is not None and p.turn.n_messages > prev.turn.n_messages
+                and p.turn.message(prev.turn.n_messages).get("role") == "assistant"
+                and prev.turn.same_fields(p.turn)):
+            kept = kept_prev[:len(kept_prev) - gen_prev] + text[marks[n_a_prev]:]
         if kept != text:
             p, _ = prompt_of_text(family, p.turn, kept, lay.template, lay.delimiters, lay.tok_obj, build)
             family += 1
             changed += 1
         out.prompts.append(p)
-        prev, kept_prev = p, kept
+        prev, kept_prev, n_a_prev = p, kept, n_a
         gen_prev = len(text) - marks[-1] if len(marks) == n_a + 1 else None
     return out, changed

@@ -16,6 +16,8 @@ rebuilt from a session never change it. A JSONL log of request bodies
 
 from __future__ import annotations
 
+import itertools
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,21 @@ class Turn:
     @property
     def tools(self) -> list[dict[str, Any]] | None:
         return self._body.get("tools")
+
+    def message(self, i: int) -> dict[str, Any]:
+        """Message ``i`` (from 0), read in place: no copy of the prefix as ``messages`` makes."""
+        if not 0 <= i < self.n_messages:
+            raise IndexError(f"message {i} of a turn of {self.n_messages}")
+        return self._body["messages"][i]
+
+    def starts_with(self, other: "Turn") -> bool:
+        """``other``'s messages begin this turn's. Free for two turns of one conversation (they
+        share its list); other turns are compared message by message, neither list copied."""
+        n = other.n_messages
+        mine, theirs = self._body["messages"], other._body["messages"]
+        if n > self.n_messages:
+            return False
+        return mine is theirs or all(map(operator.eq, itertools.islice(mine, n), itertools.islice(theirs, n)))
 
     def same_fields(self, other: "Turn") -> bool:
         """Everything but the messages that a render depends on is the same."""

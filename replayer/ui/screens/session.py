@@ -27,6 +27,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from replayer.core import what_ifs
 from replayer.core.compare import Comparison
 from replayer.core.errors import ReplayerError
 from replayer.core.redact import redact
@@ -53,8 +54,7 @@ class SessionSpec:
     @property
     def what_if(self) -> str:
         """The setup screen's what-if choice this spec stands for."""
-        return ("freeze-system-prompt" if self.freeze_system else "keep-reasoning" if self.keep_reasoning
-                else "none")
+        return what_ifs.chosen(freeze_system=self.freeze_system, keep_reasoning=self.keep_reasoning)
 
 
 class SessionScreen(ReplayScreen):

@@ -16,6 +16,7 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Header, Input, Label, Select, Static
 
+from replayer.core import what_ifs
 from replayer.core.builds.catalog import BUILD_PRESETS, parse_build
 from replayer.core.builds import manager
 from replayer.core.errors import ReplayerError
@@ -29,9 +30,8 @@ LIVE_BACKEND = "cpu"  # what `builds install` compiles by default: the backend a
 
 MODE_OPTIONS = [("resume — one cold prefill of the whole conversation", "resume"),
                 ("session — every turn as the agent sent it", "session")]
-WHAT_IF_OPTIONS = [("none — the session as recorded", "none"),
-                   ("freeze the system prompt (--freeze-system-prompt)", "freeze-system-prompt"),
-                   ("keep earlier reasoning (--keep-reasoning, simulated)", "keep-reasoning")]
+WHAT_IF_OPTIONS = [("none — the session as recorded", what_ifs.NONE),
+                   *((w.option, w.name) for w in what_ifs.WHAT_IFS)]
 
 
 def build_options(installed: dict[int, list[str]] | None = None) -> list[tuple[str, str]]:
@@ -275,9 +275,8 @@ class SetupScreen(Screen):
     def session_screen(self, cfg: ReplayConfig) -> Screen:
         from replayer.ui.screens.session import SessionScreen, SessionSpec
 
-        what_if = val_of(self, "#what-if")
-        spec = SessionSpec(Path(self.session.path), cfg, freeze_system=what_if == "freeze-system-prompt",
-                           keep_reasoning=what_if == "keep-reasoning", session=self.session)
+        spec = SessionSpec(Path(self.session.path), cfg, session=self.session,
+                           **what_ifs.switches(val_of(self, "#what-if")))
         return SessionScreen(spec, speed=self.app.default_speed)
 
     def offer_install(self, missing: list[int], backend: str) -> None:
