@@ -146,6 +146,15 @@ class ReplayScreen(Screen):
             lay = self.prep.layouts[run]
             self.pane(run).set_layout(lay.n_tokens, [(sp.role, sp.start) for sp in lay.spans])
         self.set_interval(1 / FLUSH_HZ, self.flush)
+        self.call_after_refresh(self._second_frame)
+
+    def show_lists(self) -> None:
+        for run in ("A", "B"):
+            self.pane(run).show_lists()
+
+    def _second_frame(self) -> None:
+        """After the screen's first paint: the panes' lists, then (a frame later) the runs."""
+        self.show_lists()
         if self.autostart:
             self.start_runs()
 
