@@ -17,6 +17,7 @@ from textual.widgets import Log
 
 from replayer.ui.widgets.run_pane import FollowLog
 from replayer.ui.widgets.sparkline import bar_rows
+from replayer.ui.widgets.timeline import Timeline
 
 
 def stock_cells(data: list[float], width: int, height: int, lo: Color, hi: Color) -> list[list[tuple[str, str]]]:
@@ -94,3 +95,42 @@ async def test_follow_log_draws_the_lines_a_log_draws():
             log.write_lines(["after clear"])
         await pilot.pause()
         assert drawn(ours) == drawn(stock)
+
+
+class OneTimeline(App):
+    CSS = "Timeline { width: 40; } Timeline:focus { background: red 20%; }"
+    AUTO_FOCUS = None
+
+    def compose(self) -> ComposeResult:
+        yield Timeline()
+
+
+def timeline_cells(tl: Timeline) -> list[list[tuple[str, Style | None]]]:
+    """Cell by cell, so one segment per run and one per cell compare equal."""
+    return [[(ch, seg.style) for seg in tl.render_line(y) for ch in seg.text] for y in range(len(tl.rows()))]
+
+
+def text_cells(tl: Timeline) -> list[list[tuple[str, Style | None]]]:
+    """What the same rows draw as a Rich ``Text`` on the widget's style (the way before the strips)."""
+    base = tl.rich_style
+    return [[(ch, base + Style.parse(style) if style else base) for text, style in row for ch in text]
+            for row in tl.rows()]
+
+
+async def test_timeline_strips_follow_the_data_and_the_style():
+    app = OneTimeline()
+    async with app.run_test(size=(50, 6)) as pilot:
+        tl = app.query_one(Timeline)
+        tl.set_layout(1000, [("user", 0), ("assistant", 120), ("tool", 300), ("user", 640)])
+        await pilot.pause()
+        first = timeline_cells(tl)
+        assert first == text_cells(tl)
+        tl.add_batch(512, "n_batch")  # new data: new strips
+        tl.add_checkpoint(640)
+        tl.refresh()
+        await pilot.pause()
+        assert timeline_cells(tl) == text_cells(tl) != first
+        unfocused = timeline_cells(tl)
+        tl.focus()  # a new background, same rows: the cached strips must not keep the old one
+        await pilot.pause()
+        assert timeline_cells(tl) == text_cells(tl) != unfocused

@@ -93,8 +93,7 @@ class ReplayScreen(Screen):
         self.waiting_on: Worker | None = None  # live A, when B waits for it to end
         self.paused = False
         self.live_threads: dict[str, int] = {}
-        self.draining = False  # an instant run's events are going into the panes (``_drain``)
-        self.drain_worker: Worker | None = None
+        self.drain_worker: Worker | None = None  # while an instant run's events go into the panes
         self.drain_left = 0  # events the drain still takes
         self.after_drain = None  # the advice's start, when the drain's last slice ended the runs
         self.resumed = False
@@ -146,6 +145,15 @@ class ReplayScreen(Screen):
             lay = self.prep.layouts[run]
             self.pane(run).set_layout(lay.n_tokens, [(sp.role, sp.start) for sp in lay.spans])
         self.set_interval(1 / FLUSH_HZ, self.flush)
+        self.call_after_refresh(self._second_frame)
+
+    def show_lists(self) -> None:
+        for run in ("A", "B"):
+            self.pane(run).show_lists()
+
+    def _second_frame(self) -> None:
+        """After the screen's first paint: the panes' lists, then (a frame later) the runs."""
+        self.show_lists()
         if self.autostart:
             self.start_runs()
 
@@ -258,12 +266,16 @@ class ReplayScreen(Screen):
             self.run_live("B")  # one server at a time, as the CLI runs them
 
     # -- coalescing -----------------------------------------------------------------------
+    @property
+    def draining(self) -> bool:
+        """An instant run's events are going into the panes (``_drain``)."""
+        return self.drain_worker is not None
+
     def start_drain(self, n_events: int) -> None:
         """Drain ``n_events`` more in slices (only those: a live run's later events go to the
         20 Hz flush, so a steady stream cannot hold the repaint back)."""
         self.drain_left += n_events
         if not self.draining:
-            self.draining = True
             self.drain_worker = self.run_worker(self._drain, group="drain", exit_on_error=False)
 
     async def _drain(self) -> None:
@@ -280,7 +292,7 @@ class ReplayScreen(Screen):
                 self.after_drain = None
         finally:
             if get_current_worker() is self.drain_worker:  # not a drain that ``r`` cancelled
-                self.draining = False
+                self.drain_worker = None
                 self.drain_left = 0
 
     def flush(self, limit: int = MAX_EVENTS_PER_FLUSH, draining: bool = False) -> int:
@@ -415,7 +427,7 @@ class ReplayScreen(Screen):
         self.comparison = None
         self.workers.cancel_group(self, "advice")
         self.workers.cancel_group(self, "drain")
-        self.draining = False
+        self.drain_worker = None
         self.drain_left = 0
         self.after_drain = None
         self.restarts += 1

@@ -76,6 +76,7 @@ class SessionScreen(ReplayScreen):
         self.title = redact(Path(self.spec.path).name)
         self.show_state()
         self.set_interval(1 / 20, self.flush)
+        self.call_after_refresh(self.show_lists)  # after the first paint, as the replay screen does
         self._prepare()
 
     @property

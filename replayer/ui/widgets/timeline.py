@@ -87,6 +87,8 @@ class Timeline(Widget, can_focus=True):
         self.checkpoints: list[int] = []
         self._rows_key: tuple | None = None
         self._rows: list[list[Run]] = []
+        self._strips_key: tuple | None = None  # the rows' key the strips were made for
+        self._strips: list[Strip] = []
         self._version = 0  # bumped by every change of what is drawn
 
     def set_layout(self, n_tokens: int, spans: list[tuple[str, int]], n_past: int = 0) -> None:
@@ -197,13 +199,26 @@ class Timeline(Widget, can_focus=True):
         axis = [(left + " " * max(1, len(cells) - len(left) - len(right)) + right, "dim")]
         return [msgs.runs, batches.runs, ckpts.runs, axis]
 
-    def render_line(self, y: int) -> Strip:
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips_key = None  # the strips' base style comes from the styles (focus, theme)
+
+    def strips(self) -> list[Strip]:
+        """The rows as strips, made once per change of the rows or the styles: a frame that
+        repaints the timeline without a change (the panes resized, the verdict shown) reuses
+        them, as the sparkline does, rather than looking the widget's style up for every row."""
         rows = self.rows()
-        base = self.rich_style
-        if y >= len(rows):
-            return Strip.blank(self.size.width, base)
-        segments = [Segment(text, base + Style.parse(style) if style else base) for text, style in rows[y]]
-        return Strip(segments, sum(cell_len(text) for text, _ in rows[y]))
+        if self._strips_key != self._rows_key:
+            base = self.rich_style
+            self._strips = [Strip([Segment(text, base + Style.parse(style) if style else base)
+                                   for text, style in row], sum(cell_len(text) for text, _ in row))
+                            for row in rows]
+            self._strips_key = self._rows_key
+        return self._strips
+
+    def render_line(self, y: int) -> Strip:
+        strips = self.strips()
+        return strips[y] if y < len(strips) else Strip.blank(self.size.width, self.rich_style)
 
     def render(self) -> Text:
         """The rows as one ``Text`` (what the tests and a plain-text export read)."""
