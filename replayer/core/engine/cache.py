@@ -66,7 +66,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
     for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
         yield TurnStarted(run, p.index, p.n_tokens, p.turn.n_messages, common, t)
         if sched is None:
-            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=_context_full(p, n_ctx))
+            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=context_full(p, n_ctx))
             continue
         turn_ms = yield from prefill_events(spec, sched, cost, t)
         n_batches += len(sched.batches)
@@ -74,7 +74,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
         processed += p.n_tokens - sched.n_past
         t += turn_ms
         yield TurnFinished(run, p.index, p.n_tokens, sched.n_past, p.n_tokens - sched.n_past, turn_ms, full, t)
-    yield _run_finished(run, prompts, processed, t, n_batches, n_ckpt)
+    yield run_finished(run, prompts[-1].n_tokens if prompts else 0, processed, t, n_batches, n_ckpt)
 
 
 def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
@@ -100,7 +100,7 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
             rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=held.alive[:])
             add_turn(rec)
             if sched is None:
-                rec.error = _context_full(p, n_ctx)
+                rec.error = context_full(p, n_ctx)
                 continue
             ck: list[Any] = []
             turn_ms = prefill_into(spec, sched, cost, t, rec.batches, ck, ck, progress=False)
@@ -115,7 +115,7 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
     finally:
         if paused:
             gc.enable()
-    out.apply(_run_finished(run, prompts, processed, t, len(batches), n_ckpt))
+    out.apply(run_finished(run, prompts[-1].n_tokens if prompts else 0, processed, t, len(batches), n_ckpt))
     return out
 
 
@@ -127,7 +127,7 @@ def _slot_turns(spec: RunSpec, prompts: list[TurnPrompt], n_ctx: int | None
     slot = Slot(spec.build, spec.knobs)
     prev: TurnPrompt | None = None
     for p in prompts:
-        common = shared_prefix(prev, p).n_tokens if prev is not None else 0
+        common = shared_prefix(prev, p)[0] if prev is not None else 0  # Shared.n_tokens, by index
         if n_ctx is not None and p.n_tokens >= n_ctx:
             yield p, common, None, False  # the server refuses the request before touching the slot
             continue
@@ -137,7 +137,8 @@ def _slot_turns(spec: RunSpec, prompts: list[TurnPrompt], n_ctx: int | None
         prev = p
 
 
-def _context_full(p: TurnPrompt, n_ctx: int | None) -> str:
+def context_full(p: TurnPrompt, n_ctx: int | None) -> str:
+    """The error of a turn the server refuses before touching the slot (either engine)."""
     return f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}"
 
 
@@ -148,10 +149,11 @@ def _run_started(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel) -> e
                          settings=dict(spec.settings, cost_model=cost.name, mode="session", turns=len(prompts)))
 
 
-def _run_finished(run: str, prompts: list[TurnPrompt], processed: int, t: float, n_batches: int,
-                  n_ckpt: int) -> ev.RunFinished:
-    return ev.RunFinished(run=run, n_tokens=prompts[-1].n_tokens if prompts else 0, n_processed=processed,
-                          prompt_ms=t, tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,
+def run_finished(run: str, n_tokens: int, processed: int, t: float, n_batches: int, n_ckpt: int) -> ev.RunFinished:
+    """A session run's totals (either engine): ``n_tokens`` of its last prompt sent, the tokens
+    processed and the prefill time over all turns."""
+    return ev.RunFinished(run=run, n_tokens=n_tokens, n_processed=processed, prompt_ms=t,
+                          tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,
                           n_batches=n_batches, n_checkpoints=n_ckpt, t_ms=t)
 
 

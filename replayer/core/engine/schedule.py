@@ -163,6 +163,7 @@ class Slot:
         self._when_full = build.generation.evict_only_when_full
         self._supersede = build.generation.supersede
         self._n_max = k.n_ctx_checkpoints
+        self._near_d = (min(k.n_batch_eff, 4 + k.n_ubatch_eff), min(k.n_batch_eff, 4))  # _near_end's distances
 
     # -- memory model -----------------------------------------------------------------
     def _pos_min(self, n_cached: int) -> int:
@@ -287,7 +288,7 @@ class Slot:
         n_u = len(U)
         last_user = U[-1] if U else -1
         nbu = spans.n_before_user if spans.n_before_user is not None else last_user
-        near1, near2 = _near_end(N, nb, nub)
+        near1, near2 = N - self._near_d[0], N - self._near_d[1]  # _near_end
         near_lo = min(near1, near2) if ck_on else N + 1
         rule = self._user_breaks
         g0 = self._g0

@@ -89,7 +89,6 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
         ckpt_ms = cost.checkpoint_ms(size_mib)
         counts = sched.created_counts
     next_ck = created[0][0] if n_created else -1
-    n_ubatch = spec.knobs.n_ubatch_eff
     ubatch_ms = cost.ubatch_ms
     for i, (start, n, n_ub, reason) in enumerate(sched.batches):
         t_start = t
@@ -104,7 +103,8 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
             add_ck(ev.CheckpointCreated(run, ck[0], ck[1], ck[2], size_mib, counts[ci], n_max, t0 + t))
             ci += 1
             next_ck = created[ci][0] if ci < n_created else -1
-        t += ubatch_ms(n, start) if n <= n_ubatch else batch_ms(cost, start, n, n_ubatch)  # = batch_ms
+        # = batch_ms; one ubatch (n_ub = ⌈n / n_ubatch⌉ = 1) is the common case: priced directly
+        t += ubatch_ms(n, start) if n_ub == 1 else batch_ms(cost, start, n, spec.knobs.n_ubatch_eff)
         add_batch(BatchDone(run, i, start, n, n_ub, reason, t0 + t_start, t0 + t))
         if progress:
             add_batch(Progress(run, start + n, N, t0 + t))
