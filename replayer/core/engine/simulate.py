@@ -77,8 +77,8 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
     # (the schedule's tuples by index: Erasure = (checkpoint, reason, batch index), Checkpoint =
     # (n_tokens, pos_min, pos_max, task); a namedtuple's field by name is a descriptor call)
     while ei < n_erased and s_erased[ei][2] < 0:
-        c, reason, _ = s_erased[ei]
-        add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], reason, t0 + t))
+        c, e_reason, _ = s_erased[ei]
+        add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], e_reason, t0 + t))
         ei += 1
     if sched.restored is not None:
         c = sched.restored
@@ -94,10 +94,10 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
         t_start = t
         if i == next_ck:
             while ei < n_erased and s_erased[ei][2] <= i:
-                c, reason, e_batch = s_erased[ei]
+                c, e_reason, e_batch = s_erased[ei]
                 ei += 1
                 if e_batch == i:
-                    add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], reason, t0 + t))
+                    add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], e_reason, t0 + t))
             ck = created[ci][1]
             t += ckpt_ms
             add_ck(ev.CheckpointCreated(run, ck[0], ck[1], ck[2], size_mib, counts[ci], n_max, t0 + t))
