@@ -146,7 +146,6 @@ class Slot:
         self.checkpoints: list[Checkpoint] = []
         self.task = -1
         # what every request reads, derived once: a session asks a slot a thousand times
-        self._gen = build.generation
         self._step = k.min_step(build)
         self._ckpt_enabled = k.checkpoints_enabled
         self._n_batch = k.n_batch_eff
@@ -180,7 +179,7 @@ class Slot:
     # -- checkpoint list (§6) ---------------------------------------------------------
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
         # Checkpoint fields by index (n_tokens 0, task 3) here and in the fill loop: a
-        # namedtuple's field by name is a descriptor call, the slot's hottest cost
+        # namedtuple's field by name is a descriptor call on every read
         n_max = self._n_max
         old = self.checkpoints
         task = ckpt[3]
