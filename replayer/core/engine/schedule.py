@@ -276,44 +276,43 @@ class Slot:
         quadratic); should the slot keep fewer tokens than that (a checkpoint restore, a full
         re-processing), the prefill runs on ``full()``, the prompt with all its starts.
         """
-        N, nb, nub, ck_on = spans.n_tokens, self._n_batch, self._n_ubatch, self._ckpt_enabled
         self.task += 1
-        task = self.task
         erased: list[Erasure] = []
-        n_past, restored = self._start_task(N, common_prefix or 0, erased)
+        n_past, restored = self._start_task(spans.n_tokens, common_prefix or 0, erased)
         if n_past < reach_from and full is not None:
             spans = full()
+        batches, created, counts = self._fill(spans, n_past, erased)
+        self.cached = spans.n_tokens
+        return Schedule(spans.n_tokens, n_past, batches, created, erased, restored, list(self.checkpoints), counts)
+
+    def _fill(self, spans: PromptSpans, n_past: int, erased: list[Erasure]
+              ) -> tuple[list[Batch], list[tuple[int, Checkpoint]], list[int]]:
+        """The batches from ``n_past`` on, with the checkpoints made before them.
+
+        The server appends tokens one by one; this loop jumps to the first position any rule
+        can fire at (equivalent, O(#breaks)), with the user-start, near-end and reason rules
+        written out in place: a session runs it for every turn of both builds, where a method
+        call per rule and batch was most of the slot's time.
+        """
+        N, nb, nub, ck_on = spans.n_tokens, self._n_batch, self._n_ubatch, self._ckpt_enabled
         U = spans.user_starts
         n_u = len(U)
         last_user = U[-1] if U else -1
         nbu = spans.n_before_user if spans.n_before_user is not None else last_user
         near1, near2 = N - self._near_d[0], N - self._near_d[1]  # _near_end
         near_lo = min(near1, near2) if ck_on else N + 1
-        rule = self._user_breaks
-        g0 = self._g0
-        every_user = rule == "every_user"
-        where_due = ck_on and rule != "before_last_user" and not every_user
-        step, spacing = self._step, self._spacing
-        mem, size_swa = self._memory, self._size_swa
+        g0, every_user, step = self._g0, self._user_breaks == "every_user", self._step
+        where_due = ck_on and not g0 and not every_user
         batches: list[Batch] = []
-        add_batch, new_tuple = batches.append, _new_tuple
         created: list[tuple[int, Checkpoint]] = []
         counts: list[int] = []
-        # The server appends tokens one by one; this loop jumps to the first position any rule
-        # can fire at (equivalent, O(#breaks)), with the rules of §5 written out in place: a
-        # session runs it for every turn of both builds, where a method call per rule and
-        # batch was most of the slot's time.
+        add_batch, new_tuple = batches.append, _new_tuple
         start = n_past
-        start_is_user = False
-        if start < N and n_u:
-            i = bisect_left(U, start)
-            start_is_user = i < n_u and U[i] == start
+        i = bisect_left(U, start)
+        start_is_user = i < n_u and U[i] == start
         while start < N:
-            limit = start + nb
-            if limit > N:
-                limit = N
-            # the user-start rule (§5.1): where a batch that could reach ``limit`` ends
-            end = limit
+            limit = start + nb if start + nb < N else N
+            end = limit  # the user-start rule (§5.1): where a batch that could reach ``limit`` ends
             if g0:
                 if 0 < nbu and start < nbu <= limit:
                     end = nbu
@@ -323,69 +322,55 @@ class Slot:
                     if i < n_u and U[i] < limit:
                         end = U[i]
                 elif where_due:
-                    cks = self.checkpoints
-                    last_ck = cks[-1][0] if cks else None
-                    while i < n_u:
-                        p = U[i]
-                        if p > limit:
-                            break
-                        if p == last_user or last_ck is None or p > last_ck + step:
-                            end = p
+                    last_ck = self.checkpoints[-1][0] if self.checkpoints else None
+                    while i < n_u and U[i] <= limit:
+                        if U[i] == last_user or last_ck is None or U[i] > last_ck + step:
+                            end = U[i]
                             break
                         i += 1
             if end >= near_lo:  # the near-end rule of a checkpointing model
-                if start < near1 <= end:
-                    end = near1
-                elif start < near2 <= end:
-                    end = near2
+                end = near1 if start < near1 <= end else near2 if start < near2 <= end else end
             n_cur = end - start
-            # the batch's reason (``ReasonRule``, the order of its tests)
-            if end >= N:
+            if end >= N:  # the batch's reason (``ReasonRule``, the order of its tests)
                 reason, end_is_user = "prompt_end", False
             else:
                 j = bisect_left(U, end)
                 end_is_user = j < n_u and U[j] == end
-                if n_cur >= nb:
-                    reason = "n_batch"
-                elif end_is_user:
-                    reason = "user_start"
-                elif ck_on and (end == near1 or end == near2):
-                    reason = "checkpoint_offset"
-                else:
-                    reason = "other"
+                reason = ("n_batch" if n_cur >= nb else "user_start" if end_is_user
+                          else "checkpoint_offset" if ck_on and (end == near1 or end == near2) else "other")
             add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason)))
-            # the checkpoint decision (§5.3), taken before the batch is decoded; at start 0
-            # nothing is decoded yet, the memory is empty
-            if ck_on and start > 0:
-                near_prompt_end = N < end + nub
-                due = True
-                if end != N:
-                    if g0:
-                        if nbu <= 0 and not near_prompt_end:
-                            due = False
-                    elif not start_is_user and not near_prompt_end:
-                        due = False
-                if due and g0 and nbu > 0 and not (start == nbu or (start > nbu and near_prompt_end)):
-                    due = False
-                if due and self.checkpoints:
-                    spaced = start > self.checkpoints[-1][0] + step
-                    if spacing == "min_step":
-                        due = spaced
-                    elif spacing == "min_step_or_last_user":
-                        due = spaced or start == last_user
-                    else:
-                        due = spaced or start == last_user or near_prompt_end
-                if due:
-                    pos_min = 0 if mem != "recurrent" and mem != "swa" else (
-                        start - 1 if mem == "recurrent" else max(0, start - size_swa))
-                    ck = new_tuple(Checkpoint, (start, pos_min, start - 1, task))
-                    self._create(ck, len(batches) - 1, erased)
-                    created.append((len(batches) - 1, ck))
-                    counts.append(len(self.checkpoints))
+            # at start 0 nothing is decoded yet, the memory is empty: no checkpoint
+            if ck_on and start > 0 and self._checkpoint_due(start, end, start_is_user, N, nbu, last_user):
+                ck = new_tuple(Checkpoint, (start, self._pos_min(start), start - 1, self.task))
+                self._create(ck, len(batches) - 1, erased)
+                created.append((len(batches) - 1, ck))
+                counts.append(len(self.checkpoints))
             start, start_is_user = end, end_is_user
+        return batches, created, counts
 
-        self.cached = N
-        return Schedule(N, n_past, batches, created, erased, restored, list(self.checkpoints), counts)
+    def _checkpoint_due(self, start: int, end: int, start_is_user: bool, n_tokens: int, nbu: int,
+                        last_user: int) -> bool:
+        """The checkpoint decision (§5.3), taken before the batch ``[start, end)`` is decoded
+        (``nbu``: G0's tokens before the last user message)."""
+        near_prompt_end = n_tokens < end + self._n_ubatch
+        g0 = self._g0
+        if end != n_tokens:
+            if g0:
+                if nbu <= 0 and not near_prompt_end:
+                    return False
+            elif not start_is_user and not near_prompt_end:
+                return False
+        if g0 and nbu > 0 and not (start == nbu or (start > nbu and near_prompt_end)):
+            return False
+        if not self.checkpoints:
+            return True
+        spaced = start > self.checkpoints[-1][0] + self._step
+        rule = self._spacing
+        if rule == "min_step":
+            return spaced
+        if rule == "min_step_or_last_user":
+            return spaced or start == last_user
+        return spaced or start == last_user or near_prompt_end
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,
