@@ -13,10 +13,10 @@ from replayer.core import session_replay as sr
 from replayer.core.builds.catalog import parse_build
 from replayer.core.engine.cache import simulate_session, simulate_session_records, turn_records
 from replayer.core.engine.misses import explain
-from replayer.core.engine.schedule import Knobs
+from replayer.core.engine.schedule import Knobs, Slot
 from replayer.core.engine.simulate import RunSpec
 from replayer.core.prompt import templates
-from replayer.core.prompt.turn_layouts import turn_layouts
+from replayer.core.prompt.turn_layouts import shared_prefix, turn_layouts
 from replayer.core.replay import ReplayConfig
 from replayer.core.session.turns import load_turns, turns_of_bodies
 
@@ -98,3 +98,31 @@ def test_the_session_api_and_the_cli_read_the_records(tmp_path):
     prep = sr.prepare_session(log, cfg)
     for run in ("A", "B"):
         same(sr.simulated_session_run(prep, run), sr.session_run(prep, run, list(sr.simulated_session_events(prep, run))))
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("case", ["real", "restore"])
+def test_records_carry_each_turns_schedule_unchanged(case, build):
+    """Each turn's batches (with their reasons), checkpoints created and erased and reuse in the
+    records are what a slot given every turn's whole prompt schedules — every user start, not
+    only those the session passes as the turn's reach — field for field and in order."""
+    turns = (load_turns(SAMPLES / REAL[0]).turns if case == "real"
+             else edited_tool_result_turns(_turns(8)[0]))
+    b = parse_build(build)
+    lay = turn_layouts(turns, template=templates.bundled("chatml"), build=b)
+    spec = RunSpec("A", b, Knobs(memory="recurrent"))
+    direct = simulate_session_records(spec, lay.prompts, ReplayConfig().cost())
+    slot, prev = Slot(b, spec.knobs), None
+    erased = 0
+    for p, rec in zip(lay.prompts, direct.turns, strict=True):
+        sched = slot.run(p.spans, shared_prefix(prev, p).n_tokens if prev is not None else 0)
+        assert [(x.start, x.n_tokens, x.n_ubatches, x.reason) for x in rec.batches] == [
+            (x.start, x.n_tokens, x.n_ubatches, x.reason) for x in sched.batches], f"turn {p.index}"
+        assert [(c.n_tokens, c.pos_min, c.pos_max) for c in rec.created] == [
+            (c.n_tokens, c.pos_min, c.pos_max) for _, c in sched.created]
+        assert [(e.n_tokens, e.reason) for e in rec.erased] == [(e.checkpoint.n_tokens, e.reason) for e in sched.erased]
+        assert rec.cache_n == sched.n_past
+        erased += len(sched.erased)
+        prev = p
+    if case == "real":  # (the short restore case stays under the list's limit on 9859)
+        assert erased > 0  # the walk that interleaves erasures with batches ran

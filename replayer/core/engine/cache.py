@@ -16,13 +16,14 @@ a stream shows (tests/test_session_records.py holds the two equal).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from replayer.core.compare import RunSummary
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, Slot
-from replayer.core.engine.simulate import RunSpec, prefill_into
+from replayer.core.engine.simulate import RunSpec, prefill_events, prefill_into
 from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
 
@@ -65,17 +66,15 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
     for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
         yield TurnStarted(run, p.index, p.n_tokens, p.turn.n_messages, common, t)
         if sched is None:
-            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=_context_full(p, n_ctx))
+            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=context_full(p, n_ctx))
             continue
-        out: list[Any] = []
-        turn_ms = prefill_into(spec, sched, cost, t, out, out, out, progress=True)
-        yield from out
+        turn_ms = yield from prefill_events(spec, sched, cost, t)
         n_batches += len(sched.batches)
         n_ckpt += len(sched.created)
         processed += p.n_tokens - sched.n_past
         t += turn_ms
         yield TurnFinished(run, p.index, p.n_tokens, sched.n_past, p.n_tokens - sched.n_past, turn_ms, full, t)
-    yield _run_finished(run, prompts, processed, t, n_batches, n_ckpt)
+    yield run_finished(run, prompts[-1].n_tokens if prompts else 0, processed, t, n_batches, n_ckpt)
 
 
 def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
@@ -90,22 +89,33 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
     held = _Held()
     t = 0.0
     n_ckpt = processed = 0
-    for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
-        rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=list(held.alive))
-        out.turns.append(rec)
-        if sched is None:
-            rec.error = _context_full(p, n_ctx)
-            continue
-        ck: list[Any] = []
-        turn_ms = prefill_into(spec, sched, cost, t, rec.batches, ck, ck, progress=False)
-        out.batches += rec.batches
-        held.read(ck, rec, out)
-        n_ckpt += len(sched.created)
-        processed += p.n_tokens - sched.n_past
-        t += turn_ms
-        rec.cache_n, rec.prompt_n, rec.prompt_ms, rec.full_reprocess = (
-            sched.n_past, p.n_tokens - sched.n_past, turn_ms, full)
-    out.apply(_run_finished(run, prompts, processed, t, len(out.batches), n_ckpt))
+    add_turn, batches = out.turns.append, out.batches
+    # The loop allocates ~25 objects a turn and frees none of them: every 700 the collector
+    # would walk the young ones, and every tenth pass the records kept so far (~10 % of the
+    # replay). None of them is in a cycle, so the collector rests until the records are built.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
+            rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=held.alive[:])
+            add_turn(rec)
+            if sched is None:
+                rec.error = context_full(p, n_ctx)
+                continue
+            ck: list[Any] = []
+            turn_ms = prefill_into(spec, sched, cost, t, rec.batches, ck, ck, progress=False)
+            batches += rec.batches
+            if ck:
+                held.read(ck, rec, out)
+                n_ckpt += len(sched.created)
+            n_past = sched.n_past
+            processed += p.n_tokens - n_past
+            t += turn_ms
+            rec.cache_n, rec.prompt_n, rec.prompt_ms, rec.full_reprocess = n_past, p.n_tokens - n_past, turn_ms, full
+    finally:
+        if paused:
+            gc.enable()
+    out.apply(run_finished(run, prompts[-1].n_tokens if prompts else 0, processed, t, len(batches), n_ckpt))
     return out
 
 
@@ -117,7 +127,7 @@ def _slot_turns(spec: RunSpec, prompts: list[TurnPrompt], n_ctx: int | None
     slot = Slot(spec.build, spec.knobs)
     prev: TurnPrompt | None = None
     for p in prompts:
-        common = shared_prefix(prev, p).n_tokens if prev is not None else 0
+        common = shared_prefix(prev, p)[0] if prev is not None else 0  # Shared.n_tokens, by index
         if n_ctx is not None and p.n_tokens >= n_ctx:
             yield p, common, None, False  # the server refuses the request before touching the slot
             continue
@@ -127,7 +137,8 @@ def _slot_turns(spec: RunSpec, prompts: list[TurnPrompt], n_ctx: int | None
         prev = p
 
 
-def _context_full(p: TurnPrompt, n_ctx: int | None) -> str:
+def context_full(p: TurnPrompt, n_ctx: int | None) -> str:
+    """The error of a turn the server refuses before touching the slot (either engine)."""
     return f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}"
 
 
@@ -138,10 +149,11 @@ def _run_started(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel) -> e
                          settings=dict(spec.settings, cost_model=cost.name, mode="session", turns=len(prompts)))
 
 
-def _run_finished(run: str, prompts: list[TurnPrompt], processed: int, t: float, n_batches: int,
-                  n_ckpt: int) -> ev.RunFinished:
-    return ev.RunFinished(run=run, n_tokens=prompts[-1].n_tokens if prompts else 0, n_processed=processed,
-                          prompt_ms=t, tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,
+def run_finished(run: str, n_tokens: int, processed: int, t: float, n_batches: int, n_ckpt: int) -> ev.RunFinished:
+    """A session run's totals (either engine): ``n_tokens`` of its last prompt sent, the tokens
+    processed and the prefill time over all turns."""
+    return ev.RunFinished(run=run, n_tokens=n_tokens, n_processed=processed, prompt_ms=t,
+                          tokens_per_s=processed / (t / 1000.0) if t > 0 else 0.0,
                           n_batches=n_batches, n_checkpoints=n_ckpt, t_ms=t)
 
 
@@ -151,19 +163,14 @@ def _run(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Schedule:
     A turn's prefill covers ``[n_past, n)``; user starts below ``n_past`` take no part in
     it, but passing a thousand of them each turn makes a session quadratic. So the turn
     runs with the starts from ``reusable − 1`` on (the last user start is always kept);
-    should the slot roll back further (a checkpoint restore or a full re-processing), the
-    slot is put back and the turn runs again with every start.
+    should the slot roll back further (a checkpoint restore or a full re-processing), it
+    takes every start (``Slot.run``'s ``full``).
     """
     lo = max(0, reusable - 1)
     reach = p.spans_from(lo)
     if reach is None:
         return slot.run(p.spans, common)
-    state = (slot.cached, list(slot.checkpoints), slot.task)
-    sched = slot.run(reach, common)
-    if sched.n_past >= lo:
-        return sched
-    slot.cached, slot.checkpoints, slot.task = state[0], state[1], state[2]
-    return slot.run(p.spans, common)
+    return slot.run(reach, common, reach_from=lo, full=lambda: p.spans)
 
 
 # -- reading a session run back ----------------------------------------------------------

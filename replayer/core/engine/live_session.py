@@ -24,7 +24,7 @@ import httpx
 
 from replayer.core.builds.catalog import parse_build
 from replayer.core.engine import events as ev
-from replayer.core.engine.cache import TurnFinished, TurnStarted
+from replayer.core.engine.cache import TurnFinished, TurnStarted, context_full, run_finished
 from replayer.core.engine.live import LiveOptions, LiveResult, LiveServer, _server_memory, _stream
 from replayer.core.runspec import DEFAULT_SESSION_CTX, DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Clock, Guard
@@ -97,16 +97,14 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iter
             common = shared_prefix(prev, p).n_tokens if prev is not None else 0
             yield TurnStarted(run, turn.index, p.n_tokens, turn.n_messages, common, totals.t)
             if p.n_tokens >= n_ctx:
-                yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t,
-                                   error=f"context full: {p.n_tokens} tokens ≥ n_ctx {n_ctx}")
+                yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t, error=context_full(p, n_ctx))
                 continue
             yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals)
             prev = p
         if not server.alive():
             raise RunError(f"llama-server died during the session: {server.last_error()}")
-        yield ev.RunFinished(run=run, n_tokens=prev.n_tokens if prev else 0, n_processed=totals.processed,
-                             prompt_ms=totals.t, tokens_per_s=totals.processed / (totals.t / 1000.0) if totals.t > 0
-                             else 0.0, n_batches=totals.n_batches, n_checkpoints=totals.n_ckpt, t_ms=totals.t)
+        yield run_finished(run, prev.n_tokens if prev else 0, totals.processed, totals.t, totals.n_batches,
+                           totals.n_ckpt)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError
@@ -54,9 +54,9 @@ class Erasure(NamedTuple):
     batch_index: int  # erased while deciding this batch; -1 = at task start
 
 
-@dataclass
+@dataclass(slots=True)
 class Schedule:
-    """One request's prefill: what the server did, in order."""
+    """One request's prefill: what the server did, in order (slotted: a session makes one per turn and build)."""
 
     n_tokens: int
     n_past: int
@@ -114,12 +114,11 @@ class ReasonRule:
 
     __slots__ = ("n_tokens", "n_batch", "user_set", "near")
 
-    def __init__(self, n_tokens: int, user_starts, knobs: Knobs, checkpoints_enabled: bool | None = None) -> None:
-        enabled = knobs.checkpoints_enabled if checkpoints_enabled is None else checkpoints_enabled
+    def __init__(self, n_tokens: int, user_starts, knobs: Knobs) -> None:
         self.n_tokens = n_tokens
         self.n_batch = knobs.n_batch_eff
         self.user_set = frozenset(user_starts)
-        self.near = near_end_points(n_tokens, knobs) if enabled else ()
+        self.near = near_end_points(n_tokens, knobs) if knobs.checkpoints_enabled else ()
 
     def __call__(self, start: int, end: int) -> str:
         if end >= self.n_tokens:
@@ -147,7 +146,6 @@ class Slot:
         self.checkpoints: list[Checkpoint] = []
         self.task = -1
         # what every request reads, derived once: a session asks a slot a thousand times
-        self._gen = build.generation
         self._step = k.min_step(build)
         self._ckpt_enabled = k.checkpoints_enabled
         self._n_batch = k.n_batch_eff
@@ -160,6 +158,11 @@ class Slot:
         self._user_breaks = build.generation.user_breaks
         self._g0 = self._user_breaks == "before_last_user"
         self._spacing = build.generation.spacing
+        self._too_close = build.generation.evict_too_close
+        self._when_full = build.generation.evict_only_when_full
+        self._supersede = build.generation.supersede
+        self._n_max = k.n_ctx_checkpoints
+        self._near_d = (min(k.n_batch_eff, 4 + k.n_ubatch_eff), min(k.n_batch_eff, 4))  # _near_end's distances
 
     # -- memory model -----------------------------------------------------------------
     def _pos_min(self, n_cached: int) -> int:
@@ -175,11 +178,12 @@ class Slot:
 
     # -- checkpoint list (§6) ---------------------------------------------------------
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
-        gen = self._gen
-        n_max = self.knobs.n_ctx_checkpoints
+        # Checkpoint fields by index (n_tokens 0, task 3) here and in the fill loop: a
+        # namedtuple's field by name is a descriptor call on every read
+        n_max = self._n_max
         old = self.checkpoints
-        task = ckpt.task
-        if gen.evict_too_close:
+        task = ckpt[3]
+        if self._too_close:
             # One walk, oldest first: an older task's checkpoint within min-step of the last
             # one kept is erased (with evict_only_when_full, only while the list would be full).
             # A session runs it thousands of times on a list it walked before, so it resumes:
@@ -191,33 +195,33 @@ class Slot:
             # stops early (evict_only_when_full) proves nothing clean: no memo for it.
             n = len(old)
             begin = 0
-            when_full = gen.evict_only_when_full
+            when_full = self._when_full
             if self._walked is old and not when_full:
                 w = self._walked_task
                 begin = n
                 if w != task:
-                    while begin > 0 and old[begin - 1].task == w:
+                    while begin > 0 and old[begin - 1][3] == w:
                         begin -= 1
             if begin < n:
                 step = self._step
                 kept = old[:begin]
-                last = old[begin - 1].n_tokens if begin else -1
+                last = old[begin - 1][0] if begin else -1
                 for i in range(begin, n):
                     if when_full and n - i + len(kept) + 1 < n_max:
                         kept += old[i:]
                         break
                     entry = old[i]
-                    if entry.task != task and last >= 0 and entry.n_tokens <= last + step:
+                    if entry[3] != task and last >= 0 and entry[0] <= last + step:
                         erased.append(_new_tuple(Erasure, (entry, "too_close", batch_index)))
                         continue
                     kept.append(entry)
-                    last = entry.n_tokens
+                    last = entry[0]
                 self.checkpoints = kept
             self._walked, self._walked_task = self.checkpoints, task
         while len(self.checkpoints) >= n_max:
             erased.append(_new_tuple(Erasure, (self.checkpoints.pop(0), "old", batch_index)))
-        if gen.supersede:
-            for entry in [c for c in self.checkpoints if c.n_tokens == ckpt.n_tokens]:
+        if self._supersede:
+            for entry in [c for c in self.checkpoints if c[0] == ckpt[0]]:
                 self.checkpoints.remove(entry)
                 erased.append(Erasure(entry, "superseded", batch_index))
                 self._walked = None
@@ -233,8 +237,8 @@ class Slot:
             thold = max(0, pos_next - self._swa - (0 if n_past < n_tokens else 1))
             if self._pos_min(self.cached) >= thold:
                 found = None
-                for c in reversed(self.checkpoints):
-                    if c.pos_max <= pos_next and (c.pos_min < thold or c.pos_min == 0):
+                for c in reversed(self.checkpoints):  # (n_tokens, pos_min, pos_max, task)
+                    if c[2] <= pos_next and (c[1] < thold or c[1] == 0):
                         found = c
                         break
                 if found is not None:
@@ -244,14 +248,17 @@ class Slot:
                 else:
                     n_past = 0
                     pos_next = 0
-            for c in [c for c in self.checkpoints if c.pos_max > pos_next]:
-                self.checkpoints.remove(c)
-                erased.append(Erasure(c, "invalidated", -1))
-                self._walked = None
+            # every checkpoint sits below the end of the slot's last prompt (made inside it, or
+            # kept at or below where it resumed): resuming at that end, none is invalid
+            if pos_next < self.cached:
+                for c in [c for c in self.checkpoints if c[2] > pos_next]:
+                    self.checkpoints.remove(c)
+                    erased.append(Erasure(c, "invalidated", -1))
+                    self._walked = None
         elif n_past == 0:
             # cache_prompt false or nothing shared: everything re-processed, and every
             # checkpoint that holds any position is invalid
-            for c in [c for c in self.checkpoints if c.pos_max > 0]:
+            for c in [c for c in self.checkpoints if c[2] > 0]:
                 self.checkpoints.remove(c)
                 erased.append(Erasure(c, "invalidated", -1))
                 self._walked = None
@@ -260,103 +267,110 @@ class Slot:
         return n_past, restored
 
     # -- the fill loop (§5) -------------------------------------------------------------
-    def _user_break(self, r: "_RunState", start: int, limit: int) -> int:
-        """Where the user-start rule ends a batch that could reach ``limit`` (``limit``: no break)."""
-        rule = self._user_breaks
-        if rule == "before_last_user":
-            nbu = r.n_before_user
-            return nbu if nbu > 0 and start < nbu <= limit else limit
-        U, n_u = r.starts, r.n_u
-        i = bisect_left(U, start + 1)
-        if rule == "every_user":
-            return U[i] if i < n_u and U[i] < limit else limit
-        if self._ckpt_enabled:  # where_checkpoint_due
-            last_ck = self.checkpoints[-1].n_tokens if self.checkpoints else None
-            step = self._step
-            while i < n_u and U[i] <= limit:
-                p = U[i]
-                if p == r.last_user or last_ck is None or p > last_ck + step:
-                    return min(limit, p)
-                i += 1
-        return limit
+    def run(self, spans: PromptSpans, common_prefix: int | None = None, *, reach_from: int = 0,
+            full: Callable[[], PromptSpans] | None = None) -> Schedule:
+        """Schedule one request. ``common_prefix``: tokens shared with the slot's cache.
 
-    def _checkpoint_due(self, r: "_RunState", start: int, end: int) -> bool:
-        """The checkpoint decision (§5.3), taken before the batch ``[start, end)`` is decoded."""
-        if not self._ckpt_enabled or start <= 0:  # start 0: nothing decoded yet, the memory is empty
-            return False
-        near_prompt_end = r.n_tokens < end + self._n_ubatch
-        g0 = self._g0
-        if end != r.n_tokens:
-            if g0:
-                if r.n_before_user <= 0 and not near_prompt_end:
-                    return False
-            elif start not in r.user_set and not near_prompt_end:
-                return False
-        if g0 and r.n_before_user > 0 and not (
-                start == r.n_before_user or (start > r.n_before_user and near_prompt_end)):
-            return False
-        if not self.checkpoints:
-            return True
-        spaced = start > self.checkpoints[-1].n_tokens + self._step
-        rule = self._spacing
-        if rule == "min_step":
-            return spaced
-        if rule == "min_step_or_last_user":
-            return spaced or start == r.last_user
-        return spaced or start == r.last_user or near_prompt_end
-
-    def run(self, spans: PromptSpans, common_prefix: int | None = None) -> Schedule:
-        """Schedule one request. ``common_prefix``: tokens shared with the slot's cache."""
-        N, nb, nub, ckpt_enabled = spans.n_tokens, self._n_batch, self._n_ubatch, self._ckpt_enabled
-        near1, near2 = _near_end(N, nb, nub)
-        near_lo = min(near1, near2)
-        r = reason_of = _RunState(spans, nb, (near1, near2) if ckpt_enabled else ())
-
+        ``spans`` may leave out the user starts below ``reach_from`` (a session turn passes only
+        those its prefill can reach: a thousand turns each passing a thousand starts would be
+        quadratic); should the slot keep fewer tokens than that (a checkpoint restore, a full
+        re-processing), the prefill runs on ``full()``, the prompt with all its starts.
+        """
         self.task += 1
         erased: list[Erasure] = []
-        n_past, restored = self._start_task(N, common_prefix or 0, erased)
+        n_past, restored = self._start_task(spans.n_tokens, common_prefix or 0, erased)
+        if n_past < reach_from and full is not None:
+            spans = full()
+        batches, created, counts = self._fill(spans, n_past, erased)
+        self.cached = spans.n_tokens
+        return Schedule(spans.n_tokens, n_past, batches, created, erased, restored, list(self.checkpoints), counts)
+
+    def _fill(self, spans: PromptSpans, n_past: int, erased: list[Erasure]
+              ) -> tuple[list[Batch], list[tuple[int, Checkpoint]], list[int]]:
+        """The batches from ``n_past`` on, with the checkpoints made before them.
+
+        The server appends tokens one by one; this loop jumps to the first position any rule
+        can fire at (equivalent, O(#breaks)), with the user-start, near-end and reason rules
+        written out in place: a session runs it for every turn of both builds, where a method
+        call per rule and batch was most of the slot's time.
+        """
+        N, nb, nub, ck_on = spans.n_tokens, self._n_batch, self._n_ubatch, self._ckpt_enabled
+        U = spans.user_starts
+        n_u = len(U)
+        last_user = U[-1] if U else -1
+        nbu = spans.n_before_user if spans.n_before_user is not None else last_user
+        near1, near2 = N - self._near_d[0], N - self._near_d[1]  # _near_end
+        near_lo = min(near1, near2) if ck_on else N + 1
+        g0, every_user, step = self._g0, self._user_breaks == "every_user", self._step
+        where_due = ck_on and not g0 and not every_user
         batches: list[Batch] = []
-        add_batch, new_tuple = batches.append, _new_tuple
         created: list[tuple[int, Checkpoint]] = []
         counts: list[int] = []
-        pos = n_past
-        while pos < N:
-            start = pos
-            # the loop appends tokens one by one; instead of stepping we jump to the first
-            # position any rule can fire at, which is equivalent and O(#breaks)
-            limit = start + nb
-            end = self._user_break(r, start, limit if limit < N else N)
-            if ckpt_enabled and end >= near_lo:  # near-end rule
-                for p in (near1, near2):
-                    if start < p <= end:
-                        end = p
-                        break
+        add_batch, new_tuple = batches.append, _new_tuple
+        start = n_past
+        i = bisect_left(U, start)
+        start_is_user = i < n_u and U[i] == start
+        while start < N:
+            limit = start + nb if start + nb < N else N
+            end = limit  # the user-start rule (§5.1): where a batch that could reach ``limit`` ends
+            if g0:
+                if 0 < nbu and start < nbu <= limit:
+                    end = nbu
+            elif n_u:
+                i = bisect_left(U, start + 1)
+                if every_user:
+                    if i < n_u and U[i] < limit:
+                        end = U[i]
+                elif where_due:
+                    last_ck = self.checkpoints[-1][0] if self.checkpoints else None
+                    while i < n_u and U[i] <= limit:
+                        if U[i] == last_user or last_ck is None or U[i] > last_ck + step:
+                            end = U[i]
+                            break
+                        i += 1
+            if end >= near_lo:  # the near-end rule of a checkpointing model
+                end = near1 if start < near1 <= end else near2 if start < near2 <= end else end
             n_cur = end - start
-            add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason_of(start, end))))
-            if self._checkpoint_due(r, start, end):
+            if end >= N:  # the batch's reason (``ReasonRule``, the order of its tests)
+                reason, end_is_user = "prompt_end", False
+            else:
+                j = bisect_left(U, end)
+                end_is_user = j < n_u and U[j] == end
+                reason = ("n_batch" if n_cur >= nb else "user_start" if end_is_user
+                          else "checkpoint_offset" if ck_on and (end == near1 or end == near2) else "other")
+            add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason)))
+            # at start 0 nothing is decoded yet, the memory is empty: no checkpoint
+            if ck_on and start > 0 and self._checkpoint_due(start, end, start_is_user, N, nbu, last_user):
                 ck = new_tuple(Checkpoint, (start, self._pos_min(start), start - 1, self.task))
                 self._create(ck, len(batches) - 1, erased)
                 created.append((len(batches) - 1, ck))
                 counts.append(len(self.checkpoints))
-            pos = end
+            start, start_is_user = end, end_is_user
+        return batches, created, counts
 
-        self.cached = N
-        return Schedule(N, n_past, batches, created, erased, restored, list(self.checkpoints), counts)
-
-
-class _RunState(ReasonRule):
-    """What one request's fill loop reads of its prompt on every batch, computed once (what it
-    reads of the build and the knobs, the slot holds); also the request's ``ReasonRule``."""
-
-    __slots__ = ("starts", "n_u", "last_user", "n_before_user")
-
-    def __init__(self, spans: PromptSpans, n_batch: int, near: tuple[int, ...]) -> None:
-        self.n_tokens, self.n_batch, self.near = spans.n_tokens, n_batch, near
-        self.starts = starts = spans.user_starts
-        self.n_u = len(starts)
-        self.user_set = frozenset(starts)
-        self.last_user = starts[-1] if starts else -1
-        self.n_before_user = spans.n_before_user if spans.n_before_user is not None else self.last_user
+    def _checkpoint_due(self, start: int, end: int, start_is_user: bool, n_tokens: int, nbu: int,
+                        last_user: int) -> bool:
+        """The checkpoint decision (§5.3), taken before the batch ``[start, end)`` is decoded
+        (``nbu``: G0's tokens before the last user message)."""
+        near_prompt_end = n_tokens < end + self._n_ubatch
+        g0 = self._g0
+        if end != n_tokens:
+            if g0:
+                if nbu <= 0 and not near_prompt_end:
+                    return False
+            elif not start_is_user and not near_prompt_end:
+                return False
+        if g0 and nbu > 0 and not (start == nbu or (start > nbu and near_prompt_end)):
+            return False
+        if not self.checkpoints:
+            return True
+        spaced = start > self.checkpoints[-1][0] + self._step
+        rule = self._spacing
+        if rule == "min_step":
+            return spaced
+        if rule == "min_step_or_last_user":
+            return spaced or start == last_user
+        return spaced or start == last_user or near_prompt_end
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,

@@ -74,38 +74,38 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
     s_erased, created = sched.erased, sched.created
     n_erased, n_created = len(s_erased), len(created)
     ei = ci = 0
-    while ei < n_erased and s_erased[ei].batch_index < 0:
-        c, reason = s_erased[ei].checkpoint, s_erased[ei].reason
-        add_erased(ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, reason, t0 + t))
+    # (the schedule's tuples by index: Erasure = (checkpoint, reason, batch index), Checkpoint =
+    # (n_tokens, pos_min, pos_max, task); a namedtuple's field by name is a descriptor call)
+    while ei < n_erased and s_erased[ei][2] < 0:
+        c, e_reason, _ = s_erased[ei]
+        add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], e_reason, t0 + t))
         ei += 1
     if sched.restored is not None:
         c = sched.restored
-        add_ck(ev.CheckpointRestored(run, c.n_tokens, c.pos_min, c.pos_max, sched.n_past, t0 + t))
+        add_ck(ev.CheckpointRestored(run, c[0], c[1], c[2], sched.n_past, t0 + t))
     if n_created:
         n_max = spec.knobs.n_ctx_checkpoints
         size_mib = spec.checkpoint_mib
         ckpt_ms = cost.checkpoint_ms(size_mib)
         counts = sched.created_counts
     next_ck = created[0][0] if n_created else -1
-    n_ubatch = spec.knobs.n_ubatch_eff
     ubatch_ms = cost.ubatch_ms
-    for i, b in enumerate(sched.batches):
+    for i, (start, n, n_ub, reason) in enumerate(sched.batches):
         t_start = t
         if i == next_ck:
-            while ei < n_erased and s_erased[ei].batch_index <= i:
-                e = s_erased[ei]
+            while ei < n_erased and s_erased[ei][2] <= i:
+                c, e_reason, e_batch = s_erased[ei]
                 ei += 1
-                if e.batch_index == i:
-                    c = e.checkpoint
-                    add_erased(ev.CheckpointErased(run, c.n_tokens, c.pos_min, c.pos_max, e.reason, t0 + t))
+                if e_batch == i:
+                    add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], e_reason, t0 + t))
             ck = created[ci][1]
             t += ckpt_ms
-            add_ck(ev.CheckpointCreated(run, ck.n_tokens, ck.pos_min, ck.pos_max, size_mib, counts[ci], n_max, t0 + t))
+            add_ck(ev.CheckpointCreated(run, ck[0], ck[1], ck[2], size_mib, counts[ci], n_max, t0 + t))
             ci += 1
             next_ck = created[ci][0] if ci < n_created else -1
-        start, n = b.start, b.n_tokens
-        t += ubatch_ms(n, start) if n <= n_ubatch else batch_ms(cost, start, n, n_ubatch)  # = batch_ms
-        add_batch(BatchDone(run, i, start, n, b.n_ubatches, b.reason, t0 + t_start, t0 + t))
+        # = batch_ms; one ubatch (n_ub = ⌈n / n_ubatch⌉ = 1) is the common case: priced directly
+        t += ubatch_ms(n, start) if n_ub == 1 else batch_ms(cost, start, n, spec.knobs.n_ubatch_eff)
+        add_batch(BatchDone(run, i, start, n, n_ub, reason, t0 + t_start, t0 + t))
         if progress:
             add_batch(Progress(run, start + n, N, t0 + t))
     return t
