@@ -341,8 +341,23 @@ def bench_session() -> list[tuple]:
     return rows
 
 
+_STAT: list[int] = []
+
+
 def _load() -> str:
-    return "load avg " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    """The load average, and the share of CPU time the hypervisor took (steal) since the last
+    call: on a VM, a stall's wall time above the UI thread's CPU is another thread holding the
+    GIL, another process, or steal; this says which of the last two it could be."""
+    text = "load avg " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    try:
+        now = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return text
+    if _STAT and sum(now) > sum(_STAT):
+        d = [b - a for a, b in zip(_STAT, now)]
+        text += f", steal {100 * d[7] / sum(d):.1f} % since the last line"
+    _STAT[:] = now
+    return text
 
 
 def bench_calib() -> list[tuple]:
