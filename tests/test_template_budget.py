@@ -132,3 +132,26 @@ def test_text_input_reads_utf8(tmp_path):
     p = tmp_path / "sp.txt"
     p.write_text("Ünïcode system prompt\n", encoding="utf-8")
     assert read_text(p, "system prompt") == "Ünïcode system prompt\n"
+
+
+def test_the_render_worker_outlives_the_thread_that_started_it():
+    """The worker dies with replayer (``PR_SET_PDEATHSIG``), which the kernel ties to the thread
+    that forked it: started from the thread of the first render, it died when that thread
+    ended and the next render paid a new worker's start. Now one long-lived thread forks it."""
+    import threading
+    import time
+
+    sandbox._worker.stop()
+    tpl = Template(name="untrusted", source="{{ messages[0].content }}!")
+    msgs = [{"role": "user", "content": "hi"}]
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(templates.render(tpl, msgs)))
+    t.start()
+    t.join()
+    first = sandbox._worker.proc
+    assert seen == ["hi!"] and first is not None
+    deadline = time.monotonic() + 2.0  # the kernel's signal is not synchronous: give it time
+    while time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    assert first.poll() is None, "the render worker died with the thread that started it"
+    assert templates.render(tpl, msgs) == "hi!" and sandbox._worker.proc is first

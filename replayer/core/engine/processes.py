@@ -8,28 +8,24 @@ runs at interpreter exit, and ``stop_on_signals`` turns SIGTERM and SIGHUP into 
 unwinding as Ctrl-C, so an exception, a signal or quitting the app all end with no server left.
 
 A death replayer never sees coming (SIGKILL, the OOM killer, a library user's process ending on
-a SIGTERM without ``stop_on_signals``) runs none of that, so on Linux ``spawn`` also asks the
-kernel to kill each child when replayer dies (``PR_SET_PDEATHSIG``). The kernel sends that signal
-when the *thread* that forked the child ends, not the process, and a run's worker thread ends
-while the server it started may still be in use; so every such child is forked from one
-long-lived daemon thread of this module, which only ends with the process.
+a SIGTERM without ``stop_on_signals``) runs none of that, so ``spawn`` also has the kernel kill
+each child when replayer dies (``core/children``: ``PR_SET_PDEATHSIG`` from one long-lived
+thread).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
-import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
+
+from replayer.core import children
 
 GRACE_S = 3.0  # llama-server stops within a batch of SIGINT; then SIGKILL
 
@@ -117,87 +113,14 @@ def stop(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
         _OWNER.pop(proc, None)
 
 
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _find_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _find_prctl()  # resolved here, not in the forked child (which must only make the call)
-
-
-def _die_with_parent(sig: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the kernel send ``sig`` to the child when its parent dies; None
-    where there is no ``prctl``. It only makes the one call (fork-safe in a threaded parent: no
-    lock, no import, no allocation of note); a parent that died before the call is caught by the
-    ``getppid`` check, since the child was then already reparented."""
-    prctl, parent = _PRCTL, os.getpid()
-    if prctl is None:
-        return None
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
-class _Spawner:
-    """The one long-lived thread children are forked from (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.requests: "queue.SimpleQueue[tuple[list[str], dict[str, Any], Future]]" = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
-
-    def popen(self, cmd: list[str], kwargs: dict[str, Any]) -> subprocess.Popen:
-        with self.lock:
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._serve, name="replayer-spawner", daemon=True)
-                self.thread.start()
-        done: Future = Future()
-        self.requests.put((cmd, kwargs, done))
-        try:
-            return done.result()
-        except BaseException:  # interrupted while waiting (Ctrl-C): nobody will stop that child
-            done.add_done_callback(_stop_unclaimed)
-            raise
-
-    def _serve(self) -> None:
-        while True:
-            cmd, kwargs, done = self.requests.get()
-            try:
-                done.set_result(subprocess.Popen(cmd, **kwargs))
-            except BaseException as e:  # handed to the caller, who raises it
-                done.set_exception(e)
-
-
-def _stop_unclaimed(done: Future) -> None:
-    if not done.cancelled() and done.exception() is None:
-        stop(done.result(), grace=0)
-
-
-_SPAWNER = _Spawner()
-
-
 def spawn(cmd: list[str], death_signal: int = signal.SIGKILL, **kwargs: Any) -> subprocess.Popen:
     """``Popen(cmd, start_new_session=True, **kwargs)`` whose child gets ``death_signal`` from
     the kernel when this process dies, however it dies (Linux; elsewhere a plain ``Popen``).
 
     The signal reaches that one process, not what it forks: a command that forks a tree runs
     under ``tree_guard``, which passes the death on to its whole group."""
-    preexec = _die_with_parent(death_signal)
     kwargs["start_new_session"] = True
-    if preexec is None:
-        return subprocess.Popen(cmd, **kwargs)
-    return _SPAWNER.popen(cmd, {**kwargs, "preexec_fn": preexec})
+    return children.spawn_tied(cmd, death_signal, unclaimed=lambda p: stop(p, grace=0), **kwargs)
 
 
 def stop_all(grace: float = GRACE_S) -> None:

@@ -30,6 +30,7 @@ from typing import Any, BinaryIO
 import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from replayer.core import children
 from replayer.core.errors import TemplateError
 
 #: defaults of ``--template-timeout`` and ``--template-max-mb``
@@ -126,8 +127,11 @@ class _Worker:
         """A running worker, ready: its start (imports, ~0.2 s, longer on a busy machine) is
         not charged to a render's time budget."""
         if self.proc is None or self.proc.poll() is not None:
-            proc = subprocess.Popen([sys.executable, "-m", "replayer.core.prompt.sandbox_worker"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            # forked from the long-lived spawner thread: the kernel kills the worker when
+            # replayer dies, not when the thread of the first render ends (it used to, and
+            # the next render paid a fresh worker's start)
+            proc = children.spawn_tied([sys.executable, "-m", "replayer.core.prompt.sandbox_worker"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             timer = threading.Timer(_START_SECONDS, proc.kill)
             timer.start()
             try:

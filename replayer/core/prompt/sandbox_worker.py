@@ -6,7 +6,6 @@ own module so that the parent side (``sandbox``) never imports ``templates``.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from typing import Any
 
@@ -85,18 +84,8 @@ def _compiled(env, source: str):
     return tpl
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills the worker when replayer ends, however it ends."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _serve() -> None:
-    _die_with_parent()
+    # the kernel kills this worker when replayer dies: ``children.spawn_tied`` started it
     from replayer.core.prompt import templates  # noqa: F401 - imported before saying ready
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
