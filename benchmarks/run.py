@@ -129,7 +129,7 @@ def _bench_prepared(messages: int = 5200):
     return p, prepare(p, cfg)
 
 
-def app_stall(prep, speed: float) -> tuple[float, float, int, float, float]:
+def app_stall(prep, speed: float, make_screen=None) -> tuple[float, float, int, float, float]:
     """(seconds to the verdict, longest event-loop stall in ms, flushes, UI-thread CPU ms in
     that stall, the most UI-thread CPU ms in any one stall), at 140×45.
 
@@ -161,7 +161,7 @@ def app_stall(prep, speed: float) -> tuple[float, float, int, float, float]:
 
             task = asyncio.create_task(probe())
             t = time.perf_counter()
-            screen = ReplayScreen(prep, speed=speed)
+            screen = make_screen(speed) if make_screen else ReplayScreen(prep, speed=speed)
             await app.push_screen(screen)
             while screen.comparison is None:
                 await asyncio.sleep(0.005)
@@ -177,12 +177,20 @@ def app_stall(prep, speed: float) -> tuple[float, float, int, float, float]:
 def bench_stall() -> list[tuple]:
     """Only the app benchmark's stall probe, with the load around each run (the stall is wall
     time: on a shared machine other processes' load lands in it)."""
+    from replayer.core.replay import ReplayConfig
+    from replayer.ui.screens.session import SessionScreen, SessionSpec
+
     _, prep = _bench_prepared()
+    # issue 10: the app stays responsive through a session replay of the 2,000-message session
+    # (its turns laid out in a worker thread, then 1,001 turns of both builds)
+    big = big_session(Path(tempfile.mkdtemp()) / "big.jsonl")
+    spec = SessionSpec(big, ReplayConfig.seed(template="qwen3-coder"))
     rows = []
-    for label, speed, n in (("instant", 0.0, 3), ("paced", 2000.0, 3)):
+    for label, speed, n, make in (("instant", 0.0, 3, None), ("paced", 2000.0, 3, None),
+                                  ("session, instant", 0.0, 2, lambda v: SessionScreen(spec, speed=v))):
         for i in range(n):
             before = _load()
-            _, gap, flushes, cpu, busiest = app_stall(prep, speed)
+            _, gap, flushes, cpu, busiest = app_stall(prep, speed, make)
             rows.append((f"{label} #{i + 1}", f"longest stall {gap:.0f} ms (UI thread CPU {cpu:.0f} ms; "
                                               f"most UI CPU in one stall {busiest:.0f} ms), "
                                               f"{flushes} repaint batches; {before}"))

@@ -126,3 +126,32 @@ def test_records_carry_each_turns_schedule_unchanged(case, build):
         prev = p
     if case == "real":  # (the short restore case stays under the list's limit on 9859)
         assert erased > 0  # the walk that interleaves erasures with batches ran
+
+
+def test_facts_read_part_by_part_equal_the_whole_reading(tmp_path):
+    """The app's panes read a run's facts as its events come (``SessionFacts``: each repaint
+    feeds the turns finished since the last): the same turns, causes and summary as reading
+    every event at once, however the events are cut; ``TurnReader`` even mid-turn."""
+    import random
+
+    from replayer.core.engine.cache import TurnFinished, TurnReader
+
+    log = write_log(tmp_path / "log.jsonl", _turns(11)[0], change_from=20)
+    prep = sr.prepare_session(log, ReplayConfig(a="9859", b="10001", model="qwen3.6-35b-a3b-q8_0"))
+    rng = random.Random(5)
+    for run in ("A", "B"):
+        events = list(sr.simulated_session_events(prep, run))
+        whole = sr.session_run(prep, run, events)
+        assert any(t.cause for t in whole.turns)  # misses to explain, with the earlier turns they follow
+        ends = [i + 1 for i, e in enumerate(events) if type(e) is TurnFinished] + [len(events)]
+        cuts = sorted(set(rng.sample(ends, k=len(ends) // 3)) | {len(events)})
+        facts, start = sr.SessionFacts(prep, run), 0
+        for cut in cuts:
+            parted = facts.feed(events[start:cut])
+            start = cut
+        same(parted, whole)
+        reader, start = TurnReader(run), 0
+        for cut in sorted(set(rng.sample(range(1, len(events)), k=40)) | {len(events)}):
+            read = reader.feed(events[start:cut])
+            start = cut
+        same(read, turn_records(run, events))

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from replayer.core.engine.cache import SessionRun, simulate_session, simulate_session_records, turn_records
+from replayer.core.engine.cache import (SessionRun, TurnReader, simulate_session, simulate_session_records,
+                                       turn_records)
 from replayer.core.engine.misses import explain, lost_by_cause
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import kept_reasoning
@@ -111,6 +112,24 @@ def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
 def session_run(prep: SessionPrepared, run: str, events) -> SessionRun:
     """Per-turn facts of one run with every miss explained."""
     return _explained(prep, run, turn_records(run, events))
+
+
+class SessionFacts:
+    """``session_run`` of a run whose events are still coming, kept up to date part by part:
+    the app's panes read the facts at every repaint, and reading every event so far again made
+    a long session's replay quadratic in the UI thread. Feed only finished turns' events."""
+
+    def __init__(self, prep: SessionPrepared, run: str) -> None:
+        self.prep = prep
+        self.reader = TurnReader(run)
+        self.explained = 0  # turns explained so far
+
+    def feed(self, events) -> SessionRun:
+        sr = self.reader.feed(events)
+        lay = self.prep.layouts[self.reader.run]
+        explain(sr, lay.prompts, lay.delimiters, start=self.explained)
+        self.explained = len(sr.turns)
+        return sr
 
 
 def _explained(prep: SessionPrepared, run: str, sr: SessionRun) -> SessionRun:

@@ -271,36 +271,51 @@ class _Held:
 
 def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
     """A session run's events (either engine) → per-turn facts."""
-    out = SessionRun(run)
-    cur: TurnRecord | None = None
-    held = _Held()
-    BatchDone, Progress, Created, Erased = ev.BatchDone, ev.Progress, ev.CheckpointCreated, ev.CheckpointErased
-    checkpoint_events = (Created, Erased, ev.CheckpointRestored)
-    for e in events:
-        kind = type(e)
-        if kind is Progress:  # most events, with the batches: nothing to record
-            continue
-        if kind is BatchDone:
-            if e.run == run:
-                out.batches.append(e)
+    return TurnReader(run).feed(events)
+
+
+class TurnReader:
+    """``turn_records`` fed in parts: the app reads a session's events as they come, and reading
+    them all again at every repaint made a long session's replay quadratic (the 2,000-message
+    session: ~200 ms of the UI thread per repaint by its end)."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.out = SessionRun(run)
+        self.cur: TurnRecord | None = None
+        self.held = _Held()
+
+    def feed(self, events: Iterable[Any]) -> SessionRun:
+        """Read more of the run's events, in order; the facts so far."""
+        run, out, cur, held = self.run, self.out, self.cur, self.held
+        BatchDone, Progress, Created, Erased = ev.BatchDone, ev.Progress, ev.CheckpointCreated, ev.CheckpointErased
+        checkpoint_events = (Created, Erased, ev.CheckpointRestored)
+        for e in events:
+            kind = type(e)
+            if kind is Progress:  # most events, with the batches: nothing to record
+                continue
+            if kind is BatchDone:
+                if e.run == run:
+                    out.batches.append(e)
+                    if cur is not None:
+                        cur.batches.append(e)
+                continue
+            if getattr(e, "run", run) != run:
+                continue
+            if kind in checkpoint_events:
                 if cur is not None:
-                    cur.batches.append(e)
-            continue
-        if getattr(e, "run", run) != run:
-            continue
-        if kind in checkpoint_events:
-            if cur is not None:
-                held.read([e], cur, out)
-            elif kind is not ev.CheckpointRestored:
-                out.apply(e)
-        elif kind is TurnStarted:
-            cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
-                             held=list(held.alive))
-            out.turns.append(cur)
-        elif kind is TurnFinished:
-            if cur is not None:
-                cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
-                cur.full_reprocess, cur.error = e.full_reprocess, e.error
-        else:
-            out.apply(e)  # the run-level summary
-    return out
+                    held.read([e], cur, out)
+                elif kind is not ev.CheckpointRestored:
+                    out.apply(e)
+            elif kind is TurnStarted:
+                cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
+                                 held=list(held.alive))
+                out.turns.append(cur)
+            elif kind is TurnFinished:
+                if cur is not None:
+                    cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
+                    cur.full_reprocess, cur.error = e.full_reprocess, e.error
+            else:
+                out.apply(e)  # the run-level summary
+        self.cur = cur
+        return out

@@ -90,12 +90,17 @@ def _checkpoint_detail(t: TurnRecord, change: int) -> str:
             f"keep too many positions for the window (pos_min not below the threshold)")
 
 
-def explain(run: SessionRun, prompts: list[TurnPrompt], delims: list[templates.Delimiter]) -> None:
-    """Attach a ``cause`` (and the first differing token, where any) to every missed turn."""
+def explain(run: SessionRun, prompts: list[TurnPrompt], delims: list[templates.Delimiter], start: int = 0) -> None:
+    """Attach a ``cause`` (and the first differing token, where any) to every missed turn, from
+    ``run.turns[start]`` on (the app explains the turns that finished since its last repaint)."""
     by_turn = {p.index: p for p in prompts}
     prev: TurnPrompt | None = None
     prev_n = 0
-    for t in run.turns:
+    for t in reversed(run.turns[:start]):  # the turn each later one is compared with
+        if t.turn in by_turn and not t.error:
+            prev, prev_n = by_turn[t.turn], t.n_prompt
+            break
+    for t in run.turns[start:]:
         p = by_turn.get(t.turn)
         if p is None:
             continue

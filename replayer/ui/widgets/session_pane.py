@@ -18,7 +18,7 @@ from textual.widgets import Static
 from replayer.core.engine import events as ev
 from replayer.core.engine.cache import SessionRun, TurnFinished, TurnStarted
 from replayer.core.engine.misses import lost_by_cause
-from replayer.core.session_replay import SessionPrepared, session_run
+from replayer.core.session_replay import SessionFacts, SessionPrepared
 from replayer.ui.widgets.run_pane import Applied, RunPane
 from replayer.ui.widgets.timeline import Timeline
 from replayer.ui.widgets.turn_strip import CAUSE_MARKS, TurnStrip
@@ -35,10 +35,14 @@ class SessionPane(RunPane):
         self.settled = 0  # events up to the end of the last finished turn
         self.failed: ev.RunFailed | None = None
         self.facts: SessionRun | None = None
+        self._reader: SessionFacts | None = None  # the facts, read on from where they were
+        self._read = 0  # events given to it
+        self._failed_read = False
         self.turn: int | None = None  # the turn being prefilled
         self.turns_done = 0
         self._first_batch = False
         self._dirty = False
+        self._layout: tuple[int, int] | None = None  # (turn, its tokens): the timeline's, at the next apply
 
     def compose(self) -> ComposeResult:
         yield TurnStrip(id="strip")
@@ -63,10 +67,11 @@ class SessionPane(RunPane):
         if kind is TurnStarted:
             self.turn = e.turn
             self._first_batch = True
-            prompts = self.prep.layouts[self.run].prompts if self.prep else []
-            starts = prompts[e.turn].spans.user_starts if e.turn < len(prompts) else ()
-            tl.reset()
-            tl.set_layout(e.n_tokens, [("user", s) for s in starts])
+            # the timeline shows the turn being prefilled at the next repaint: an instant replay
+            # goes through hundreds of turns between two, so their layouts are set once, in apply
+            tl.reset(refresh=False)
+            tl.n_past = 0
+            self._layout = (e.turn, e.n_tokens)
             out.rows.append(f"── turn {e.turn}: {e.n_tokens:,} tokens, {e.common_prefix:,} as before ──")
             return
         if kind is TurnFinished:
@@ -97,6 +102,13 @@ class SessionPane(RunPane):
 
     def apply(self, batch: list[Any]) -> None:
         super().apply(batch)
+        if self._layout is not None:
+            turn, n_tokens = self._layout
+            self._layout = None
+            prompts = self.prep.layouts[self.run].prompts if self.prep else []
+            starts = prompts[turn].spans.user_starts if turn < len(prompts) else ()
+            tl = self.query_one(Timeline)
+            tl.set_layout(n_tokens, [("user", s) for s in starts], n_past=tl.n_past)
         if self._dirty:
             self.refresh_facts()
         else:
@@ -110,8 +122,16 @@ class SessionPane(RunPane):
         self._dirty = False
         if self.prep is None:
             return None
-        events = self.events[:self.settled] + ([self.failed] if self.failed else [])
-        self.facts = session_run(self.prep, self.run, events)
+        if self._reader is None:
+            self._reader = SessionFacts(self.prep, self.run)
+        if self._read < self.settled:
+            self.facts = self._reader.feed(self.events[self._read:self.settled])
+            self._read = self.settled
+        if self.failed is not None and not self._failed_read:
+            self.facts = self._reader.feed([self.failed])
+            self._failed_read = True
+        if self.facts is None:
+            self.facts = self._reader.feed([])
         self.query_one(TurnStrip).update_turns(self.facts.turns, current=self.turn)
         self._stats()
         return self.facts

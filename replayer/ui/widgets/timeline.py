@@ -109,10 +109,13 @@ class Timeline(Widget, can_focus=True):
         self.checkpoints.append(n_tokens)
         self._version += 1
 
-    def reset(self) -> None:
+    def reset(self, refresh: bool = True) -> None:
+        """No batches or checkpoints (a session turn's new prompt: ``refresh=False`` when its
+        layout follows in the same repaint)."""
         self.ends, self.reasons, self.checkpoints = [], [], []
         self._version += 1
-        self.refresh()
+        if refresh:
+            self.refresh()
 
     def _all(self) -> list["Timeline"]:
         """Every timeline on this screen: zoom and scroll move them together."""
