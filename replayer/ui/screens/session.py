@@ -64,7 +64,8 @@ class SessionScreen(ReplayScreen):
         super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
         self.spec = spec
         self.prep: SessionPrepared | None = None
-        self.doc: dict[str, Any] | None = None
+        self.summary_doc: dict[str, Any] | None = None  # the report without its turns: what the screen shows
+        self._doc: dict[str, Any] | None = None
         self.runs: tuple[Any, Any] | None = None
         self.prepare_error: str | None = None
 
@@ -144,20 +145,27 @@ class SessionScreen(ReplayScreen):
             return
         self.verdict_pending = True
         a, b = (self.pane(run).refresh_facts() for run in ("A", "B"))
-        self.doc = report(self.prep, a, b)
+        self.summary_doc = report(self.prep, a, b, turns=False)
         self.runs = (a, b)
         self.comparison = Comparison(a, b)  # a session run is a run summary over all turns
-        self.query_one("#verdict", Static).update(Text(self.doc["verdict"], style="bold"))
+        self.query_one("#verdict", Static).update(Text(self.summary_doc["verdict"], style="bold"))
         self.query_one("#session-report", Static).update(Text(self.report_text()))
         self.query_one("#summary").display = True
         if self.has_class("-tiny"):
             self.add_class("-verdict")
         self.post_message(self.Finished(self.comparison))
 
+    @property
+    def doc(self) -> dict[str, Any] | None:
+        """The core's whole report (every turn), made when an export or a reader asks for it."""
+        if self._doc is None and self.runs is not None:
+            self._doc = report(self.prep, *self.runs)
+        return self._doc
+
     def report_text(self) -> str:
         """The core's text report without its last word (the verdict, shown above it), then the
         time each run lost per cause."""
-        doc = self.doc
+        doc = self.summary_doc
         lines = [ln for ln in to_text(doc, self.runs).splitlines() if ln != doc["verdict"]]
         for r in doc["runs"]:
             for cause, v in r["lost_by_cause"].items():
@@ -166,7 +174,7 @@ class SessionScreen(ReplayScreen):
         return "\n".join(lines)
 
     def clear_summary(self) -> None:
-        self.doc = self.runs = None
+        self.summary_doc = self._doc = self.runs = None
         self.query_one("#verdict", Static).update("")
         self.query_one("#session-report", Static).update("")
 
