@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from replayer.core.builds.catalog import GENERATIONS, Build, Generation
-from replayer.core.engine.schedule import Knobs, PromptSpans, schedule
+from replayer.core.engine.schedule import Knobs, PromptSpans, ReasonRule, schedule
 
 
 @st.composite
@@ -61,3 +61,15 @@ def test_no_user_starts_means_g1_equals_g2(case):
     for gen in (Generation.G2A, Generation.G2B):
         b = schedule(bare, Build(gen), knobs, n_past=n_past)
         assert [(x.start, x.n_tokens) for x in a.batches] == [(x.start, x.n_tokens) for x in b.batches]
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts(), st.sampled_from(GENERATIONS))
+def test_the_fill_loop_names_each_batch_as_the_live_engine_does(case, gen):
+    """The slot's fill loop writes the reason rule out in place (speed); the live engine labels
+    the real server's batches with ``ReasonRule``: both must name every batch alike, or a
+    simulated run and a live one would disagree on why a batch ended."""
+    spans, knobs, n_past = case
+    s = schedule(spans, Build(gen), knobs, n_past=n_past)
+    rule = ReasonRule(spans.n_tokens, spans.user_starts, knobs)
+    assert [b.reason for b in s.batches] == [rule(b.start, b.end) for b in s.batches]

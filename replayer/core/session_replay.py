@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from replayer.core.engine.cache import (SessionRun, TurnReader, simulate_session, simulate_session_records,
-                                       turn_records)
+from replayer.core.engine.cache import SessionRun, TurnReader, simulate_session, simulate_session_records
 from replayer.core.engine.misses import explain, lost_by_cause
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import kept_reasoning
@@ -111,7 +110,7 @@ def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
 
 def session_run(prep: SessionPrepared, run: str, events) -> SessionRun:
     """Per-turn facts of one run with every miss explained."""
-    return _explained(prep, run, turn_records(run, events))
+    return SessionFacts(prep, run).feed(events)
 
 
 class SessionFacts:
@@ -125,16 +124,14 @@ class SessionFacts:
         self.explained = 0  # turns explained so far
 
     def feed(self, events) -> SessionRun:
-        sr = self.reader.feed(events)
-        lay = self.prep.layouts[self.reader.run]
-        explain(sr, lay.prompts, lay.delimiters, start=self.explained)
+        sr = _explained(self.prep, self.reader.run, self.reader.feed(events), start=self.explained)
         self.explained = len(sr.turns)
         return sr
 
 
-def _explained(prep: SessionPrepared, run: str, sr: SessionRun) -> SessionRun:
+def _explained(prep: SessionPrepared, run: str, sr: SessionRun, start: int = 0) -> SessionRun:
     lay = prep.layouts[run]
-    explain(sr, lay.prompts, lay.delimiters)
+    explain(sr, lay.prompts, lay.delimiters, start=start)
     return sr
 
 

@@ -101,7 +101,13 @@ def near_end_points(n_tokens: int, knobs: Knobs) -> tuple[int, int]:
 
 
 def _near_end(n_tokens: int, n_batch: int, n_ubatch: int) -> tuple[int, int]:
-    return (n_tokens - min(n_batch, 4 + n_ubatch), n_tokens - min(n_batch, 4))
+    d1, d2 = _near_distances(n_batch, n_ubatch)
+    return n_tokens - d1, n_tokens - d2
+
+
+def _near_distances(n_batch: int, n_ubatch: int) -> tuple[int, int]:
+    """How far before the prompt end the near-end cuts sit (a slot derives them once)."""
+    return min(n_batch, 4 + n_ubatch), min(n_batch, 4)
 
 
 class ReasonRule:
@@ -162,7 +168,7 @@ class Slot:
         self._when_full = build.generation.evict_only_when_full
         self._supersede = build.generation.supersede
         self._n_max = k.n_ctx_checkpoints
-        self._near_d = (min(k.n_batch_eff, 4 + k.n_ubatch_eff), min(k.n_batch_eff, 4))  # _near_end's distances
+        self._near_d = _near_distances(k.n_batch_eff, k.n_ubatch_eff)
 
     # -- memory model -----------------------------------------------------------------
     def _pos_min(self, n_cached: int) -> int:
