@@ -69,8 +69,15 @@ class ReplayerApp(App):
         from replayer.ui.screens.picker import PickerScreen  # screens load when first shown
 
         self.push_screen(PickerScreen())
+        self.call_after_refresh(self._warm)
         if self.start_session is not None:
             self.open_session(self.start_session)
+
+    def _warm(self) -> None:
+        """The replay screens' code and CSS, loaded once the first screen is up (``ui.warm``)."""
+        from replayer.ui.warm import warm_replay_styles
+
+        warm_replay_styles(self)
 
     def on_replay_screen_finished(self, message) -> None:
         if self.screenshot_to is None:

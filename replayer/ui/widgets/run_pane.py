@@ -16,7 +16,9 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.geometry import Region
+from textual.geometry import Region, Size
+from textual.reactive import Reactive
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import Log, Static
 
@@ -25,6 +27,7 @@ from replayer.core.engine import events as ev
 from replayer.core.reasons import REASON_LABELS
 from replayer.ui.widgets.progress_line import ProgressLine
 from replayer.ui.widgets.sparkline import RunSparkline
+from replayer.ui.widgets.steady_scroll_bar import steady_vertical_scrollbar
 from replayer.ui.widgets.timeline import Timeline
 
 MAX_BATCH_LINES = 20_000
@@ -55,9 +58,34 @@ class FollowLog(Log):
     ancestors), and a line is one segment kept in the log's line cache (which ``Log`` fills
     only while text is selected, so every frame drew every visible line through Rich again).
     Together the two lists cost 13 ms of each replay frame at 140×45; now ~2 ms.
+
+    New lines change the log's virtual size, which ``Widget`` declares with ``layout=True``:
+    every flush laid the whole screen out again (a fifth of a paced frame) for two lists whose
+    boxes never change (a fixed or ``1fr`` height, no horizontal scrolling). Here it moves the
+    scroll bar only; the bar appearing or going is still a layout (``_refresh_scrollbars`` sets
+    its ``display``). For the same reason the width of new lines is not measured (``Log`` starts
+    a thread per write for it): with ``overflow-x: hidden`` nothing reads it. Its scroll bar is
+    repainted only when it looks different (``SteadyScrollBar``).
     """
 
+    virtual_size = Reactive(Size(0, 0), layout=False)
     _frame_style: Style | None = None
+
+    def watch_virtual_size(self) -> None:
+        """``Widget._scroll_update`` without its unconditional repaint of the scroll bar."""
+        self._refresh_scrollbars()
+        if self.show_vertical_scrollbar:
+            bar = self.vertical_scrollbar
+            bar.window_virtual_size = self.virtual_size.height
+            bar.window_size = self.container_size.height
+        self.scroll_y = self.validate_scroll_y(self.scroll_y)
+
+    def _update_size(self, updates: int, lines: list[str]) -> None:
+        pass
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        return steady_vertical_scrollbar(self)
 
     def on_resize(self) -> None:
         if self.auto_scroll:

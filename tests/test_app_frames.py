@@ -1,0 +1,94 @@
+"""What a frame of the replay screen asks of Textual: no layout for a list that only grows, no
+repaint of a scroll bar that looks the same, no stylesheet work when a replay screen opens.
+
+These are the behaviours the UI stall benchmark (``benchmarks/run.py stall``) rests on; the
+times themselves are measured there, not asserted here.
+"""
+
+from __future__ import annotations
+
+from textual.widgets import Log
+
+from replayer.core.engine import events as ev
+from replayer.core.replay import ReplayConfig, demo_session_path, prepare
+from replayer.ui.app import ReplayerApp
+from replayer.ui.screens.replay import ReplayScreen
+from replayer.ui.screens.session import SessionScreen, SessionSpec
+from replayer.ui.widgets.steady_scroll_bar import SteadyScrollBar
+
+from helpers import wait_for
+
+
+def slow_batch(after: ev.BatchDone, n: int = 1) -> ev.BatchDone:
+    """A batch after ``after``: 10 tokens in a second, far below any tok/s the demo reaches, so
+    the sparkline's label keeps its width (a wider label is a layout of its own)."""
+    return ev.BatchDone(run=after.run, index=after.index + n, start=after.end + 10 * (n - 1), n_tokens=10,
+                        n_ubatches=1, reason="n_batch", t_start_ms=after.t_ms + 1000 * (n - 1),
+                        t_ms=after.t_ms + 1000 * n)
+
+
+class Counter:
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.fn(*args, **kwargs)
+
+
+async def finished_demo(pilot, app) -> ReplayScreen:
+    screen = app.screen
+    await wait_for(pilot, lambda: screen.comparison is not None)
+    await pilot.pause()
+    await pilot.pause()  # the verdict's layout, and the lists following their ends again
+    return screen
+
+
+async def test_new_batches_scroll_the_list_and_its_bar_without_laying_the_screen_out(monkeypatch):
+    prep = prepare(demo_session_path(), ReplayConfig())
+    app = ReplayerApp(default_speed=0.0, config=prep.config, replay=prep)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await finished_demo(pilot, app)
+        pane = screen.pane("A")
+        log = pane.query_one("#batches", Log)
+        bar = log.vertical_scrollbar
+        assert isinstance(bar, SteadyScrollBar) and bar.display
+        reflows = Counter(screen._compositor.reflow)
+        monkeypatch.setattr(screen._compositor, "reflow", reflows)
+        repaints = Counter(bar.refresh)
+        monkeypatch.setattr(bar, "refresh", repaints)
+        last = pane.summary.batches[-1]
+        for n in (1, 2, 3):
+            pane.apply([slow_batch(last, n)])
+            await pilot.pause()
+        # the list follows its newest batch, its bar knows the new length ...
+        assert log.lines[-1].split()[0] == str(last.index + 3)
+        assert log.scroll_y == log.max_scroll_y > 0
+        assert bar.window_virtual_size == len(log.lines) and bar.position == log.scroll_y
+        # ... and neither the screen's layout nor the bar (a one-cell thumb at the bottom) was redone
+        assert reflows.calls == 0
+        assert repaints.calls == 0
+        log.scroll_to(y=0, animate=False)  # the thumb moves to the top: that is a repaint
+        await pilot.pause()
+        assert repaints.calls >= 1 and bar.position == 0
+
+
+async def test_a_replay_screen_opens_without_new_css_to_parse(tmp_path):
+    """The app parses the replay screens' widget CSS once its first screen is up
+    (``ui.warm``): neither replay screen adds a stylesheet source when it opens, so the
+    list of classes warmed is the list of classes they mount."""
+    from test_session_mode import _turns, write_log
+
+    prep = prepare(demo_session_path(), ReplayConfig())
+    log = write_log(tmp_path / "s.jsonl", _turns(4)[0])
+    app = ReplayerApp(default_speed=0.0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        before = set(app.stylesheet.source)
+        assert any("RunPane" in name for _, name in before)
+        await app.push_screen(ReplayScreen(prep, speed=0.0))
+        await finished_demo(pilot, app)
+        app.pop_screen()
+        await app.push_screen(SessionScreen(SessionSpec(log, ReplayConfig.seed(template="qwen3-coder")), speed=0.0))
+        await finished_demo(pilot, app)
+        assert set(app.stylesheet.source) - before == set()
