@@ -92,3 +92,44 @@ async def test_a_replay_screen_opens_without_new_css_to_parse(tmp_path):
         await app.push_screen(SessionScreen(SessionSpec(log, ReplayConfig.seed(template="qwen3-coder")), speed=0.0))
         await finished_demo(pilot, app)
         assert set(app.stylesheet.source) - before == set()
+
+
+async def test_each_pane_is_updated_in_a_frame_of_its_own():
+    """The 20 Hz flush takes one pane's events per tick, in turns; an instant replay's drain
+    fills one pane, lets the screen repaint it, then the other. The verdict is unchanged."""
+    from replayer.core.compare import compare
+    from replayer.core.replay import all_simulated, run_events
+
+    prep = prepare(demo_session_path(), ReplayConfig())
+    app = ReplayerApp(default_speed=0.0, deterministic=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = ReplayScreen(prep, speed=0.0, autostart=False)
+        await app.push_screen(screen)
+        await pilot.pause()
+        events = {run: list(run_events(prep, run)) for run in ("A", "B")}
+        applied = lambda: tuple(screen.pane(run).events_applied for run in ("A", "B"))  # noqa: E731
+        screen.paused = True  # the timer's flushes wait: these two are the test's
+        for run in ("A", "B"):
+            screen.buffers[run].extend(events[run][:50])
+        screen.paused = False
+        screen.flush()
+        first = applied()
+        screen.flush()
+        assert sorted(first) == [0, 50] and applied() == (50, 50)
+
+        seen = []
+        painted = screen.painted
+
+        async def record():
+            seen.append(applied())
+            await painted()
+
+        screen.painted = record
+        for run in ("A", "B"):
+            screen.buffers[run].extend(events[run][50:])
+        screen.start_drain(sum(len(v) - 50 for v in events.values()))
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        steps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip([(50, 50)] + seen, seen)]
+        assert steps and all((da == 0) != (db == 0) for da, db in steps), steps
+        assert applied() == tuple(len(events[run]) for run in ("A", "B"))
+        assert screen.comparison.speedup == compare(all_simulated(prep)).speedup

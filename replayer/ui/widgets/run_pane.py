@@ -139,7 +139,8 @@ class RunPane(Vertical):
     RunPane { border: round $primary; border-title-style: bold; border-title-color: $foreground;
               padding: 0 1; height: 1fr; }
     RunPane > #stats { width: 1fr; height: 2; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis; }
-    RunPane > #tps-row { height: auto; }
+    RunPane > #tps-row { height: auto; visibility: hidden; }  /* covered by the two below: not painted */
+    RunPane > #tps-row > * { visibility: visible; }
     RunPane #tps-label { width: auto; color: $text-muted; padding-right: 1; text-wrap: nowrap; }
     RunPane Sparkline { width: 1fr; height: 1; }
     RunPane > .head { height: 1; color: $text-muted; text-style: bold; text-wrap: nowrap; }
