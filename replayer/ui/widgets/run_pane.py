@@ -72,12 +72,19 @@ class FollowLog(Log):
     _frame_style: Style | None = None
 
     def watch_virtual_size(self) -> None:
-        """``Widget._scroll_update`` without its unconditional repaint of the scroll bar."""
+        self._scroll_update(self.virtual_size)
+
+    def _scroll_update(self, virtual_size: Size) -> None:
+        """``Widget._scroll_update`` (the bar's size and position) without its unconditional
+        repaint of the bar: the bar repaints itself when its drawing changes, and Textual
+        repaints it when it is resized. A layout that leaves a list's box as it was (the
+        verdict appearing shrinks the batch list, not the checkpoint log) no longer repaints
+        its bar."""
         self._refresh_scrollbars()
         if self.show_vertical_scrollbar:
             bar = self.vertical_scrollbar
-            bar.window_virtual_size = self.virtual_size.height
-            bar.window_size = self.container_size.height
+            bar.window_virtual_size = virtual_size.height
+            bar.window_size = self.container_size.height  # no horizontal bar (overflow-x: hidden)
         self.scroll_y = self.validate_scroll_y(self.scroll_y)
 
     def _update_size(self, updates: int, lines: list[str]) -> None:
