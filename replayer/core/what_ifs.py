@@ -17,27 +17,38 @@ NONE = "none"  # the app's choice for the session as recorded
 class WhatIf:
     name: str  # the flag without its dashes: the app's choice and the report's ``what_if`` entry
     field: str  # the keyword of ``prepare_session`` and the field of advise's session settings
-    option: str  # the app's label for it
+    label: str  # what the app calls it (the session screen's header, the setup's choice)
     title: str  # advise's row
     change: str  # what to change in the agent to get it
     tradeoff: str = ""
+    simulated_only: bool = False  # a real server renders the history itself
 
     @property
     def flag(self) -> str:
         return f"--{self.name}"
 
+    @property
+    def option(self) -> str:
+        """The setup screen's choice: the label, the flag, and whether it is simulated only."""
+        return f"{self.label} ({self.flag}{', simulated' if self.simulated_only else ''})"
+
 
 WHAT_IFS = (
-    WhatIf("freeze-system-prompt", "freeze_system", "freeze the system prompt (--freeze-system-prompt)",
+    WhatIf("freeze-system-prompt", "freeze_system", "freeze the system prompt",
            "keep the system prompt fixed between turns",
            "client: send the same system prompt on every turn (move dates, cwd or status lines out of it, "
            "e.g. into the latest user message)"),
-    WhatIf("keep-reasoning", "keep_reasoning", "keep earlier reasoning (--keep-reasoning, simulated)",
+    WhatIf("keep-reasoning", "keep_reasoning", "keep earlier reasoning",
            "keep the reasoning of earlier turns in the prompt",
            "client/template: send the history back as it was rendered, reasoning included (a template "
            "that keeps earlier reasoning, or a client that keeps it in the messages)",
-           tradeoff="the kept reasoning is context the model reads on every later turn"),
+           tradeoff="the kept reasoning is context the model reads on every later turn", simulated_only=True),
 )
+
+
+def label(name: str) -> str:
+    """What the app calls what-if ``name`` (the name itself if the table has none)."""
+    return next((w.label for w in WHAT_IFS if w.name == name), name)
 
 
 def chosen(**switches: bool) -> str:

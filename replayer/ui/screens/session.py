@@ -38,9 +38,6 @@ from replayer.core.session_replay import (SessionPrepared, prepare_session, repo
 from replayer.ui.screens.replay import ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
 
-WHAT_IFS = {"freeze-system-prompt": "freeze the system prompt"}
-
-
 @dataclass
 class SessionSpec:
     """What a session replay needs before its turns are laid out (that happens on the screen)."""
@@ -137,7 +134,7 @@ class SessionScreen(ReplayScreen):
 
     def headline(self) -> str:
         return f"{len(self.prep.turns.turns):,} turns" + "".join(
-            f" · what-if: {WHAT_IFS.get(w, w)}" for w in self.prep.what_if)
+            f" · what-if: {what_ifs.label(w)}" for w in self.prep.what_if)
 
     # -- the verdict ------------------------------------------------------------------------
     def show_verdict(self) -> None:
