@@ -290,7 +290,7 @@ class ReplayScreen(Screen):
                         continue
                     with self.app.batch_update():
                         while self.buffers[run] and self.drain_left > 0 and not self.paused:
-                            self.drain_left -= self.flush(limit=DRAIN_SLICE, draining=True, runs=(run,))
+                            self.drain_left -= self.flush(limit=self.drain_slice, draining=True, runs=(run,))
                             await asyncio.sleep(0)
                     await self.painted()
             if self.after_drain is not None:  # the batch is over: after the frame it repaints
@@ -300,6 +300,11 @@ class ReplayScreen(Screen):
             if get_current_worker() is self.drain_worker:  # not a drain that ``r`` cancelled
                 self.drain_worker = None
                 self.drain_left = 0
+
+    @property
+    def drain_slice(self) -> int:
+        """Events per slice of an instant drain (the session screen's events cost more each)."""
+        return DRAIN_SLICE
 
     async def painted(self) -> None:
         """Until the screen has repainted what was changed so far."""
