@@ -72,3 +72,29 @@ async def test_replay_screen_composes_its_footer_keys_once():
         await pilot.press("tab", "tab")
         await pilot.pause()
         assert list(screen.query("FooterKey")) == first
+
+
+async def test_footer_keys_are_made_compact_or_not_before_they_mount(monkeypatch):
+    """Each key is made with the footer's ``compact`` (the palette's key with its own, compact):
+    none switches its ``-compact`` class after mounting, which restyled it twice (the data
+    binding still calls the watcher once, with the value the key already has)."""
+    from textual.widgets._footer import FooterKey
+
+    switched = []
+    original = FooterKey._watch_compact
+
+    def watch(self, compact: bool) -> None:
+        if self.has_class("-compact") != compact:
+            switched.append(self.key)
+        original(self, compact)
+
+    monkeypatch.setattr(FooterKey, "_watch_compact", watch)
+    app = FooterApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        footer = app.query_one(KeyFooter)
+        await wait_for(pilot, lambda: "f2" in keys(app))
+        for key in app.screen.query(FooterKey):
+            palette = key.has_class("-command-palette")
+            assert key.compact == (True if palette else footer.compact) == key.has_class("-compact")
+        assert any(k.has_class("-command-palette") for k in app.screen.query(FooterKey))
+        assert switched == []

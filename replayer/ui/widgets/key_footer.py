@@ -10,8 +10,10 @@ screen's footer now composes its keys once.
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 
 class KeyFooter(Footer):
@@ -27,6 +29,19 @@ class KeyFooter(Footer):
                      for _, b, enabled, tooltip in active.values() if b.show)
         palette = active.get(self.app.COMMAND_PALETTE_BINDING)
         return keys, palette[1:] if palette and self.show_command_palette else None
+
+    def compose(self) -> ComposeResult:
+        """``Footer.compose``, each key made with the footer's ``compact`` already set: a key's
+        own default (compact) was set by a watcher after it mounted, then the footer's value
+        by its data binding, and each change restyled the key (two restyles of ten keys,
+        ~45 ms of the frame that shows the replay screen's keys)."""
+        for widget in super().compose():
+            if isinstance(widget, FooterKey):
+                # the palette's key is not bound to the footer: it keeps a key's default, compact
+                compact = True if widget.has_class("-command-palette") else self.compact
+                widget.set_reactive(FooterKey.compact, compact)
+                widget.set_class(compact, "-compact", update=False)
+            yield widget
 
     def bindings_changed(self, screen: Screen) -> None:
         self._bindings_ready = True  # read by Footer.compose: the keys are known
