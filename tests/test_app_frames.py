@@ -133,3 +133,24 @@ async def test_each_pane_is_updated_in_a_frame_of_its_own():
         assert steps and all((da == 0) != (db == 0) for da, db in steps), steps
         assert applied() == tuple(len(events[run]) for run in ("A", "B"))
         assert screen.comparison.speedup == compare(all_simulated(prep)).speedup
+
+
+async def test_r_between_scheduling_the_runs_and_their_start_replays_once():
+    """``r`` pressed after the runs were scheduled but before they started: the runs that start
+    are the new replay's only (a start scheduled before ``r`` would add a cancelled run to them)."""
+    from replayer.core.compare import compare
+    from replayer.core.replay import all_simulated
+    from replayer.ui.widgets.run_pane import run_status
+
+    prep = prepare(demo_session_path(), ReplayConfig())
+    app = ReplayerApp(default_speed=0.0, deterministic=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = ReplayScreen(prep, speed=0.0, autostart=False)
+        await app.push_screen(screen)
+        await pilot.pause()
+        screen.start_runs()
+        screen.action_restart()
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        await pilot.pause()
+        assert [run_status(screen.pane(r).summary) for r in ("A", "B")] == ["complete", "complete"]
+        assert screen.comparison.speedup == compare(all_simulated(prep)).speedup
