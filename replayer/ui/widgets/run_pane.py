@@ -63,9 +63,9 @@ class FollowLog(Log):
     every flush laid the whole screen out again (a fifth of a paced frame) for two lists whose
     boxes never change (a fixed or ``1fr`` height, no horizontal scrolling). Here it moves the
     scroll bar only; the bar appearing or going is still a layout (``_refresh_scrollbars`` sets
-    its ``display``). For the same reason the width of new lines is not measured (``Log`` starts
-    a thread per write for it): with ``overflow-x: hidden`` nothing reads it. Its scroll bar is
-    repainted only when it looks different (``SteadyScrollBar``).
+    its ``display``). For the same reason the width of new lines is not measured when the list
+    cannot scroll sideways (``overflow-x: hidden``: nothing reads it; ``Log`` starts a thread per
+    write for it). Its scroll bar is repainted only when it looks different (``SteadyScrollBar``).
     """
 
     virtual_size = Reactive(Size(0, 0), layout=False)
@@ -81,14 +81,22 @@ class FollowLog(Log):
         verdict appearing shrinks the batch list, not the checkpoint log) no longer repaints
         its bar."""
         self._refresh_scrollbars()
-        if self.show_vertical_scrollbar:
+        width, height = self.container_size
+        if self.show_vertical_scrollbar and self.styles.scrollbar_size_vertical:
             bar = self.vertical_scrollbar
             bar.window_virtual_size = virtual_size.height
-            bar.window_size = self.container_size.height  # no horizontal bar (overflow-x: hidden)
+            bar.window_size = height - self.scrollbar_size_horizontal
+        if self.show_horizontal_scrollbar and self.styles.scrollbar_size_horizontal:
+            bar = self.horizontal_scrollbar
+            bar.window_virtual_size = virtual_size.width
+            bar.window_size = width - self.scrollbar_size_vertical
+            bar.refresh()
+        self.scroll_x = self.validate_scroll_x(self.scroll_x)
         self.scroll_y = self.validate_scroll_y(self.scroll_y)
 
     def _update_size(self, updates: int, lines: list[str]) -> None:
-        pass
+        if self.styles.overflow_x != "hidden":  # the width is read: scrolled sideways
+            super()._update_size(updates, lines)
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
