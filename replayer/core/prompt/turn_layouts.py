@@ -35,10 +35,12 @@ from replayer.core.prompt.templates import Template
 from replayer.core.session.turns import Turn, response_starts
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnPrompt:
     """One turn's prompt. Text and ids are kept as (shared base, cut, suffix): a thousand
-    turns of a 128k-token session would otherwise hold gigabytes of copies."""
+    turns of a 128k-token session would otherwise hold gigabytes of copies. Slotted: a
+    session makes one per turn, and an instance dict each was a thousand more objects for
+    the collector to walk."""
 
     index: int
     n_tokens: int
