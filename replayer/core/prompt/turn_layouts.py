@@ -191,7 +191,8 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     text = whole.base
     msgs = base.messages
     a_roles = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
-    a_chars = _marks(text, delims, "assistant")
+    a_chars = (_marks(text, delims, "assistant") if lay.text_marks is None
+               else [c for role, c in lay.text_marks if role == "assistant"])
     a_toks = [s.start for s in lay.spans if s.role == "assistant"]
     if not (len(a_chars) == len(a_toks) == len(a_roles) + 1):
         out.fallbacks.append(f"turns {members[0][0].index}–{members[-1][0].index}: the template does not mark each "
