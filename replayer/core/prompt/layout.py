@@ -47,6 +47,9 @@ class PromptLayout:
     text_chars: int = 0
     notes: list[str] = field(default_factory=list)
     text: str | None = None  # the rendered prompt, when asked for (``keep_text``)
+    # (role, character offset) of each delimiter, when the layout scanned the text for them (the
+    # estimate, G0): a session's turn prompts cut the whole prompt there and need not scan again
+    text_marks: list[tuple[str, int]] | None = field(default=None, repr=False, compare=False)
     _prompt_spans: PromptSpans | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -182,7 +185,8 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
                    b: Build) -> PromptLayout:
     notes: list[str] = []
     # character offsets of the delimiters: the estimate and G0's prefix rule both need them
-    text_matches = _scan_text(text, delims) if tok is None or not b.token_space_spans else []
+    scanned = tok is None or not b.token_space_spans
+    text_matches = _scan_text(text, delims) if scanned else []
     if tok is not None:
         ids = tok.encode(text, add_special=True)
         n = len(ids)
@@ -214,7 +218,7 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         notes.append("the template yields no message delimiters: the server finds no user starts")
     return PromptLayout(n_tokens=n, spans=spans, delimiters=list(delims), tokenizer=name,
                         template=template_name, build=b.label, n_before_user=n_before_user,
-                        text_chars=len(text), notes=notes)
+                        text_chars=len(text), notes=notes, text_marks=text_matches if scanned else None)
 
 
 class TemplatingTokenizer(ExactTokenizer, Protocol):

@@ -35,10 +35,12 @@ from replayer.core.prompt.templates import Template
 from replayer.core.session.turns import Turn, response_starts
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnPrompt:
     """One turn's prompt. Text and ids are kept as (shared base, cut, suffix): a thousand
-    turns of a 128k-token session would otherwise hold gigabytes of copies."""
+    turns of a 128k-token session would otherwise hold gigabytes of copies. Slotted: a
+    session makes one per turn, and an instance dict each was a thousand more objects for
+    the collector to walk."""
 
     index: int
     n_tokens: int
@@ -189,7 +191,8 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     text = whole.base
     msgs = base.messages
     a_roles = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
-    a_chars = _marks(text, delims, "assistant")
+    a_chars = (_marks(text, delims, "assistant") if lay.text_marks is None
+               else [c for role, c in lay.text_marks if role == "assistant"])
     a_toks = [s.start for s in lay.spans if s.role == "assistant"]
     if not (len(a_chars) == len(a_toks) == len(a_roles) + 1):
         out.fallbacks.append(f"turns {members[0][0].index}–{members[-1][0].index}: the template does not mark each "
