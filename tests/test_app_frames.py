@@ -154,3 +154,41 @@ async def test_r_between_scheduling_the_runs_and_their_start_replays_once():
         await pilot.pause()
         assert [run_status(screen.pane(r).summary) for r in ("A", "B")] == ["complete", "complete"]
         assert screen.comparison.speedup == compare(all_simulated(prep)).speedup
+
+
+async def test_no_full_collection_runs_while_a_replay_screen_is_up():
+    """The collector's full passes wait while a replay screen is up (young generations are
+    still collected), and its thresholds are back when the screen is gone."""
+    import gc
+
+    full = []
+
+    def seen(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full.append(info)
+
+    default = gc.get_threshold()
+    before = (default[0], 2, 2)  # full passes 25 times as often as Python's default: several per replay
+    prep = prepare(demo_session_path(), ReplayConfig())
+    app = ReplayerApp(default_speed=0.0, deterministic=True)
+    gc.callbacks.append(seen)
+    gc.set_threshold(*before)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            young = gc.get_count()
+            screen = ReplayScreen(prep, speed=0.0)
+            await app.push_screen(screen)
+            assert gc.get_threshold()[:2] == before[:2] and gc.get_threshold()[2] > before[2]
+            for _ in range(3):
+                full.clear()
+                screen.action_restart()
+                await finished_demo(pilot, app)
+                assert full == []
+            assert gc.get_count() != young  # the young generations were still counted (and collected)
+            app.pop_screen()
+            await pilot.pause()
+            assert gc.get_threshold() == before
+    finally:
+        gc.callbacks.remove(seen)
+        gc.set_threshold(*default)

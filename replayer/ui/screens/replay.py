@@ -47,6 +47,9 @@ MAX_EVENTS_PER_FLUSH = 20000  # per run and frame: a huge instant run spreads ov
 DRAIN_SLICE = 1000  # per run: an instant replay's events reach the panes ~10 ms at a time
 SIM_SLICE = 1000  # simulated events between two turns of the event loop
 SPEEDS = {"1": 1.0, "2": 10.0, "3": 0.0}  # ×1, ×10, instant
+# the collector's middle-generation passes between two full ones while a replay screen is up
+# (Python's default is 10): a full pass is ~25–40 ms of the UI thread, mid-replay
+FULL_GC_EVERY = 1000
 
 
 def speed_label(speed: float) -> str:
@@ -98,6 +101,7 @@ class ReplayScreen(Screen):
         self.after_drain = None  # the advice's start, when the drain's last slice ended the runs
         self.resumed = False
         self.restarts = 0  # ``r`` presses: a verdict scheduled before one is dropped
+        self._gc_threshold: tuple[int, int, int] | None = None  # the collector's, before this screen
 
     def compose(self) -> ComposeResult:
         # the size classes (-wide, -tall, ...) before anything is styled: Textual sets them on the
@@ -136,8 +140,28 @@ class ReplayScreen(Screen):
         """What the verdict explains itself with (the session screen shows the turns behind it)."""
         yield ComparisonTable(id="comparison")
 
+    def defer_full_collections(self) -> None:
+        """The collector's full passes wait while this screen is up (young objects are still
+        collected as often as ever): everything a replay makes lives as long as its panes, and
+        a full pass over it (~25–40 ms) landed in a frame of every replay. What the replay made
+        is frozen once the verdict is shown (``on_replay_screen_finished``), as the prepared
+        session is before it starts, so a full pass after the screen is gone has little to scan."""
+        if self._gc_threshold is None:
+            self._gc_threshold = gc.get_threshold()
+            young, middle, _ = self._gc_threshold
+            gc.set_threshold(young, middle, FULL_GC_EVERY)
+
+    def on_unmount(self) -> None:
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
+            self._gc_threshold = None
+
+    def on_replay_screen_finished(self, message: "ReplayScreen.Finished") -> None:
+        gc.freeze()  # the finished runs live as long as the screen shows them (bubbles on to the app)
+
     def on_mount(self) -> None:
         gc.freeze()  # the prepared session is long-lived: no full GC pass should scan it again
+        self.defer_full_collections()
         s = self.prep.session
         self.title = redact(Path(s.path).name)  # a file name can hold a key
         self.show_state()

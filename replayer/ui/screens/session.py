@@ -71,6 +71,7 @@ class SessionScreen(ReplayScreen):
 
     def on_mount(self, event: events.Mount) -> None:
         event.prevent_default()  # Textual calls every class's handler: not the resume screen's
+        self.defer_full_collections()
         self.title = redact(Path(self.spec.path).name)
         self.show_state()
         self.set_interval(1 / 20, self.flush)
