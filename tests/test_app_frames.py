@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from textual.widgets import Log
 
+from replayer.core.compare import compare
 from replayer.core.engine import events as ev
-from replayer.core.replay import ReplayConfig, demo_session_path, prepare
+from replayer.core.replay import ReplayConfig, all_simulated, demo_session_path, prepare
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.replay import ReplayScreen
 from replayer.ui.screens.session import SessionScreen, SessionSpec
@@ -34,6 +35,14 @@ class Counter:
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.fn(*args, **kwargs)
+
+
+async def unstarted_demo(pilot, app) -> ReplayScreen:
+    """The demo's replay screen, pushed and painted, its runs not started."""
+    screen = ReplayScreen(prepare(demo_session_path(), ReplayConfig()), speed=0.0, autostart=False)
+    await app.push_screen(screen)
+    await pilot.pause()
+    return screen
 
 
 async def finished_demo(pilot, app) -> ReplayScreen:
@@ -97,15 +106,12 @@ async def test_a_replay_screen_opens_without_new_css_to_parse(tmp_path):
 async def test_each_pane_is_updated_in_a_frame_of_its_own():
     """The 20 Hz flush takes one pane's events per tick, in turns; an instant replay's drain
     fills one pane, lets the screen repaint it, then the other. The verdict is unchanged."""
-    from replayer.core.compare import compare
-    from replayer.core.replay import all_simulated, run_events
+    from replayer.core.replay import run_events
 
-    prep = prepare(demo_session_path(), ReplayConfig())
     app = ReplayerApp(default_speed=0.0, deterministic=True)
     async with app.run_test(size=(100, 30)) as pilot:
-        screen = ReplayScreen(prep, speed=0.0, autostart=False)
-        await app.push_screen(screen)
-        await pilot.pause()
+        screen = await unstarted_demo(pilot, app)
+        prep = screen.prep
         events = {run: list(run_events(prep, run)) for run in ("A", "B")}
         applied = lambda: tuple(screen.pane(run).events_applied for run in ("A", "B"))  # noqa: E731
         screen.paused = True  # the timer's flushes wait: these two are the test's
@@ -138,16 +144,12 @@ async def test_each_pane_is_updated_in_a_frame_of_its_own():
 async def test_r_between_scheduling_the_runs_and_their_start_replays_once():
     """``r`` pressed after the runs were scheduled but before they started: the runs that start
     are the new replay's only (a start scheduled before ``r`` would add a cancelled run to them)."""
-    from replayer.core.compare import compare
-    from replayer.core.replay import all_simulated
     from replayer.ui.widgets.run_pane import run_status
 
-    prep = prepare(demo_session_path(), ReplayConfig())
     app = ReplayerApp(default_speed=0.0, deterministic=True)
     async with app.run_test(size=(100, 30)) as pilot:
-        screen = ReplayScreen(prep, speed=0.0, autostart=False)
-        await app.push_screen(screen)
-        await pilot.pause()
+        screen = await unstarted_demo(pilot, app)
+        prep = screen.prep
         screen.start_runs()
         screen.action_restart()
         await wait_for(pilot, lambda: screen.comparison is not None)
