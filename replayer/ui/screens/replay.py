@@ -195,16 +195,29 @@ class ReplayScreen(Screen):
             else:
                 self.waiting_on = first
             return
-        restarts = self.restarts
-
-        def start(run: str) -> None:
-            if restarts == self.restarts:  # ``r`` since: the new replay starts its own runs
-                self.run_simulated(run)
         # after the screen's first frame, and B a frame after A: a run's first slice computes
         # its whole schedule (~15 ms for 5,000 batches), and both in one frame made it the
         # longest of an instant replay's start
-        self.call_after_refresh(start, "A")
-        self.call_after_refresh(self.call_after_refresh, start, "B")
+        self.call_after_refresh(self.unless_restarted(self.run_simulated, "A"))
+        self.call_after_refresh(self.call_after_refresh, self.unless_restarted(self.run_simulated, "B"))
+
+    def unless_restarted(self, fn, *args):
+        """``fn(*args)`` as a callback that does nothing once ``r`` has started a new replay
+        (the new replay schedules its own runs and verdict)."""
+        restarts = self.restarts
+
+        def call() -> None:
+            if restarts == self.restarts:
+                fn(*args)
+        return call
+
+    def after_last_paint(self, callback) -> None:
+        """``callback`` after the frame that paints the runs' last events (a repaint held back
+        by an instant drain's batch would not count as one: the drain calls it after its own)."""
+        if self.draining:
+            self.after_drain = callback
+        else:
+            self.call_after_refresh(callback)
 
     @work(group="run-A", exit_on_error=False, name="sim-A", exclusive=True)
     async def _sim_a(self) -> None:
@@ -386,15 +399,7 @@ class ReplayScreen(Screen):
         cmp = Comparison(self.pane("A").summary, self.pane("B").summary)  # the panes saw every event
         # after the frame that paints the last events: the advice thread holds the GIL for
         # 0.3-1 s, and a frame sharing it with that thread took twice its own time
-        restarts = self.restarts
-
-        def start() -> None:
-            if restarts == self.restarts:
-                self._advise(cmp)
-        if self.draining:  # a repaint held back by the drain's batch would not count as one
-            self.after_drain = start
-        else:
-            self.call_after_refresh(start)
+        self.after_last_paint(self.unless_restarted(self._advise, cmp))
 
     # a description, or Textual builds one from repr(cmp): every event of both runs, 46 ms of
     # the UI thread in the frame that finishes the runs

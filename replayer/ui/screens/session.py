@@ -38,6 +38,7 @@ from replayer.core.session_replay import (SessionPrepared, prepare_session, repo
 from replayer.ui.screens.replay import DRAIN_SLICE, ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
 
+
 @dataclass
 class SessionSpec:
     """What a session replay needs before its turns are laid out (that happens on the screen)."""
@@ -156,18 +157,10 @@ class SessionScreen(ReplayScreen):
             return
         self.verdict_pending = True
         a, b = (self.pane(run).refresh_facts() for run in ("A", "B"))
-        restarts = self.restarts
-
-        def show() -> None:
-            if restarts == self.restarts:  # not a verdict for runs that ``r`` replaced
-                self._show_summary(a, b)
         # after the frame that paints the last turns: the verdict's layout (the panes shrink)
         # is the session screen's longest frame, and sharing it with the drain's last slice
         # made it longer
-        if self.draining:
-            self.after_drain = show
-        else:
-            self.call_after_refresh(show)
+        self.after_last_paint(self.unless_restarted(self._show_summary, a, b))
 
     def _show_summary(self, a, b) -> None:
         self.summary_doc = report(self.prep, a, b, turns=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from math import ceil
 
 from textual.reactive import Reactive
-from textual.scrollbar import ScrollBar, ScrollBarRender
+from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 
 
@@ -26,13 +26,13 @@ class SteadyScrollBar(ScrollBar):
     _looking = False
 
     def drawing(self) -> list:
-        """The bar's cells as ``ScrollBar._render_bar`` would pass them to the renderer."""
+        """The bar's cells, drawn by its renderer from the values ``ScrollBar._render_bar`` passes."""
         virtual = self.window_virtual_size
         window = self.window_size if self.window_size < virtual else 0
         size = self.size.height if self.vertical else self.size.width
-        return ScrollBarRender.render_bar(size=size, virtual_size=ceil(virtual), window_size=ceil(window),
-                                          position=self.position, thickness=self.thickness,
-                                          vertical=self.vertical).segments
+        return self.renderer.render_bar(size=size, virtual_size=ceil(virtual), window_size=ceil(window),
+                                       position=self.position, thickness=self.thickness,
+                                       vertical=self.vertical).segments
 
     def _moved(self) -> None:
         # once all three are set: a list writing lines sets the virtual size before it scrolls
