@@ -198,10 +198,26 @@ def _config(args: argparse.Namespace):
                         holdout=tuple(opt("holdout") or ()), repeat=opt("repeat", 1), threads=opt("threads"))
 
 
+def _calibration_flags(args: argparse.Namespace) -> None:
+    """``--calibrate``, ``--holdout`` and ``--repeat`` fit a line from the CLI's live resume
+    replay; the app and the session mode do not calibrate, so they refuse them rather than
+    drop them silently."""
+    given = [flag for flag, on in (("--calibrate", args.calibrate), ("--holdout", args.holdout),
+                                   ("--repeat", args.repeat != 1)) if on]
+    if not given:
+        return
+    where = "--app" if args.app else "--screenshot" if args.screenshot else "--mode session" \
+        if args.mode == "session" else None
+    if where:
+        raise ReplayerError(f"{' and '.join(given)}: calibration runs in the CLI's live resume replay, not with "
+                            f"{where} (calibrate without {where}, then replay with --calibration ID)")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.engine import events as ev
     from replayer.core.replay import prepare, replay, report
 
+    _calibration_flags(args)
     cfg = _config(args)
     if args.mode == "session":
         return cmd_replay_session(args, cfg)
@@ -369,13 +385,8 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
     failed = any(r.failed for r in runs.values())
     if args.jsonl:
         return 1 if failed else 0
-    doc = sr.report(prep, runs["A"], runs["B"])
-    if args.json:
-        _json(doc)
-    elif args.markdown:
-        _out(sr.to_markdown(doc, (runs["A"], runs["B"])))
-    else:
-        _out(sr.to_text(doc, (runs["A"], runs["B"])))
+    fmt = "json" if args.json else "md" if args.markdown else "text"
+    _out(sr.session_report(sr.report(prep, runs["A"], runs["B"]), (runs["A"], runs["B"]), fmt))
     return 1 if failed else 0
 
 
