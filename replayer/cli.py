@@ -14,9 +14,10 @@ from typing import Any, Sequence
 import orjson
 
 from replayer import __version__
-from replayer.cli_args import MAX_TOKENS, OneLineParser, float_in, int_in, stdout_failed
+from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
+from replayer.core.options import KNOBS, MODEL
 from replayer.core.errors import ReplayerError
-from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S
+from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
                "bisect", "advise"}
@@ -183,19 +184,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace):
     """The replay choices from the options a subcommand has (bisect and advise take a subset)."""
-    from replayer.core.replay import ReplayConfig
+    from replayer.core.options import config_from
 
-    opt = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    return ReplayConfig(a=opt("a", "9859"), b=opt("b", "10001"), engine=opt("engine", "simulated"), gpu=args.gpu,
-                        model=args.model, backend=args.backend,
-                        n_batch=args.batch_size, n_ubatch=args.ubatch_size, checkpoint_min_step=args.cms,
-                        ctx_checkpoints=args.ctx_checkpoints, tokenizer=args.tokenizer, template=args.template,
-                        format=args.format, system_prompt=args.system_prompt, tools=args.tools,
-                        calibration=opt("calibration"), server=opt("server"), server_b=opt("server_b"),
-                        server_log=opt("server_log"), ctx_size=opt("ctx_size"),
-                        timeout=opt("timeout", DEFAULT_TIMEOUT_S),
-                        parallel_runs=opt("parallel_runs", False), calibrate=opt("calibrate", False),
-                        holdout=tuple(opt("holdout") or ()), repeat=opt("repeat", 1), threads=opt("threads"))
+    return config_from(args)
 
 
 def _calibration_flags(args: argparse.Namespace) -> None:
@@ -529,29 +520,14 @@ def _min_step_help() -> str:
 
 
 def _knobs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_batch,
-                   help="llama-server -b (logical batch)")
-    p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_ubatch,
-                   help="llama-server -ub (physical batch; llama-server's own default)")
-    p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int_in(0, MAX_TOKENS), default=None,
-                   help=_min_step_help())
-    p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=DEFAULT_KNOBS.n_ctx_checkpoints,
-                   help="llama-server --ctx-checkpoints")
+    add_options(p, KNOBS, cms=_min_step_help())
 
 
 def _model_options(p: argparse.ArgumentParser, model_help: str) -> None:
     """The cost model's and layout's choices, as ``replay`` takes them (bisect and advise)."""
-    from replayer.core.replay import ReplayConfig
-
-    d = ReplayConfig()
-    p.add_argument("--model", default=d.model, help=model_help)
-    p.add_argument("--gpu", default=d.gpu,
-                   help="GPU preset (replayer presets) or custom:vram=GB,bw=GB/s,tflops=TFLOPS,pcie=GB/s")
-    p.add_argument("--backend", default=None, help="the GPU preset's backend unless given")
-    p.add_argument("--tokenizer", default=None,
-                   help="estimate | gguf:PATH | server:URL (default: a GGUF model's own, else estimate)")
-    p.add_argument("--template", default=None, help="bundled template name or a .jinja file")
-    p.add_argument("--calibration", default=None, help="time with a line saved by --calibrate")
+    add_options(p, MODEL, model=model_help, backend="the GPU preset's backend unless given",
+                          template="bundled template name or a .jinja file",
+                          calibration="time with a line saved by --calibrate")
     _knobs(p)
 
 
@@ -596,50 +572,18 @@ def _parse_schedule(sub: Any) -> None:
 
 def _parse_replay(sub: Any) -> None:
     """The main command: every option both engines and the app take."""
-    from replayer.core.replay import ReplayConfig
-
     p = sub.add_parser("replay", help="replay the prefill on builds A and B and compare")
     _common_session(p)
-    d = ReplayConfig()
-    p.add_argument("--a", default=d.a, help="build A (number, generation or llama-server path)")
-    p.add_argument("--b", default=d.b, help="build B (number, generation or llama-server path)")
-    p.add_argument("--engine", choices=["simulated", "live"], default=d.engine,
-                   help="simulated: the cost model; live: real llama-server builds")
-    p.add_argument("--mode", choices=["resume", "session"], default="resume",
-                   help="resume: one cold prefill of the whole conversation; session: every turn as the agent "
-                        "sent it, with the prompt cache reused or lost")
+    add_options(p, ("a", "b", "engine", "mode"))
     p.add_argument("--freeze-system-prompt", action="store_true",
                    help="session what-if: every turn keeps the first turn's system prompt")
     p.add_argument("--keep-reasoning", action="store_true",
                    help="session what-if (simulated): the history keeps each message as first rendered, "
                         "reasoning included, where the template drops it")
-    p.add_argument("--backend", default=None,
-                   help="simulated: the GPU preset's backend unless given; live: the installed build's "
-                        "backend (default: cpu)")
-    p.add_argument("--gpu", default=d.gpu,
-                   help="GPU preset (replayer presets) or custom:vram=GB,bw=GB/s,tflops=TFLOPS,pcie=GB/s")
-    p.add_argument("--model", default=d.model,
-                   help="model preset, or a GGUF path (simulated: its header only; live: the model served)")
-    p.add_argument("--tokenizer", default=None, help="estimate | gguf:PATH | server:URL (default: a GGUF model's own, else estimate)")
-    p.add_argument("--template", default=None, help="bundled template name or a .jinja file "
-                   "(default: the model preset's)")
+    add_options(p, ("backend", "gpu", "model", "tokenizer", "template"))
     _knobs(p)
-    p.add_argument("--server", help="live: run A against this already running server (http://127.0.0.1:PORT)")
-    p.add_argument("--server-b", help="live: run B against this already running server")
-    p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")
-    p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
-    p.add_argument("--threads", type=int_in(1, 1024), default=None,
-                   help="live: the servers' -t/-tb (default: llama-server's own, every core)")
-    p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=DEFAULT_TIMEOUT_S,
-                   help="live: wall-clock seconds for the prefill (the run ends after its phases' sum)")
-    p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
-    p.add_argument("--holdout", nargs="+", metavar="SESSION",
-                   help="with --calibrate: run these sessions live too and report the line's error on them")
-    p.add_argument("--repeat", type=int_in(1, 20), default=1, metavar="N",
-                   help="with --calibrate: run each session and build N times and time each batch by "
-                        "the median (a shared or throttled machine varies 15-35%% from run to run)")
-    p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
+    add_options(p, ("server", "server_b", "server_log", "parallel_runs", "threads", "ctx_size", "timeout",
+                              "calibrate", "holdout", "repeat", "calibration"))
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "
                         "(default: instant for --jsonl and --screenshot, 10 in the app)")
@@ -664,9 +608,7 @@ def _parse_bisect(sub: Any) -> None:
     p.add_argument("--metric", choices=["prompt_tps", "batches", "reprocessed"], default="prompt_tps",
                    help="what tells a good build from a bad one: prompt tokens/s, decode calls, re-processed tokens")
     _model_options(p, "model preset, or a GGUF path (simulated: its header; live: the model served)")
-    p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=DEFAULT_TIMEOUT_S,
-                   help="live: wall-clock seconds for each build's prefill")
+    add_options(p, ("ctx_size", "timeout"), timeout="live: wall-clock seconds for each build's prefill")
     p.add_argument("--band", type=float_in(0, 1), default=0.25,
                    help="too close to call: a median within BAND × |good − bad| of the midpoint")
     p.add_argument("--max-samples", type=int_in(1, 100), default=3,
