@@ -13,13 +13,13 @@ from typing import Any, Sequence
 
 import orjson
 
-from replayer import __version__
+from replayer import __version__, cli_record
 from replayer.cli_args import MAX_TOKENS, OneLineParser, float_in, int_in, stdout_failed
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise"}
+               "bisect", "advise", "record"}
 
 
 def _out(data: bytes | str) -> None:
@@ -743,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
     for add in (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
-                _parse_presets, _parse_builds, _parse_models, _parse_demo):
+                _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser):
         add(sub)
     return ap
 
