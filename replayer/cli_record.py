@@ -9,10 +9,13 @@ from typing import Any
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from replayer.core.record.run import print_ready, record
+    from replayer.core.record.run import record
 
-    n = record(args.upstream, args.listen, Path(args.out).expanduser() if args.out else None,
-               on_ready=print_ready(args.upstream))
+    def ready(url: str, path: Path) -> None:
+        print(f"replayer record: {url} -> {args.upstream}, logging to {path} (Ctrl-C stops)", file=sys.stderr,
+              flush=True)
+
+    n = record(args.upstream, args.listen, Path(args.out).expanduser() if args.out else None, on_ready=ready)
     print(f"replayer record: {n} line(s) logged", file=sys.stderr)
     return 0
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -51,9 +50,3 @@ def record(upstream: str, listen: str = DEFAULT_LISTEN, out: Path | None = None,
     finally:
         log.close()
     return log.lines
-
-
-def print_ready(upstream: str) -> Callable[[str, Path], None]:
-    def ready(url: str, path: Path) -> None:
-        print(f"replayer record: {url} -> {upstream}, logging to {path} (Ctrl-C stops)", file=sys.stderr, flush=True)
-    return ready
