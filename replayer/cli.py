@@ -71,7 +71,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
         "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format == "chat-requests" else count_turns(req),
+        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
     }
     if args.json:
         _json(info)
