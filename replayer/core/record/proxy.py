@@ -210,9 +210,22 @@ class RecordingProxy:
         ex = self._exchange_of(req, body)
         client_close = _wants_close(req)
         leftover = conn.trailing_data[0]
+        uconn = h11.Connection(h11.CLIENT)
+        target = (self.upstream.prefix + req.target.decode("latin-1")).encode("latin-1") if self.upstream.prefix \
+            else req.target
         try:
-            ureader, uwriter = await asyncio.wait_for(
-                asyncio.open_connection(self.upstream.host, self.upstream.port, limit=READ_SIZE), CONNECT_TIMEOUT_S)
+            out = uconn.send(h11.Request(method=req.method, target=target, headers=req.headers.raw_items(),
+                                         http_version=req.http_version))
+            out += (uconn.send(h11.Data(data=body)) if body else b"") + uconn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            ex.error = f"request not forwardable: {exc}"
+            await self._reply(writer, 400, ex.error)
+            self.log.write(ex.record())
+            return b"", False
+        loop = asyncio.get_running_loop()
+        try:
+            utransport, relay = await asyncio.wait_for(loop.create_connection(
+                lambda: _Relay(ex, uconn, writer, loop), self.upstream.host, self.upstream.port), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             ex.error = f"upstream {self.upstream.host}:{self.upstream.port} unreachable: {why}"
@@ -220,42 +233,28 @@ class RecordingProxy:
             await self._reply(writer, 502, ex.error)
             self.log.write(ex.record())
             return b"", False
-        _nodelay(uwriter)
-        uconn = h11.Connection(h11.CLIENT)
-        target = (self.upstream.prefix + req.target.decode("latin-1")).encode("latin-1") if self.upstream.prefix \
-            else req.target
-        try:
-            out = uconn.send(h11.Request(method=req.method, target=target, headers=req.headers.raw_items()
-                                         if hasattr(req.headers, "raw_items") else req.headers,
-                                         http_version=req.http_version))
-            uwriter.write(out + (uconn.send(h11.Data(data=body)) if body else b"") + uconn.send(h11.EndOfMessage()))
-        except h11.LocalProtocolError as exc:
-            uwriter.close()
-            ex.error = f"request not forwardable: {exc}"
-            await self._reply(writer, 400, ex.error)
-            self.log.write(ex.record())
-            return b"", False
-        pump = asyncio.ensure_future(self._pump(ex, uconn, ureader, writer))
+        utransport.write(out)
         watch = asyncio.ensure_future(reader.read(READ_SIZE))
         gone = "client disconnected before the response ended; upstream request cancelled"
         keep = False
         try:
-            done, _ = await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if watch in done and pump not in done and not _read_result(watch):
+            done, _ = await asyncio.wait({relay.done, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in done and not relay.done.done() and not _read_result(watch):
                 ex.error = gone
             else:
-                keep = await pump
+                keep = await relay.done
+                if relay.need_502:
+                    await self._reply(writer, 502, ex.error or "upstream failed")
         except _ClientGone:
             ex.error = gone
         except asyncio.CancelledError:
             ex.error = ex.error or "proxy stopped before the response ended"
             raise
         finally:
-            for t in (watch, pump):  # a reader left waiting would refuse the next read
-                if not t.done():
-                    t.cancel()
-                    await asyncio.gather(t, return_exceptions=True)
-            uwriter.close()
+            if not watch.done():  # a reader left waiting would refuse the next read
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
+            utransport.close()
             if ex.logged or ex.error:
                 self.log.write(ex.record())
         if ex.error == gone:
@@ -266,52 +265,170 @@ class RecordingProxy:
             leftover += more  # the next request, pipelined
         return leftover, keep and not client_close
 
-    async def _pump(self, ex: Exchange, uconn: h11.Connection, ureader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter) -> bool:
-        """Upstream bytes to the client as they come; True when the connection may be kept."""
-        facts = ex.response
-        upstream_close = False
-        sent = False
-        while True:
-            try:
-                data = await ureader.read(READ_SIZE)
-            except ConnectionError as exc:
-                data = b""
-                ex.error = f"upstream connection failed: {exc}"
-            if data:
-                if ex.t_first_byte is None:
-                    ex.t_first_byte = time.perf_counter()
-                writer.write(data)
-                sent = True
-                try:
-                    await writer.drain()
-                except ConnectionError:
-                    raise _ClientGone() from None
-            uconn.receive_data(data)
-            while True:
-                try:
-                    event = uconn.next_event()
-                except h11.RemoteProtocolError as exc:
-                    ex.error = ex.error or (f"upstream sent a bad HTTP response: {exc}" if data else
-                                            "upstream closed the connection before the response ended" if sent
-                                            else "upstream closed the connection without a response")
-                    facts.finish()
-                    if not sent:
-                        facts.status = 502
-                        await self._reply(writer, 502, ex.error)
-                    return False
-                if event is h11.NEED_DATA:
+
+class _Relay(asyncio.Protocol):
+    """The upstream side of one exchange, on the event loop's callbacks (no task switch per chunk).
+
+    Each piece the server sends is written to the client first, then parsed: h11 reads the
+    response head, and the body's framing (chunked, a length, or the connection's close) is
+    followed here, a few slices per chunk, to know where the response ends and to hand the
+    decoded body to ``ResponseFacts``. ``done`` holds whether the client connection may be kept.
+    """
+
+    def __init__(self, ex: Exchange, uconn: h11.Connection, writer: asyncio.StreamWriter,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.ex, self.uconn, self.writer = ex, uconn, writer
+        self.client = writer.transport
+        self.done: asyncio.Future = loop.create_future()
+        self.body: _Framing | None = None
+        self.transport: asyncio.Transport | None = None
+        self.sent = False
+        self.need_502 = False
+        self.keep = False
+        self.paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if self.done.done():
+            return
+        if self.client.is_closing():
+            return self._fail(_ClientGone())
+        if self.ex.t_first_byte is None:
+            self.ex.t_first_byte = time.perf_counter()
+        self.client.write(data)
+        self.sent = True
+        try:
+            if self.body is None:
+                self._head(data)
+            else:
+                self.body.feed(data)
+        except (h11.RemoteProtocolError, ValueError) as exc:
+            self.ex.error = f"upstream sent a bad HTTP response: {exc}"
+            return self._end(False)
+        if self.body is not None and self.body.ended:
+            return self._end(self.keep)
+        if not self.paused and self.client.get_write_buffer_size() > 4 * READ_SIZE:
+            self.paused = True  # a slow client: stop reading the server until the client catches up
+            assert self.transport is not None
+            self.transport.pause_reading()
+            asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self.writer.drain()
+        except ConnectionError:
+            return self._fail(_ClientGone())
+        self.paused = False
+        if self.transport is not None and not self.done.done():
+            self.transport.resume_reading()
+
+    def _head(self, data: bytes) -> None:
+        self.uconn.receive_data(data)
+        event = self.uconn.next_event()
+        if event is h11.NEED_DATA:
+            return
+        if not isinstance(event, h11.Response):  # an interim 1xx is not forwarded separately
+            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+        facts = self.ex.response
+        facts.start(event.status_code, _header(event.headers, b"content-type") or "")
+        self.keep = not _wants_close(event)
+        te = (_header(event.headers, b"transfer-encoding") or "").lower()
+        length = _header(event.headers, b"content-length")
+        if event.status_code in (204, 304) or self.ex.method == "HEAD":
+            self.body = _Framing(facts.feed, 0)
+        elif "chunked" in te:
+            self.body = _Framing(facts.feed, None)
+        elif length is not None and length.strip().isdigit():
+            self.body = _Framing(facts.feed, int(length))
+        else:
+            self.body = _Framing(facts.feed, -1)  # to the connection's close
+            self.keep = False
+        rest = self.uconn.trailing_data[0]
+        if rest:
+            self.body.feed(rest)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.done.done():
+            return
+        if self.body is not None and self.body.to_close:
+            return self._end(False)
+        self.ex.error = self.ex.error or ("upstream closed the connection before the response ended" if self.sent
+                                          else "upstream closed the connection without a response")
+        if not self.sent:
+            self.ex.response.status = 502
+            self.need_502 = True
+        self._end(False)
+
+    def _end(self, keep: bool) -> None:
+        self.ex.response.finish()
+        if not self.done.done():
+            self.done.set_result(keep)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc)
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Framing:
+    """Where a response body ends: chunked (``length`` None), a length, or the close (-1).
+    Decoded bytes go to ``sink``; a chunk header costs one ``find`` and one ``int``."""
+
+    def __init__(self, sink, length: int | None) -> None:
+        self.sink = sink
+        self.chunked = length is None
+        self.to_close = length == -1
+        self.left = 0 if self.chunked else length
+        self.ended = length == 0
+        self.state = "size"  # size | data | crlf | trailer
+        self.buf = b""
+
+    def feed(self, data: bytes) -> None:
+        if not self.chunked:
+            if self.to_close:
+                self.sink(data)
+            else:
+                take = data[:self.left]
+                self.left -= len(take)
+                self.sink(take)
+                self.ended = self.left <= 0
+            return
+        buf = self.buf + data if self.buf else data
+        i, n = 0, len(buf)
+        while i < n and not self.ended:
+            if self.state == "data":
+                take = min(self.left, n - i)
+                self.sink(buf[i:i + take])
+                i += take
+                self.left -= take
+                if not self.left:
+                    self.state = "crlf"
+            elif self.state == "crlf":
+                if n - i < 2:
                     break
-                if isinstance(event, h11.Response):
-                    facts.start(event.status_code, _header(event.headers, b"content-type") or "")
-                    upstream_close = _wants_close(event)
-                elif isinstance(event, h11.Data):
-                    facts.feed(event.data)
-                elif isinstance(event, h11.EndOfMessage):
-                    facts.finish()
-                    return not upstream_close
-                else:  # ConnectionClosed / PAUSED: nothing more will come
-                    return False
+                i += 2
+                self.state = "size"
+            else:
+                j = buf.find(b"\r\n", i)
+                if j < 0:
+                    break
+                if self.state == "trailer":
+                    self.ended = j == i
+                else:
+                    size = int(buf[i:j].split(b";", 1)[0], 16)
+                    self.left = size
+                    self.state = "data" if size else "trailer"
+                i = j + 2
+        self.buf = buf[i:]
 
 
 def _read_result(task: asyncio.Future) -> bytes:
