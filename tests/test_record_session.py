@@ -136,3 +136,18 @@ def test_a_log_with_nothing_replayable_is_a_one_line_error(tmp_path):
     log.write_text(json.dumps(line) + "\n" + json.dumps({**line, "seq": 2}) + "\n")
     with pytest.raises(ImportFailed, match="no replayable requests.*no server answered"):
         load_session(log)
+
+
+def test_a_tool_call_without_a_content_key_is_rendered():
+    """The server's Responses conversion makes ``{"role": "assistant", "tool_calls": [...]}`` with no
+    content key; the server renders its tool call (seen on b9859), so the offline render must too."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.prompt.turn_layouts import turn_layouts
+    from replayer.core.session.turns import Turn
+
+    call = {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": '{"a": 1}'}}
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    with_null = [msgs[0], {**msgs[1], "content": None}, msgs[2]]
+    lay = turn_layouts([Turn(0, {"messages": msgs}), Turn(1, {"messages": with_null})], build=parse_build(9859))
+    assert '"sh"' in lay.prompts[0].text and lay.prompts[0].text == lay.prompts[1].text

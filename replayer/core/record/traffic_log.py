@@ -176,16 +176,34 @@ class ResponseFacts:
         if isinstance(doc.get("id_slot"), int):
             self.id_slot = doc["id_slot"]
         usage = doc.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-        # Responses streams nest the final object; Anthropic's message_delta carries usage
-        inner = doc.get("response")
-        if isinstance(inner, dict):
-            self._fields(inner)
+        if isinstance(usage, dict):  # merged: Anthropic's message_start has the input side, message_delta the output
+            self.usage = {**(self.usage or {}), **usage}
+        for key in ("response", "message"):  # Responses' response.completed, Anthropic's message_start
+            inner = doc.get(key)
+            if isinstance(inner, dict):
+                self._fields(inner)
         err = doc.get("error")
         if err:
             msg = err.get("message") if isinstance(err, dict) else err
             self.error = f"{'HTTP ' + str(self.status) + ': ' if self.status else ''}{str(msg)[:500]}"
+
+
+def prompt_counts(timings: dict[str, Any] | None, usage: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """(cache_n, prompt_n) of a response: its ``timings``, else its ``usage`` in the endpoint's
+    shape (llama-server's server-task.cpp: Anthropic ``cache_read_input_tokens`` + ``input_tokens``
+    (the re-processed part), Responses ``input_tokens`` with ``input_tokens_details.cached_tokens``,
+    chat ``prompt_tokens`` with ``prompt_tokens_details.cached_tokens``)."""
+    if timings and isinstance(timings.get("cache_n"), int) and isinstance(timings.get("prompt_n"), int):
+        return timings["cache_n"], timings["prompt_n"]
+    if not usage:
+        return None, None
+    if isinstance(usage.get("cache_read_input_tokens"), int) and isinstance(usage.get("input_tokens"), int):
+        return usage["cache_read_input_tokens"], usage["input_tokens"]
+    for total, details in (("input_tokens", "input_tokens_details"), ("prompt_tokens", "prompt_tokens_details")):
+        d = usage.get(details)
+        if isinstance(usage.get(total), int) and isinstance(d, dict) and isinstance(d.get("cached_tokens"), int):
+            return d["cached_tokens"], usage[total] - d["cached_tokens"]
+    return None, None
 
 
 @dataclass
@@ -221,6 +239,7 @@ class Exchange:
                 body_text = self.body_raw.decode("utf-8", "replace")
         thread, thread_from = thread_of(self.endpoint, body, self.headers)
         r = self.response
+        cache_n, prompt_n = prompt_counts(r.timings, r.usage)
         now = time.perf_counter()
         rec: dict[str, Any] = {
             "v": LOG_VERSION, "seq": self.seq, "time": round(self.t_start, 6), "method": self.method,
@@ -230,7 +249,8 @@ class Exchange:
             "body_sha256": hashlib.sha256(self.body_raw).hexdigest(),
             "stream": bool(isinstance(body, dict) and body.get("stream")),
             "thread": thread, "thread_from": thread_from,
-            "status": r.status, "timings": r.timings, "id_slot": r.id_slot, "usage": r.usage,
+            "status": r.status, "cache_n": cache_n, "prompt_n": prompt_n, "timings": r.timings,
+            "id_slot": r.id_slot, "usage": r.usage,
             "response_bytes": r.n_bytes, "response_events": r.n_events if r.stream else None,
             "t_first_byte_ms": round((self.t_first_byte - self.t0) * 1000, 3) if self.t_first_byte else None,
             "t_total_ms": round((now - self.t0) * 1000, 3),
