@@ -6,7 +6,10 @@ conversation through the proxy. Checked against the real server, nothing fitted:
   byte for byte once the per-request id, clock and timings are set aside;
 - the log replays live (``replay --mode session``, engine live) to the logged ``cache_n`` of
   every request, and offline (the GGUF's tokenizer and template, the server's Anthropic and
-  Responses conversions) to the prompt tokens the server counted (cache_n + prompt_n).
+  Responses conversions) to the prompt tokens the server counted (cache_n + prompt_n);
+- the server's own ``--log-prompts-dir`` folder of the same run holds one prompt a request,
+  whose GGUF token counts are the server's, and which replayed as ``/completion`` prompts on a
+  fresh server gives the same ``cache_n`` per request.
 """
 
 from __future__ import annotations
@@ -142,7 +145,10 @@ def recorded(tmp_path_factory):
     log = d / "traffic.jsonl"
     port = free_port()
     knobs = Knobs()
-    with LiveServer(LiveOptions(binary=binary, model=model, ctx_size=CTX), knobs, CTX) as behind, \
+    prompts = d / "prompts"
+    prompts.mkdir()  # b9859 does not create it (common/arg.cpp:3453; 10865 does)
+    behind_opts = LiveOptions(binary=binary, model=model, ctx_size=CTX, extra_args=["--log-prompts-dir", str(prompts)])
+    with LiveServer(behind_opts, knobs, CTX) as behind, \
             LiveServer(LiveOptions(binary=binary, model=model, ctx_size=CTX), knobs, CTX) as direct, \
             httpx.Client(timeout=120) as c:
         behind.wait_healthy(c)
@@ -161,7 +167,7 @@ def recorded(tmp_path_factory):
             proxy.terminate()
             proxy.wait(10)
     lines = [json.loads(x) for x in log.read_text().splitlines()]
-    return {"log": log, "model": model, "pairs": pairs, "lines": lines}
+    return {"log": log, "model": model, "pairs": pairs, "lines": lines, "prompts": prompts, "binary": binary}
 
 
 def test_responses_through_the_proxy_are_the_direct_ones(recorded):
@@ -196,3 +202,19 @@ def test_the_log_replays_live_to_the_same_cache_n(recorded):
     run = sr.session_run(prep, "A", list(sr.session_events(prep, "A")))
     assert not run.failed
     assert [t.cache_n for t in run.turns] == [x["cache_n"] for x in recorded["lines"]]
+
+
+def test_the_servers_prompt_folder_replays_to_its_own_token_counts(recorded):
+    from replayer.core.session.prompt_log import read_prompt_log
+
+    log = read_prompt_log(recorded["prompts"])
+    lines = recorded["lines"]
+    assert len(log.prompts) == TURNS and not log.warnings
+    assert log.token_counts(recorded["model"]) == [x["cache_n"] + x["prompt_n"] for x in lines]
+    with LiveServer(LiveOptions(binary=recorded["binary"], model=recorded["model"], ctx_size=CTX), Knobs(), CTX) \
+            as server, httpx.Client(timeout=120) as c:
+        server.wait_healthy(c)
+        got = [c.post(f"{server.url}/completion", json={"prompt": p, "n_predict": 1, "temperature": 0,
+                                                        "cache_prompt": True}).json()["timings"]
+               for p in log.prompts]
+    assert [(t["cache_n"], t["prompt_n"]) for t in got] == [(x["cache_n"], x["prompt_n"]) for x in lines]

@@ -151,3 +151,19 @@ def test_a_tool_call_without_a_content_key_is_rendered():
     with_null = [msgs[0], {**msgs[1], "content": None}, msgs[2]]
     lay = turn_layouts([Turn(0, {"messages": msgs}), Turn(1, {"messages": with_null})], build=parse_build(9859))
     assert '"sh"' in lay.prompts[0].text and lay.prompts[0].text == lay.prompts[1].text
+
+
+def test_a_prompt_log_folder_is_read_in_the_servers_order(tmp_path):
+    from replayer.core.session.prompt_log import is_prompt_log, read_prompt_log
+
+    d = tmp_path / "prompts"
+    d.mkdir()
+    for ms, text in ((20, "second"), (3, "first"), (1000, "third")):
+        (d / f"{ms:012d}.txt").write_text(text)
+    (d / "notes.md").write_text("mine")
+    assert is_prompt_log(d) and not is_prompt_log(tmp_path)
+    log = read_prompt_log(d)
+    assert log.prompts == ["first", "second", "third"]
+    assert log.warnings == ["skipped 1 entries not named as llama-server names its prompts"]
+    with pytest.raises(ImportFailed, match="no prompt files"):
+        read_prompt_log(tmp_path / "empty" if (tmp_path / "empty").mkdir() is None else None)
