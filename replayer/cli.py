@@ -13,14 +13,14 @@ from typing import Any, Sequence
 
 import orjson
 
-from replayer import __version__
+from replayer import __version__, cli_record
 from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
 from replayer.core.options import KNOBS, MODEL
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise"}
+               "bisect", "advise", "record"}
 
 
 def _out(data: bytes | str) -> None:
@@ -72,7 +72,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
         "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format == "chat-requests" else count_turns(req),
+        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
     }
     if args.json:
         _json(info)
@@ -696,7 +696,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
     for add in (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
-                _parse_presets, _parse_builds, _parse_models, _parse_demo):
+                _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser):
         add(sub)
     return ap
 
