@@ -11,6 +11,7 @@ user-defined tokens are parsed as single tokens, as the server does with
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ class GGUFTokenizer:
     """
 
     def __init__(self, path: str | Path, extra_specials: tuple[str, ...] = (),
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, background: bool = False) -> None:
         from replayer.core.prompt import gguf_kv, pre_tokenizers, tokenizer_cache
 
         self.path = Path(path).expanduser()
@@ -87,13 +88,34 @@ class GGUFTokenizer:
             known = set(tokens)
             self.tokens = list(tokens) + [t for t in dict.fromkeys(extra_specials) if t not in known]
         key = tokenizer_cache.key(kv, extra_specials)
+        self.from_cache = tokenizer_cache.entry(key).is_file()
+        self._ready: Future | None = None
+        if self.from_cache and background:
+            # loading a cached 152k vocabulary is ~0.3 s of the tokenizers library; meanwhile the
+            # caller renders the template (in the sandbox's worker process): the two overlap
+            self._ready = _loader().submit(self._load_or_build, key, kv, extra_specials, progress)
+        else:
+            self._tok = self._load_or_build(key, kv, extra_specials, progress)
+
+    def _load_or_build(self, key: str, kv: Any, extra_specials: tuple[str, ...], progress: Progress | None) -> Any:
+        from replayer.core.prompt import tokenizer_cache
+
         tok = tokenizer_cache.load(key)
-        self.from_cache = tok is not None
         if tok is None:
+            self.from_cache = False
             tok = self._build(kv, extra_specials, progress or _silent)
             tokenizer_cache.store(key, tok)
             (progress or _silent)("ready", 4, 4)
-        self._tok = tok
+        return tok
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_tok":  # loading in the background: wait for it (its errors are raised here)
+            ready = self.__dict__.get("_ready")
+            if ready is None:
+                raise AttributeError(name)
+            self._tok = ready.result()
+            return self._tok
+        raise AttributeError(name)
 
     def _build(self, kv: Any, extra_specials: tuple[str, ...], progress: Progress) -> Any:
         from tokenizers import AddedToken
@@ -197,12 +219,24 @@ QWEN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_r
 _loaded: dict[tuple[str, tuple[str, ...]], GGUFTokenizer] = {}
 
 
-def load(path: str, extra_specials: tuple[str, ...] = (), progress: Progress | None = None) -> GGUFTokenizer:
-    """One tokenizer per GGUF and process (a progress callback does not make another)."""
+_pool: ThreadPoolExecutor | None = None
+
+
+def _loader() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gguf-tokenizer")
+    return _pool
+
+
+def load(path: str, extra_specials: tuple[str, ...] = (), progress: Progress | None = None,
+         background: bool = True) -> GGUFTokenizer:
+    """One tokenizer per GGUF and process (a progress callback does not make another). A cached
+    one loads in the background (``encode`` waits for it); a first build runs here."""
     key = (path, extra_specials)
     tok = _loaded.get(key)
     if tok is None:
         if len(_loaded) >= 8:
             _loaded.pop(next(iter(_loaded)))
-        tok = _loaded[key] = GGUFTokenizer(path, extra_specials, progress)
+        tok = _loaded[key] = GGUFTokenizer(path, extra_specials, progress, background)
     return tok
