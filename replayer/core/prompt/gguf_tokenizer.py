@@ -219,6 +219,19 @@ QWEN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_r
 _loaded: dict[tuple[str, tuple[str, ...]], GGUFTokenizer] = {}
 
 
+def needs_build(path: str, extra_specials: tuple[str, ...] = ()) -> bool:
+    """Whether loading this GGUF's tokenizer builds it (no cache entry yet, not loaded in this
+    process): the app then builds it on a worker thread and shows the progress."""
+    from replayer.core.prompt import gguf_kv, tokenizer_cache
+
+    if (path, extra_specials) in _loaded:
+        return False
+    try:
+        return not tokenizer_cache.entry(tokenizer_cache.key(gguf_kv.read(path), extra_specials)).is_file()
+    except ReplayerError:
+        return False  # the load itself reports what is wrong with the file
+
+
 _pool: ThreadPoolExecutor | None = None
 
 
