@@ -27,7 +27,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
-from replayer.core.prompt import output_pieces, sandbox
+from replayer.core.prompt import jinja_values, output_pieces, sandbox
 from replayer.core.prompt.prepare import Caps
 from replayer.core.textfile import read_text
 
@@ -86,7 +86,7 @@ def _json(value: Any, lvl: int, indent: int, item_sep: str, key_sep: str, out: l
     elif isinstance(value, int):
         out.append(str(int(value)))
     elif isinstance(value, float):
-        out.append("%g" % value)
+        out.append(jinja_values.json_float(value))
     elif isinstance(value, str):
         out.append(_encode_str(value))
     elif isinstance(value, (list, tuple, dict)):
@@ -144,6 +144,8 @@ def _fromjson(value: str) -> Any:
 
 def _with_helpers(env: jinja2.Environment) -> jinja2.Environment:
     env.filters["tojson"] = _tojson
+    env.filters["string"] = jinja_values.string_filter
+    env.filters["safe"] = jinja_values.safe_filter
     env.filters["fromjson"] = _fromjson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -151,12 +153,15 @@ def _with_helpers(env: jinja2.Environment) -> jinja2.Environment:
 
 
 _ENV_ARGS = dict(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined,
-                 extensions=["jinja2.ext.loopcontrols"], autoescape=False)
+                 extensions=["jinja2.ext.loopcontrols", jinja_values.GenerationTag], autoescape=False)
+#: templates from GGUFs, files and servers: ``{{ }}`` printed as llama.cpp's engine prints it
+#: (the bundled ones are written for this project and keep Jinja2's printing)
+_SANDBOX_ARGS = dict(_ENV_ARGS, finalize=jinja_values.output)
 
 
 @lru_cache(maxsize=1)
 def _environment() -> sandbox.BoundedSandbox:
-    return _with_helpers(sandbox.BoundedSandbox(**_ENV_ARGS))
+    return _with_helpers(sandbox.BoundedSandbox(**_SANDBOX_ARGS))
 
 
 @lru_cache(maxsize=1)
@@ -279,7 +284,7 @@ def _probe_filter(name: str, fn: Any) -> Any:
 
 @lru_cache(maxsize=1)
 def _probe_environment() -> ImmutableSandboxedEnvironment:
-    env = _with_helpers(_ProbeEnvironment(**_ENV_ARGS))
+    env = _with_helpers(_ProbeEnvironment(**_SANDBOX_ARGS))
     env.filters = {k: _probe_filter(k, f) for k, f in env.filters.items()}
     return env
 

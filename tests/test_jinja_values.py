@@ -1,0 +1,67 @@
+"""Untrusted templates render as llama.cpp's Jinja engine renders them (common/jinja/ of the
+b10001 sdist; docs/templates.md cites each rule), through the sandbox's worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from replayer.core.errors import TemplateError
+from replayer.core.prompt import jinja_values, templates
+from replayer.core.prompt.templates import Template
+
+MSGS = [{"role": "user", "content": "hi"}]
+
+
+def _render(body: str, **ctx) -> str:
+    """``body`` rendered by the worker, with ``ctx`` passed as template kwargs."""
+    return templates.render(Template(name="t", source=body), MSGS, add_generation_prompt=False, **ctx)
+
+
+@pytest.mark.parametrize("body, ctx, want", [
+    # {{ }} of each type (runtime.h:724)
+    ("{{ f }}|{{ g }}|{{ h }}|{{ k }}", dict(f=1e-07, g=2.0, h=0.1 + 0.2, k=-1.25), "0.0|2.0|0.3|-1.25"),
+    ("[{{ d }}][{{ n }}][{{ u }}]", dict(d={"a": 1}, n=None), "[][][]"),
+    ("{{ l }}|{{ t }}|{{ b }}", dict(l=[1, "a", [2.5, True]], t=False, b=True), "1a2.5True|False|True"),
+    # |string and |safe of numbers are tojson (value.cpp:551-552, 576-577); of bool/None (value.cpp:940, 1306)
+    ("{{ g|string }}|{{ f|string }}|{{ i|string }}|{{ b|string }}|{{ n|string }}",
+     dict(g=2.0, f=1e-07, i=7, b=True, n=None), "2|1e-07|7|True|None"),
+    ("{{ l|string }}|{{ d|string }}", dict(l=[1, "it's", None, 0.5], d={"k": "v"}),
+     "[1, \"it's\", None, 0.5]|{'k': 'v'}"),
+    # |safe is a no-op: nothing added to it is escaped (value.cpp:869)
+    ("{{ (s|safe) + '<' + s }}", dict(s='{"a": "<b>&"}'), '{"a": "<b>&"}<{"a": "<b>&"}'),
+    # + and ~ with None/undefined: the missing side is empty (runtime.cpp:130-146); str + number (runtime.cpp:245)
+    ("{{ 'a' + u }}|{{ 'b' + n }}|{{ n ~ 'c' }}|{{ 'd' + 1 }}|{{ 'e' ~ 0.5 }}", dict(n=None), "a|b|c|d1|e0.5"),
+    # list.append and pop (value.cpp:1090, 1101), as Kimi-K2's templates use them
+    ("{% set ns = namespace(l=[]) %}{% set _ = ns.l.append(1) %}{% set _ = ns.l.append('x') %}"
+     "{{ ns.l|length }}{{ ns.l.pop() }}{{ ns.l|length }}", {}, "2x1"),
+    # {% generation %} parses as a no-op statement around its body (parser.cpp:207)
+    ("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}", {}, "[hi]"),
+])
+def test_values_print_as_the_server_prints_them(body, ctx, want):
+    assert _render(body, **ctx) == want
+
+
+def test_what_is_dangerous_is_still_refused():
+    # private attributes stay undefined (nothing of Python leaks into the prompt) ...
+    assert _render("{{ ''.__class__.__mro__ }}|{{ cycler.__init__.__globals__ }}|{{ 'x' + ''.__class__ }}") == "||x"
+    # ... and mutating anything but a list is refused, as before
+    with pytest.raises(TemplateError, match="'update' of 'dict' object is unsafe"):
+        _render("{{ d.update({'a': 1}) }}", d={})
+    # two undefined or two None operands are an error on the server as well
+    with pytest.raises(TemplateError):
+        _render("{{ n + n }}", n=None)
+
+
+def test_bundled_templates_keep_jinja2_printing():
+    """replayer's own templates render in-process with Jinja2's rules (written and checked
+    against real servers as they are)."""
+    tpl = templates.bundled("chatml")
+    assert tpl.trusted
+    out = templates.render(tpl, [{"role": "user", "content": "x"}])
+    assert out.startswith("<|im_start|>") and out.endswith("<|im_start|>assistant\n")
+
+
+def test_float_forms():
+    assert [jinja_values.float_str(v) for v in (1e-07, 100.0, 1.5e10, -0.0, 123.4567891)] == \
+        ["0.0", "100.0", "15000000000.0", "-0.0", "123.456789"]
+    assert [jinja_values.json_float(v) for v in (2.0, 1e-07, 123456789.0, 0.1)] == ["2", "1e-07", "1.23457e+08", "0.1"]
