@@ -65,3 +65,23 @@ def test_float_forms():
     assert [jinja_values.float_str(v) for v in (1e-07, 100.0, 1.5e10, -0.0, 123.4567891)] == \
         ["0.0", "100.0", "15000000000.0", "-0.0", "123.456789"]
     assert [jinja_values.json_float(v) for v in (2.0, 1e-07, 123456789.0, 0.1)] == ["2", "1e-07", "1.23457e+08", "0.1"]
+
+
+def test_map_gives_an_array_to_tojson_and_to_printing():
+    """``tools|map(attribute='function')|tojson`` (llama-cpp-deepseek-r1): an array on the server
+    (value.cpp:1061), a generator in Jinja2 that used to print as ``null``."""
+    body = "{{ ts|map(attribute='function')|tojson }}|{{ ts|map(attribute='n') }}"
+    assert _render(body, ts=[{"function": {"name": "a"}, "n": 1}, {"function": {"name": "b"}, "n": 2}]) == \
+        '[{"name": "a"}, {"name": "b"}]|12'
+
+
+def test_the_capability_probe_sees_reads_through_get():
+    """Reka-Edge reads its system turn with ``messages[0].get('content')``: the server's probe
+    counts that as a read (value.cpp:1211), so the system role is supported, not folded."""
+    src = ("{% if messages[0].get('role') == 'system' %}S:{{ messages[0].get('content') }}|{% endif %}"
+           "{% for m in messages %}{% if m.role != 'system' %}{{ m.role }}:{{ m.content }}|{% endif %}{% endfor %}")
+    assert templates.caps_of(src).system_role
+    # printing an object is not reading its values: string + object arguments stay strings
+    src2 = ("{% for m in messages %}{% for c in m.tool_calls or [] %}{{ '>' + c.function.arguments }}"
+            "{% endfor %}{{ m.content }}{% endfor %}")
+    assert not templates.caps_of(src2).object_arguments

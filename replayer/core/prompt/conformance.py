@@ -97,7 +97,9 @@ class Router:
             [str(binary), "--models-preset", str(self.preset), "--models-max", str(models_max),
              "--host", "127.0.0.1", "--port", str(self.port), "-t", "1"],
             stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ))
-        self.client = httpx.Client(timeout=120)
+        # no kept-alive connections: the router closes idle ones, and a request on a closed one is
+        # "Server disconnected without sending a response"
+        self.client = httpx.Client(timeout=120, limits=httpx.Limits(max_keepalive_connections=0))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -147,11 +149,12 @@ def check(router: Router, name: str, source: str, tok: Any, build: int) -> list[
         except TemplateError as exc:
             mine, mine_err = None, str(exc)
         if server_text is None and mine is None:
-            out.append(Outcome(name, conv, "both-refuse", f"server: {server_err[:120]} | replayer: {mine_err[:120]}"))
+            out.append(Outcome(name, conv, "both-refuse",
+                               f"server: {one_line(server_err)[-160:]} | replayer: {one_line(mine_err)[-160:]}"))
         elif server_text is None:
-            out.append(Outcome(name, conv, "server-refuses", server_err[:200]))
+            out.append(Outcome(name, conv, "server-refuses", one_line(server_err)[-240:]))
         elif mine is None:
-            out.append(Outcome(name, conv, "replayer-refuses", mine_err[:200]))
+            out.append(Outcome(name, conv, "replayer-refuses", one_line(mine_err)[-240:]))
         elif mine != server_text:
             out.append(Outcome(name, conv, "text-differs", _first_difference(mine, server_text)))
         else:
@@ -176,6 +179,10 @@ def _first_difference(a: str, b: str) -> str:
     return f"at {n}: replayer {a[max(0, n - 30):n + 50]!r} | server {b[max(0, n - 30):n + 50]!r}"
 
 
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def template_files(models_dir: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted((models_dir / "templates").glob("*.jinja"))}
 
@@ -196,7 +203,10 @@ def run(build: int, binary: Path, work: Path, only: list[str] | None = None) -> 
     try:
         outcomes: list[Outcome] = []
         for name, path in files.items():
-            outcomes += check(router, name, path.read_text(encoding="utf-8"), tok, build)
+            try:
+                outcomes += check(router, name, path.read_text(encoding="utf-8"), tok, build)
+            except httpx.HTTPError as exc:  # an instance that died: that template's row says so
+                outcomes.append(Outcome(name, "*", "server-error", f"{type(exc).__name__}: {exc}"))
         return outcomes
     finally:
         router.stop()
@@ -214,8 +224,10 @@ def _main(argv: list[str]) -> int:
         if rec is None:
             sys.exit(f"b{build} is not installed (this script never compiles)")
         with tempfile.TemporaryDirectory(prefix=f"replayer-conf-{build}-") as d:
+            work = Path(os.environ.get("REPLAYER_CONFORMANCE_WORK") or d)
+            work.mkdir(parents=True, exist_ok=True)
             t = time.monotonic()
-            outcomes = run(build, Path(rec.binary), Path(d), only)
+            outcomes = run(build, Path(rec.binary), work, only)
             print(f"# b{build}: {len(outcomes)} checks in {time.monotonic() - t:.0f} s")
             for o in outcomes:
                 print(f"b{build}\t{o.template}\t{o.conversation}\t{o.result}\t{o.detail}")

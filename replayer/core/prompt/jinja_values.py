@@ -20,6 +20,7 @@ the server (file:line of b10001's sdist; docs/templates.md has the list):
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import jinja2
@@ -55,8 +56,14 @@ def repr_str(v: Any) -> str:
     return as_string(v)
 
 
+def _listed(v: Any) -> Any:
+    """Jinja2's ``map``/``select`` give generators where the server's give arrays."""
+    return list(v) if isinstance(v, types.GeneratorType) else v
+
+
 def as_string(v: Any) -> str:
     """``value_t::as_string`` of each type (value.h): what ``+`` and ``join`` see."""
+    v = _listed(v)
     if isinstance(v, str):
         return v
     if v is True or v is False:
@@ -65,13 +72,15 @@ def as_string(v: Any) -> str:
         return str(v)
     if isinstance(v, float):
         return float_str(v)
+    # the base classes' iteration, not a subclass's: printing a value is not reading it for the
+    # server's capability probe (templates._PDict/_PList record reads through their overrides)
     if isinstance(v, tuple):
-        inner = ", ".join(repr_str(x) for x in v)
+        inner = ", ".join(repr_str(x) for x in tuple.__iter__(v))
         return f"({inner}{',' if len(v) == 1 else ''})"
     if isinstance(v, list):
-        return "[" + ", ".join(repr_str(x) for x in v) + "]"
+        return "[" + ", ".join(repr_str(x) for x in list.__iter__(v)) + "]"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{repr_str(k)}: {repr_str(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{repr_str(k)}: {repr_str(x)}" for k, x in dict.items(v)) + "}"
     if v is None:
         return "None"
     if isinstance(v, jinja2.Undefined):
@@ -81,11 +90,14 @@ def as_string(v: Any) -> str:
 
 def output(v: Any) -> str:
     """``{{ v }}`` as the server writes it (Jinja2's ``finalize`` hook)."""
+    v = _listed(v)
     if isinstance(v, str):
         return v
     if isinstance(v, (bool, int, float)):
         return as_string(v)
-    if isinstance(v, (list, tuple)):
+    if isinstance(v, list):
+        return "".join(output(x) for x in list.__iter__(v))
+    if isinstance(v, tuple):
         return "".join(output(x) for x in v)
     if isinstance(v, jinja2.Undefined):
         return str(v)  # "", or the sandbox's SecurityError for an attribute it refused

@@ -89,7 +89,7 @@ def _json(value: Any, lvl: int, indent: int, item_sep: str, key_sep: str, out: l
         out.append(jinja_values.json_float(value))
     elif isinstance(value, str):
         out.append(_encode_str(value))
-    elif isinstance(value, (list, tuple, dict)):
+    elif isinstance(value, (list, tuple, dict)) or _is_iterator(value):
         is_dict = isinstance(value, dict)
         items = list(value.items()) if is_dict else list(value)
         out.append("{" if is_dict else "[")
@@ -112,6 +112,14 @@ def _json(value: Any, lvl: int, indent: int, item_sep: str, key_sep: str, out: l
         out.append("}" if is_dict else "]")
     else:
         out.append("null")
+
+
+def _is_iterator(value: Any) -> bool:
+    """Jinja2's ``map``/``select`` filters return generators where the server's return arrays
+    (value.cpp:1061): ``tools|map(attribute='function')|tojson`` is a JSON array on both."""
+    import types
+
+    return isinstance(value, types.GeneratorType)
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
@@ -216,6 +224,15 @@ class _PDict(dict, _Seen):
             if isinstance(v, _Seen):
                 v.used = True
         return super().items()
+
+    def get(self, key, default=None):  # type: ignore[override]
+        # ``message.get('content')`` reads the value as ``message.content`` does (the server's
+        # ``get`` returns ``obj->at(key)``, value.cpp:1211): Reka-Edge reads its system turn so
+        self._see("object_access")
+        value = super().get(key, default)
+        if isinstance(value, _Seen):
+            value.used = True
+        return value
 
 
 class _PList(list, _Seen):
