@@ -85,3 +85,17 @@ def test_the_capability_probe_sees_reads_through_get():
     src2 = ("{% for m in messages %}{% for c in m.tool_calls or [] %}{{ '>' + c.function.arguments }}"
             "{% endfor %}{{ m.content }}{% endfor %}")
     assert not templates.caps_of(src2).object_arguments
+
+
+def test_past_reasoning_is_kept_by_default_from_b10865():
+    """GLM-4.7-Flash-style templates drop past reasoning unless ``clear_thinking`` is false: the
+    server sets it (and its siblings) from b10865 by default (common/arg.cpp), not on b10001."""
+    src = ("{% for m in messages %}{% if m.reasoning_content and (clear_thinking is defined and not clear_thinking"
+           " or preserve_thinking) %}<t>{{ m.reasoning_content }}</t>{% endif %}{{ m.content }}|{% endfor %}")
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "r"},
+            {"role": "user", "content": "q2"}]
+    tpl = Template(name="t", source=src)
+    assert templates.render(tpl, msgs, add_generation_prompt=False, build_number=10001) == "q|a|q2|"
+    assert templates.render(tpl, msgs, add_generation_prompt=False, build_number=11434) == "q|<t>r</t>a|q2|"
+    assert templates.render(tpl, msgs, add_generation_prompt=False, build_number=11434,
+                            clear_thinking=True, preserve_thinking=False) == "q|a|q2|"

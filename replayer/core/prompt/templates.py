@@ -425,6 +425,16 @@ def _reasoning_markers(source: str, trusted: bool) -> tuple[str, str]:
     return (start, end) if start.strip() and end.strip() else ("", end if end.strip() else "")
 
 
+#: from this build the server sets the ``preserve_reasoning`` template kwarg to true unless told
+#: otherwise (common/arg.cpp:964-966 of b11434, :969-971 of b10865; b10001 has no default) and,
+#: for a boolean ``preserve_reasoning``, the variables templates read to keep past reasoning
+#: (``caps_apply_preserve_reasoning``, common/jinja/caps.cpp:22-27; chat.cpp:940-943 of b11434).
+#: 10865 is the earliest sdist read with it, not necessarily the first build that had it.
+PRESERVE_REASONING_FROM = 10865
+PRESERVE_REASONING = {"preserve_reasoning": True, "preserve_thinking": True, "clear_thinking": False,
+                      "truncate_history_thinking": False, "drop_thinking": False}
+
+
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
            add_generation_prompt: bool = True, *, build_number: int | None = None,
            now: datetime | None = None, allow_media: bool = True, **kwargs: Any) -> str:
@@ -446,6 +456,8 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     if prep.tools:
         ctx["tools"] = prep.tools
     ctx.update(extra_context(now))
+    if build_number is not None and build_number >= PRESERVE_REASONING_FROM:
+        ctx.update(PRESERVE_REASONING)
     ctx.update(kwargs)
     gen = add_generation_prompt and prep.continuation is None
     if gen:
