@@ -99,3 +99,17 @@ def test_past_reasoning_is_kept_by_default_from_b10865():
     assert templates.render(tpl, msgs, add_generation_prompt=False, build_number=11434) == "q|<t>r</t>a|q2|"
     assert templates.render(tpl, msgs, add_generation_prompt=False, build_number=11434,
                             clear_thinking=True, preserve_thinking=False) == "q|a|q2|"
+
+
+def test_ministral_3_handler_turns_reasoning_into_a_thinking_block():
+    """chat.cpp's Ministral-3 handler (Devstral-Small-2507's template reads like it): content
+    blocks [thinking, text]; a template reading the first block's text loses the text."""
+    src = ("[SYSTEM_PROMPT][/SYSTEM_PROMPT]{% for m in messages %}{% if m.role == 'assistant' %}"
+           "{% for b in m.content %}<{{ b.type }}:{{ b.thinking or b.text }}>{% endfor %}[TOOL_CALLS][ARGS]"
+           "{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "r"}]
+    out = templates.render(Template(name="t", source=src), msgs, add_generation_prompt=False)
+    assert out == "[SYSTEM_PROMPT][/SYSTEM_PROMPT]q<thinking:r><text:a>[TOOL_CALLS][ARGS]"
+    with_call_id = src.replace("[ARGS]", "[ARGS][CALL_ID]")  # Mistral-Small-3.2: not this handler
+    assert "<thinking:" not in templates.render(Template(name="t", source=with_call_id), msgs,
+                                                 add_generation_prompt=False)

@@ -27,7 +27,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
-from replayer.core.prompt import jinja_values, output_pieces, sandbox
+from replayer.core.prompt import handlers, jinja_values, output_pieces, sandbox
 from replayer.core.prompt.prepare import Caps
 from replayer.core.textfile import read_text
 
@@ -451,6 +451,8 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     prep = prepare(template.source, template_caps(template), messages, tools,
                    add_generation_prompt=add_generation_prompt, build_number=build_number,
                    allow_media=allow_media)
+    if not template.trusted and handlers.is_ministral_3(template.source):
+        prep.messages = handlers.ministral_3_messages(prep.messages)
     ctx: dict[str, Any] = dict(messages=prep.messages, bos_token=template.bos_token, eos_token=template.eos_token,
                                enable_thinking=True)
     if prep.tools:
