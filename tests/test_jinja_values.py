@@ -113,3 +113,24 @@ def test_ministral_3_handler_turns_reasoning_into_a_thinking_block():
     with_call_id = src.replace("[ARGS]", "[ARGS][CALL_ID]")  # Mistral-Small-3.2: not this handler
     assert "<thinking:" not in templates.render(Template(name="t", source=with_call_id), msgs,
                                                  add_generation_prompt=False)
+
+
+def test_outdated_gemma4_templates_get_tool_responses_folded_into_the_call_turn():
+    """``convert_tool_responses_gemma4`` (chat.cpp): tool results after a call become its
+    ``tool_responses`` (JSON parsed when it is JSON), the answer after them its content."""
+    from replayer.core.prompt import handlers
+
+    msgs = [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": {"p": 1}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'},
+            {"role": "tool", "tool_call_id": "c2", "content": "plain text"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "next"}]
+    out = handlers.gemma4_tool_responses(msgs)
+    assert [m["role"] for m in out] == ["user", "assistant", "user"]
+    assert out[1]["tool_responses"] == [{"name": "read", "response": {"ok": True}},
+                                        {"name": "c2", "response": "plain text"}]
+    assert out[1]["content"] == "done" and out[1]["reasoning_content"] == "r"
+    assert handlers.is_outdated_gemma4("{{ '<|tool_call>call:' + f }}")
+    assert not handlers.is_outdated_gemma4("{#- OpenAI Chat Completions: scan -#}{{ '<|tool_call>call:' + f }}")

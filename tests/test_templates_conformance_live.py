@@ -22,9 +22,7 @@ pytestmark = pytest.mark.live
 KNOWN = {
     10001: {
         ("Apertus-8B-Instruct", c): "enable_thinking false: the server's handler finds no thinking support"
-        for c in ("agent", "non-ascii", "plain")} | {
-        ("google-gemma-4-31B-it-interleaved", c): "the Gemma-4 interleaved tool-response workaround"
-        for c in ("agent", "non-ascii")},
+        for c in ("agent", "non-ascii", "plain")},
 }
 BUILDS = (10001,)
 

@@ -453,6 +453,8 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
                    allow_media=allow_media)
     if not template.trusted and handlers.is_ministral_3(template.source):
         prep.messages = handlers.ministral_3_messages(prep.messages)
+    elif not template.trusted and handlers.is_outdated_gemma4(template.source):
+        prep.messages = handlers.gemma4_tool_responses(prep.messages)
     ctx: dict[str, Any] = dict(messages=prep.messages, bos_token=template.bos_token, eos_token=template.eos_token,
                                enable_thinking=True)
     if prep.tools:
