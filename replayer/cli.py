@@ -112,13 +112,16 @@ def _text_masked(obj: Any) -> Any:
 
 def cmd_layout(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
-    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.prompt.layout import compute_layout, prefetch
+
+    tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
+    prefetch(args.tokenizer, tpl)  # the tokenizer and template worker start while the session loads
+
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
-    tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build,
                          keep_text=args.text)
     if args.text:  # the prompt exactly as rendered, to diff against a server's /apply-template
@@ -682,8 +685,10 @@ def _parse_demo(sub: Any) -> None:
     p.set_defaults(func=cmd_app, demo=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one ``_parse_<command>`` a sub-command, so each command's options read together."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line: one ``_parse_<command>`` a sub-command, so each command's options read together.
+    ``only``: the command being run; the others' parsers (and what they import to describe
+    their defaults: ``replay`` imports the cost model, ~0.3 s) are not built."""
     ap = OneLineParser(prog="replayer", formatter_class=_Help, description="Replay the resume prefill of a coding-agent session "
                                  "against two llama-server builds. Without a command: open the app.")
     ap.add_argument("--version", action="version", version=f"replayer {__version__}")
@@ -695,8 +700,11 @@ def build_parser() -> argparse.ArgumentParser:
         return _sub_parser(name, formatter_class=_Help, **kw)
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
-    for add in (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
-                _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser):
+    adders = (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
+              _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser)
+    if any(add.__name__ == f"_parse_{only}" for add in adders):
+        adders = tuple(add for add in adders if add.__name__ == f"_parse_{only}")
+    for add in adders:
         add(sub)
     return ap
 
@@ -707,7 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = argparse.Namespace(session=argv[0] if argv else None, demo=False)
         runner = cmd_app
     else:
-        ap = build_parser()
+        ap = build_parser(argv[0])
         ns = ap.parse_args(argv)
         if ns.cmd is None:
             ap.print_help()
