@@ -122,6 +122,7 @@ class Session(BaseModel):
     messages: list[Message]
     system_prompt: str | None = None  # None = not stored by this agent/version
     tools: list[dict[str, Any]] | None = None  # None = not stored
+    system_role: str = "system"  # the role the agent sends its prompt in (pi, Codex: developer)
     extra_body: dict[str, Any] = Field(default_factory=dict)  # stored request fields
     usage: Usage = Field(default_factory=Usage)
     stats: ImportStats = Field(default_factory=ImportStats)
