@@ -102,8 +102,8 @@ def _last_input(api: str, body: dict[str, Any]) -> tuple[str, str]:
         if str(last.get("type", "")).endswith("_output"):
             return "tool", ""
         return "user", json.dumps(last.get("content"))
-    msgs = body.get("messages") or [{}]
-    content = msgs[-1].get("content")
+    msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"] or [{}]  # Claude Code's mid-
+    content = msgs[-1].get("content")  # conversation system message (listings) is not the user's turn
     if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
         return "tool", ""
     return "user", json.dumps(content)
@@ -115,7 +115,7 @@ def script(api: str, body: dict[str, Any], file_path: str) -> Reply:
         call = tool_call(api, body, file_path)
         if call is not None:
             return Reply(reasoning="The user wants a tool run.", call=call)
-    if "summar" in text.lower():
+    if kind == "user" and "summar" in text.lower() and "TOOL" not in text:
         return Reply(text="Summary: the user asked for files to be listed; they were.")
     return Reply(text="Done." if kind == "tool" else "Hello from the scripted model.", reasoning="Short answer.")
 
