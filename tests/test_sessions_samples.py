@@ -35,7 +35,7 @@ EXPECTED = [
     ("claude-code/lazyagents_claude-code-2.1.284_609b44ad-7c18-4745-a70b-784281dce85e.jsonl", "claude-code",
      {"user": 1, "assistant": 2, "tool": 1}, 1, 0, "2.1.284"),
     ("codex/lazyagents_codex-0.158.0_rollout-2026-09-30T08-39-00-01a0f21c-5c40-7f72-9aa9-ef0b43570680.jsonl",
-     "codex", {"user": 2, "assistant": 2, "tool": 1}, 1, 0, "0.158.0"),
+     "codex", {"developer": 1, "user": 2, "assistant": 2, "tool": 1}, 1, 0, "0.158.0"),  # developer sent as such
     ("codex/simonw-claude-code-transcripts_sample_codex_session_871966d_cli0.77.jsonl", "codex",
      {"user": 3}, 0, 0, "0.77.0"),
     ("synthetic/SYNTHETIC_openai-chat-request_llama-server.json", "openai",

@@ -31,14 +31,24 @@ class Parts:
 def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
     """The captured prompt/tools for what the session lacks (nothing when it lacks nothing)."""
     agent = agent_of_format(session.format)
-    if agent is None or not (need_prompt or need_tools):
+    if agent is None:
+        return Parts()
+    # a stored prompt wins, unless the agent is known to send another one
+    header = need_prompt and agent == "claude" and session.system_prompt is not None
+    need_prompt = need_prompt and (session.system_prompt is None or not AGENTS[agent].prompt_as_sent)
+    if not (need_prompt or need_tools or header):
         return Parts()
     cap = capture.load(agent, session.agent_version or "") or capture.load_latest(agent)
     if cap is None:
         return Parts()
+    if header and not need_prompt:
+        return _billing_header(session, cap)
     out = Parts(system_role=cap.system_role)
-    if need_prompt:
+    if need_prompt and cap.system_prompt is not None:
         out.system_prompt = cap.system_prompt
+        if session.system_prompt is not None:
+            out.notes.append(f"the stored system prompt ({len(session.system_prompt):,} characters) is not what "
+                             f"{AGENTS[agent].label} sends; the captured one ({len(cap.system_prompt):,}) is used")
     if need_tools and cap.tools:
         out.tools = cap.tools
     which = " and ".join(w for w, used in (("system prompt", out.system_prompt is not None),
@@ -58,3 +68,16 @@ def missing_estimate(fmt: str, missing: list[str]) -> str:
     prompt, tools = TYPICAL_CHARS[agent]
     chars = (prompt if "system_prompt" in missing else 0) + (tools if "tools" in missing else 0)
     return f" (~{chars // 4:,} tokens missing, an estimate)" if chars else ""
+
+
+BILLING = "x-anthropic-billing-header:"
+
+
+def _billing_header(session, cap: capture.Capture) -> Parts:
+    """Claude Code's stored request shape lacks the first system block it sends, a billing header
+    (``x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;``): taken from the capture."""
+    first = (cap.system_prompt or "").split("\n", 1)[0]
+    if not first.startswith(BILLING) or (session.system_prompt or "").startswith(BILLING):
+        return Parts()
+    return Parts(system_prompt=f"{first}\n{session.system_prompt}",
+                 notes=[f"the billing header Claude Code sends before its prompt is from the capture of {cap.version}"])

@@ -37,7 +37,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _function(name: str, description: Any, parameters: Any) -> dict[str, Any]:
+def function_tool(name: str, description: Any, parameters: Any) -> dict[str, Any]:
     fn: dict[str, Any] = {"name": name}
     if description:
         fn["description"] = description
@@ -55,10 +55,14 @@ def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Ca
             cap.system_role, cap.system_prompt = msgs[0]["role"], _text(msgs[0].get("content"))
         cap.tools = [t for t in tools if isinstance(t, dict)]
     elif api == "responses":
+        items = body.get("input") if isinstance(body.get("input"), list) else []
         if isinstance(body.get("instructions"), str):
             cap.system_role, cap.system_prompt = "developer", body["instructions"]
+        elif items and isinstance(items[0], dict) and items[0].get("role") == "developer":
+            # Codex 0.171: the base instructions are the first developer input item
+            cap.system_role, cap.system_prompt = "developer", _text(items[0].get("content"))
         other = [t.get("type") for t in tools if isinstance(t, dict) and t.get("type") != "function"]
-        cap.tools = [_function(t.get("name", ""), t.get("description"), t.get("parameters"))
+        cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("parameters"))
                      for t in tools if isinstance(t, dict) and t.get("type") == "function"]
         if other:
             cap.notes.append(f"{len(other)} non-function tools not kept ({', '.join(sorted(set(map(str, other))))})")
@@ -69,7 +73,7 @@ def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Ca
             cap.system_prompt = "\n".join(_text([b]) for b in blocks)
             if len(blocks) > 1:
                 cap.notes.append(f"system prompt sent as {len(blocks)} blocks, joined with newlines")
-        cap.tools = [_function(t.get("name", ""), t.get("description"), t.get("input_schema"))
+        cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("input_schema"))
                      for t in tools if isinstance(t, dict) and "name" in t]
     return cap
 

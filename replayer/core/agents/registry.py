@@ -33,6 +33,7 @@ class Agent:
     prompt: Callable[[str], list[str]]  # one headless prompt
     resume: Callable[[str], list[str]] | None  # a prompt continuing the last session (None: cannot)
     sessions: str  # glob under HOME for the session files it writes
+    prompt_as_sent: bool = True  # False: the prompt the file stores is not the one sent (Codex)
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -101,7 +102,7 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
     Agent("pi", "pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi", "pi", "chat", _pi_setup, _pi_args,
           lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl"),
     Agent("codex", "Codex", "@openai/codex", "0.171.0", "codex", "codex", "responses", _codex_setup, _codex_args,
-          _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl"),
+          _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl", prompt_as_sent=False),
     Agent("claude", "Claude Code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code", "anthropic",
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session import claude_wire
 from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
     ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
@@ -64,7 +65,38 @@ def load(path: Path, *, images: str = "omit") -> Session:
     if chain and chain[0].get("type") == "system" and chain[0].get("subtype") == "compact_boundary":
         stats.compactions_applied = 1
     transcript = _Transcript(_responses(main, chain), stats, images).read(chain)
-    return _session(path, records, by_uuid, chain, transcript, warnings)
+    session = _session(path, records, by_uuid, chain, transcript, warnings)
+    sent = claude_wire.read(records)
+    if sent is not None:
+        _as_sent(session, sent, records, images)
+    return session
+
+
+def _as_sent(session: Session, sent: claude_wire.WireLog, records: list[dict], images: str) -> None:
+    """The conversation as Claude Code last sent it (its own wire records), then the reply to
+    that request: send-time reminders and listings included, prompt and tools as sent."""
+    msgs: list[Message] = []
+    for m in sent.messages:
+        role = m.get("role")
+        if role == "assistant":
+            a = _assistant([{"message": m}], None)
+            if a is not None:
+                msgs.append(a)
+        elif role == "system":
+            msgs.append(Message(role="system", content=_text_of(m.get("content")), origin="send-time"))
+        else:
+            msgs.extend(_user({"message": m}, None, images))
+    reply = [r for r in records[sent.after + 1:] if r.get("type") == "assistant" and not r.get("isSidechain")]
+    if reply:
+        ids = {(reply[0].get("message") or {}).get("id")}
+        a = _assistant([r for r in reply if (r.get("message") or {}).get("id") in ids], None)
+        if a is not None:
+            msgs.append(a)
+    session.messages = msgs
+    session.system_prompt = claude_wire.system_text(sent.system)
+    session.tools = claude_wire.tools_as_functions(sent.tools) or None
+    session.warnings.append(f"rebuilt from Claude Code's own record of its {sent.requests} requests "
+                            "(api-request records): send-time reminders and listings included")
 
 
 def _index(records: list[dict], stats: ImportStats) -> dict[str, dict]:

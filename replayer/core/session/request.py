@@ -89,8 +89,7 @@ def request_from_files(session: Session, system_prompt_path: str | None = None,
 
     sp = load_system_prompt(system_prompt_path) if system_prompt_path else None
     tl = load_tools(tools_path) if tools_path else None
-    parts = captured_parts(session, need_prompt=sp is None and session.system_prompt is None,
-                           need_tools=tl is None and session.tools is None)
+    parts = captured_parts(session, need_prompt=sp is None, need_tools=tl is None and session.tools is None)
     req = build_request(session, system_prompt=sp if sp is not None else parts.system_prompt,
                         tools=tl if tl is not None else parts.tools, system_role=parts.system_role)
     req.notes.extend(parts.notes)
@@ -103,7 +102,10 @@ def build_request(session: Session, *, system_prompt: str | None = None,
     sp = system_prompt if system_prompt is not None else session.system_prompt
     tl = tools if tools is not None else session.tools
     msgs: list[dict[str, Any]] = []
-    first_is_system = bool(session.messages) and session.messages[0].role in ("system", "developer")
+    # the conversation's own first message is its prompt (a chat body), unless the session stores
+    # the prompt apart: then a leading developer item is one more message (Codex)
+    first_is_system = bool(session.messages) and session.messages[0].role in ("system", "developer") \
+        and session.system_prompt is None and session.messages[0].origin != "developer"
     if sp is not None:
         msgs.append({"role": system_role or session.system_role, "content": sp})
         if first_is_system and system_prompt is not None:
