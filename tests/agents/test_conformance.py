@@ -61,7 +61,7 @@ def _run(agent: Agent, tmp_path_factory) -> Run:
     project.mkdir()
     (project / "hello.txt").write_text("hello\n")
     with ModelServer(str(project / "hello.txt")) as m:
-        steps = [agent.prompt("TOOL: list the files here")] + ([agent.resume("thanks")] if agent.resume else [])
+        steps = ([agent.prepare(m.url)] if agent.prepare else []) + [agent.prompt("TOOL: list the files here")] + ([agent.resume("thanks")] if agent.resume else [])
         for args in steps:
             r = run(agent, binary, args, home=home, project=project, url=m.url)
             assert r.returncode == 0, f"{agent.label} exited {r.returncode}: {r.stderr[-500:]}"

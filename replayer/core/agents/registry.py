@@ -34,6 +34,7 @@ class Agent:
     resume: Callable[[str], list[str]] | None  # a prompt continuing the last session (None: cannot)
     sessions: str  # glob under HOME for the session files it writes
     prompt_as_sent: bool = True  # False: the prompt the file stores is not the one sent (Codex)
+    prepare: Callable[[str], list[str]] | None = None  # a command run once before (stub url -> args)
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -98,6 +99,12 @@ def _qwen_resume(text: str) -> list[str]:
     return ["-c", *_qwen_args(text)]
 
 
+def _cline_auth(url: str) -> list[str]:
+    """Cline configures its provider through its own ``auth`` command (a written providers.json
+    alone leaves it unable to connect)."""
+    return ["auth", "-p", "openai-compatible", "-k", "stub", "-m", MODEL, "-b", f"{url}/v1"]
+
+
 AGENTS: dict[str, Agent] = {a.name: a for a in (
     Agent("pi", "pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi", "pi", "chat", _pi_setup, _pi_args,
           lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl"),
@@ -107,6 +114,9 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
           _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl"),
+    # Cline's CLI cannot continue a session headless
+    Agent("cline", "Cline", "cline", "3.0.65", "cline", "cline", "chat", lambda home, url: {},
+          lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth),
 )}
 
 

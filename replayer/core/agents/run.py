@@ -47,4 +47,21 @@ def run(agent: Agent, binary: str | Path, args: list[str], *, home: Path, projec
             os.killpg(proc.pid, signal.SIGKILL)  # helpers the agent left behind
         except ProcessLookupError:
             pass
+        reap(home)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def reap(home: Path) -> int:
+    """Kill the daemons an agent started in a session of their own (Cline's hub): every process
+    whose environment has this run's temporary HOME, which only this run's processes have."""
+    mark = b"\0" + f"HOME={home}".encode() + b"\0"
+    killed = 0
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if int(d.name) == os.getpid() or mark not in b"\0" + (d / "environ").read_bytes():
+                continue
+            os.kill(int(d.name), signal.SIGKILL)
+            killed += 1
+        except (OSError, ValueError):
+            continue
+    return killed

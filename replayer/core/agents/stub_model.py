@@ -22,7 +22,7 @@ from typing import Any
 
 #: the agents' shell tools, best first; a file-reading tool is the fallback
 SHELL_TOOLS = ("bash", "Bash", "shell", "shell_command", "exec_command", "run_shell_command",
-               "execute_command", "run_terminal_cmd")
+               "execute_command", "run_terminal_cmd", "run_commands")
 READ_TOOLS = ("read", "Read", "read_file", "view")
 SHELL_COMMAND = "ls"
 
