@@ -19,7 +19,7 @@ from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise"}
+               "bisect", "advise", "agents"}
 
 
 def _out(data: bytes | str) -> None:
@@ -745,6 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
                 _parse_presets, _parse_builds, _parse_models, _parse_demo):
         add(sub)
+    from replayer.cli_agents import register as _parse_agents; _parse_agents(sub)  # noqa: E702
     return ap
 
 

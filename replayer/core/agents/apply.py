@@ -44,13 +44,14 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
     if header and not need_prompt:
         return _billing_header(session, cap)
     out = Parts(system_role=cap.system_role)
-    if need_prompt and cap.system_prompt is not None:
-        out.system_prompt = cap.system_prompt
+    prompt, tools = capture.personalised(cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
+    if need_prompt and prompt is not None:
+        out.system_prompt = prompt
         if session.system_prompt is not None:
             out.notes.append(f"the stored system prompt ({len(session.system_prompt):,} characters) is not what "
                              f"{AGENTS[agent].label} sends; the captured one ({len(cap.system_prompt):,}) is used")
-    if need_tools and cap.tools:
-        out.tools = cap.tools
+    if need_tools and tools:
+        out.tools = tools
     which = " and ".join(w for w, used in (("system prompt", out.system_prompt is not None),
                                            (f"{len(cap.tools)} tools", out.tools is not None)) if used)
     if which:
@@ -81,3 +82,16 @@ def _billing_header(session, cap: capture.Capture) -> Parts:
         return Parts()
     return Parts(system_prompt=f"{first}\n{session.system_prompt}",
                  notes=[f"the billing header Claude Code sends before its prompt is from the capture of {cap.version}"])
+
+
+def home_of(path: str, agent) -> str | None:
+    """The HOME a session file sits under, from the agent's session glob (``.qwen/projects/*/chats/*.jsonl``
+    is four folders and a file below HOME)."""
+    from pathlib import Path
+
+    depth = len(Path(agent.sessions).parts)
+    p = Path(path)
+    if len(p.parts) <= depth:
+        return None
+    home = p.parents[depth - 1]
+    return str(home) if (home / Path(agent.sessions).parts[0]).is_dir() else None

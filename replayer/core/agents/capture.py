@@ -27,6 +27,9 @@ class Capture:
     system_prompt: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI chat ``tools``
     notes: list[str] = field(default_factory=list)
+    project: str | None = None  # the working directory of the capture run (a session's own replaces it)
+    date: str | None = None  # the capture run's date, YYYY-MM-DD (a session's own replaces it)
+    home: str | None = None  # the capture run's temporary HOME (the session's own replaces it)
 
 
 def _text(content: Any) -> str:
@@ -88,6 +91,31 @@ def save(cap: Capture) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_bytes(orjson.dumps(asdict(cap), option=orjson.OPT_INDENT_2))
     return p
+
+
+def personalised(cap: Capture, cwd: str | None, created: float | None,
+                 home: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """The capture's prompt and tools with the session's own working directory, HOME and date in
+    place of the capture run's (the agents write them into their prompts: Qwen Code its memory
+    folders, under HOME and named for the project as ``/`` → ``-``)."""
+    import datetime as _dt
+
+    subs: list[tuple[str, str]] = []
+    if cap.project and cwd and cap.project != cwd:
+        subs += [(cap.project.replace("/", "-"), cwd.replace("/", "-")), (cap.project, cwd)]
+    if cap.home and home and cap.home != home:
+        subs.append((cap.home, home))
+    if cap.date and created:
+        day = _dt.datetime.fromtimestamp(created, _dt.timezone.utc).strftime("%Y-%m-%d")
+        if day != cap.date:
+            subs.append((cap.date, day))
+    if not subs:
+        return cap.system_prompt, cap.tools
+    raw = orjson.dumps({"p": cap.system_prompt, "t": cap.tools}).decode()
+    for old, new in subs:
+        raw = raw.replace(orjson.dumps(old).decode()[1:-1], orjson.dumps(new).decode()[1:-1])
+    out = orjson.loads(raw)
+    return out["p"], out["t"]
 
 
 def load(agent: str, version: str) -> Capture | None:
