@@ -41,3 +41,60 @@ def test_qwen_code_is_not_read_as_claude_code_and_keeps_its_tool_round(tmp_path)
     assert json.loads(s.messages[1].tool_calls[0].arguments) == {"command": "ls"}
     assert s.messages[2].content == "a.txt" and s.messages[2].tool_call_id == "c1"
     assert s.agent_version == "0.24.4" and s.model == "m"
+
+
+def _cc(uuid: str, parent: str | None, type_: str, content, **kw) -> dict:
+    role = "assistant" if type_ == "assistant" else "user"
+    msg = {"role": role, "content": content}
+    if type_ == "assistant":
+        msg.update(id=kw.pop("mid", f"m_{uuid}"), model=kw.pop("model", "claude-x"))
+    return {"uuid": uuid, "parentUuid": parent, "sessionId": "s", "type": type_, "version": "2.1.6",
+            "timestamp": "2026-01-01T00:00:00Z", "message": msg, **kw}
+
+
+def _compacted(tmp_path, extra: list[dict], preserved: dict | None = None) -> Path:
+    meta = {"trigger": "manual", "preTokens": 1000}
+    if preserved:
+        meta["preservedSegment"] = preserved
+    return _jsonl(tmp_path / "cc.jsonl", [
+        _cc("u0", None, "user", "old question"),
+        _cc("a0", "u0", "assistant", [{"type": "text", "text": "old answer"}]),
+        {"uuid": "cb", "parentUuid": None, "logicalParentUuid": "a0", "sessionId": "s", "type": "system",
+         "subtype": "compact_boundary", "compactMetadata": meta},
+        _cc("cs", "cb", "user", "This session is being continued. Summary: old stuff.",
+            isCompactSummary=True, isVisibleInTranscriptOnly=True),
+        *extra,
+    ])
+
+
+def test_claude_code_keeps_the_compaction_summary_and_merges_it_with_the_next_prompt(tmp_path):
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next"), _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])])
+    msgs = build_request(load_session(f)).messages
+    assert [m["role"] for m in msgs] == ["user", "assistant"]
+    assert [p["text"] for p in msgs[0]["content"]] == ["This session is being continued. Summary: old stuff.", "next"]
+
+
+def test_claude_code_puts_the_preserved_segment_back_after_the_summary(tmp_path):
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next"), _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])],
+                   preserved={"headUuid": "u0", "anchorUuid": "cs", "tailUuid": "a0"})
+    s = load_session(f)
+    assert [m.text() for m in s.messages] == [  # summary and kept question are consecutive user records
+        "This session is being continued. Summary: old stuff.\nold question", "old answer", "next", "ok"]
+
+
+def test_claude_code_drops_synthetic_turns_and_flags_orphans_and_image_results(tmp_path):
+    f = _jsonl(tmp_path / "cc.jsonl", [
+        _cc("u1", None, "user", "look"),
+        _cc("a1", "u1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": "x.png"}}]),
+        _cc("r1", "a1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]),
+        _cc("r2", "r1", "user", [{"type": "tool_result", "tool_use_id": "gone", "content": "lost"}]),
+        _cc("a2", "r2", "assistant", [{"type": "text", "text": "No response requested."}], model="<synthetic>"),
+        _cc("u2", "a2", "user", "again"),
+        _cc("a3", "u2", "assistant", [{"type": "text", "text": "fine"}]),
+    ])
+    s = load_session(f)
+    assert "No response requested." not in [m.text() for m in s.messages] and s.stats.dropped_turns == 1
+    assert s.messages[2].content == "(image omitted: model does not support images)"
+    assert s.stats.image_placeholders == 1 and s.stats.orphan_results == 1
+    assert any("no call" in w for w in s.warnings) and any("placeholders" in w for w in s.warnings)
