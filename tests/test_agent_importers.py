@@ -98,3 +98,19 @@ def test_claude_code_drops_synthetic_turns_and_flags_orphans_and_image_results(t
     assert s.messages[2].content == "(image omitted: model does not support images)"
     assert s.stats.image_placeholders == 1 and s.stats.orphan_results == 1
     assert any("no call" in w for w in s.warnings) and any("placeholders" in w for w in s.warnings)
+
+
+def test_inspect_reports_counts_for_a_session_the_replay_must_refuse(tmp_path, capsys):
+    from replayer.cli import main
+
+    f = tmp_path / "body.json"
+    f.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "x", "arguments": "not json{"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]}))
+    assert main(["inspect", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "messages       5  (user 1, assistant 3, tool 1)" in out and "tool calls     1, results 1" in out
+    assert "replay refused: cannot have 2 or more assistant messages at the end of the list" in out
