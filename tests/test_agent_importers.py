@@ -114,3 +114,12 @@ def test_inspect_reports_counts_for_a_session_the_replay_must_refuse(tmp_path, c
     out = capsys.readouterr().out
     assert "messages       5  (user 1, assistant 3, tool 1)" in out and "tool calls     1, results 1" in out
     assert "replay refused: cannot have 2 or more assistant messages at the end of the list" in out
+
+
+def test_aider_restores_every_chat_session_of_the_file(tmp_path):
+    f = tmp_path / ".aider.chat.history.md"
+    f.write_text("# aider chat started at 2025-01-01 10:00:00\n\n#### first question\n\nfirst answer\n\n"
+                 "# aider chat started at 2025-01-02 10:00:00\n\n#### second question\n\nsecond answer\n")
+    s = load_session(f)
+    assert [m.text() for m in s.messages] == ["first question", "first answer", "second question", "second answer"]
+    assert any("2 aider chat sessions" in w for w in s.warnings)
