@@ -14,10 +14,11 @@ from typing import Any
 from replayer.core.agents import capture
 from replayer.core.agents.registry import AGENTS, agent_of_format
 
-#: system prompt + tool schema characters the pinned agents sent on a first request (issue #22's
-#: measurements), for the estimate of what a rebuild without them lacks
-TYPICAL_CHARS = {"pi": (2300, 3000), "opencode": (9600, 14000), "codex": (19500, 14000),
-                 "claude": (17000, 55000), "qwen": (14000, 20000), "cline": (30000, 0)}
+#: system prompt and tool schema characters each agent sent on a first request, measured with
+#: ``replayer agents capture`` on the versions pinned in tests/agents (OpenCode: issue #22's
+#: figure), for the estimate of what a rebuild without them lacks
+TYPICAL_CHARS = {"pi": (2478, 2950), "opencode": (9600, 14000), "codex": (16979, 7245),
+                 "claude": (6927, 31525), "qwen": (26971, 38761), "cline": (4279, 17253)}
 
 
 @dataclass
