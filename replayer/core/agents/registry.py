@@ -99,6 +99,18 @@ def _qwen_resume(text: str) -> list[str]:
     return ["-c", *_qwen_args(text)]
 
 
+def _opencode_setup(home: Path, url: str) -> dict[str, str]:
+    d = home / ".config" / "opencode"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "opencode.json").write_text(json.dumps({
+        "autoupdate": False, "share": "disabled", "model": f"stub/{MODEL}", "small_model": f"stub/{MODEL}",
+        "permission": {"edit": "allow", "bash": "allow"},
+        "provider": {"stub": {"npm": "@ai-sdk/openai-compatible", "name": "stub",
+                              "options": {"baseURL": f"{url}/v1", "apiKey": "stub"},
+                              "models": {MODEL: {"name": MODEL, "tool_call": True, "reasoning": True}}}}}))
+    return {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
+
+
 def _cline_auth(url: str) -> list[str]:
     """Cline configures its provider through its own ``auth`` command (a written providers.json
     alone leaves it unable to connect)."""
@@ -114,6 +126,8 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
           _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl"),
+    Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
+          lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless
     Agent("cline", "Cline", "cline", "3.0.65", "cline", "cline", "chat", lambda home, url: {},
           lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth),
