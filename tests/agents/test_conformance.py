@@ -136,3 +136,27 @@ def test_a_capture_made_in_another_folder_rebuilds_the_prompt_sent(agent_run, re
     rebuilt = wire.from_chat(load_turns(agent_run.session_file).turns[0].body)
     sent = wire.FROM[a.api](agent_run.sent[0].body)
     assert [d for d in wire.diff(rebuilt, sent) if not d.startswith("message")] == []
+
+
+@pytest.mark.parametrize("name", [n for n, a in sorted(__import__(
+    "replayer.core.agents.registry", fromlist=["AGENTS"]).AGENTS.items()) if a.compact])
+def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
+    """Tool round, ``/compact``, one more prompt: the rebuild of the request after the compaction
+    (summary and all) is the one sent. (Claude Code's stretch of history kept after the summary
+    also makes replayer count one turn before it that was never sent: docs/agents.md.)"""
+    from replayer.core.agents.registry import AGENTS
+
+    agent = AGENTS[name]
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(), project.mkdir()
+    with ModelServer(str(project / "hello.txt")) as m:
+        for args in (agent.prompt("TOOL: list the files here"), agent.compact, agent.resume("after the compaction")):
+            r = run(agent, agent_binary(agent), args, home=home, project=project, url=m.url)
+            assert r.returncode == 0, r.stderr[-300:]
+        last = m.log[-1]
+    [f] = glob.glob(str(home / agent.sessions))
+    st = load_turns(f)
+    assert st.session.stats.compactions_total == 1
+    rebuilt = wire.from_chat(st.turns[-2].body)
+    assert "continued from a previous conversation" in rebuilt.messages[0]["text"]
+    assert [d for d in wire.diff(rebuilt, wire.FROM[agent.api](last.body)) if d.startswith("message")] == []
