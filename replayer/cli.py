@@ -20,7 +20,7 @@ from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise", "record"}
+               "bisect", "advise", "record", "agents"}
 
 
 def _out(data: bytes | str) -> None:
@@ -58,7 +58,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.request:
         _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
-    lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+    refused = None
+    try:
+        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+        n_tokens, n_starts = lay.n_tokens, len(lay.user_starts)
+    except ReplayerError as exc:  # a request llama-server would refuse: the counts are still the file's
+        refused, n_tokens, n_starts = str(exc), s.n_chars // 4, 0
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
         "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
@@ -69,8 +74,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
         "entries": s.stats.entries_total, "dropped_turns": s.stats.dropped_turns,
         "synthetic_results": s.stats.synthetic_results, "bad_lines": s.stats.bad_lines,
-        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
-        "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
+        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": n_tokens,
+        "user_starts": n_starts, "system_prompt_stored": s.system_prompt is not None,
+        "orphan_results": s.stats.orphan_results, "image_placeholders": s.stats.image_placeholders,
+        "replay_refused": refused,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
         "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
     }
@@ -91,12 +98,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
         f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
         f"  characters     {s.n_chars:,}",
-        f"  tokens (est.)  {lay.n_tokens:,}  with {len(lay.user_starts)} user/tool-result starts (chatml)",
+        f"  tokens (est.)  {n_tokens:,}  with {n_starts} user/tool-result starts (chatml)" if refused is None
+        else f"  tokens (est.)  ~{n_tokens:,}  (characters / 4: the template cannot render this request)",
     ]
     if s.stats.dropped_turns:
         lines.append(f"  dropped        {s.stats.dropped_turns} aborted/errored assistant turns")
     for w in s.warnings + req.notes:
         lines.append(f"  note: {w}")
+    if refused is not None:
+        lines.append(f"  replay refused: {refused.removeprefix('llama-server refuses this request: ')}")
     _out("\n".join(lines))
     return 0
 
@@ -706,6 +716,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         adders = tuple(add for add in adders if add.__name__ == f"_parse_{only}")
     for add in adders:
         add(sub)
+    from replayer.cli_agents import register as add_agents  # its core package loads only when used
+
+    add_agents(sub)
     return ap
 
 

@@ -35,6 +35,7 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(base / "exports"))
+    monkeypatch.setenv("REPLAYER_AGENTS_DIR", str(base / "agents"))  # no capture of the user's agents
     monkeypatch.setenv("REPLAYER_TOKENIZER_CACHE", str(base / "tokenizers"))
 
 
