@@ -53,10 +53,35 @@ def lcp(a: TurnPrompt | None, b: TurnPrompt) -> int:
     return min(_shared_prefix(a, b).n_tokens, a.n_tokens, b.n_tokens)
 
 
+class ServerSlot(Slot):
+    """``schedule.Slot`` whose memory may come back from the host cache.
+
+    A saved SWA state holds only the cells inside the window (``llama_kv_cache::state_write``
+    skips the masked ones), so a slot loaded from the cache has ``pos_min = n − n_swa``, not
+    the ``n − swa cells`` of a slot that filled itself: the next task may need a checkpoint
+    where the same prompt kept in the slot would not. The floor lasts until the slot
+    re-processes from 0 or restores a checkpoint (both replace the window)."""
+
+    floor = -1
+
+    def _pos_min(self, n_cached: int) -> int:
+        p = super()._pos_min(n_cached)
+        return max(p, self.floor) if p >= 0 and self.floor >= 0 else p
+
+    def loaded(self, n_tokens: int) -> None:
+        self.floor = max(0, n_tokens - self._swa) if self._memory == "swa" and self._swa else -1
+
+    def run(self, spans, common_prefix=None, **kw):  # type: ignore[override]
+        sched = super().run(spans, common_prefix, **kw)
+        if sched.n_past == 0 or sched.restored is not None:
+            self.floor = -1
+        return sched
+
+
 @dataclass
 class _SlotState:
     id: int
-    slot: Slot
+    slot: ServerSlot
     prompt: TurnPrompt | None = None
     thread: str = ""
     t_last: int = -1
@@ -111,7 +136,7 @@ class ServerSim:
         self.rules = rules or rules_for(build.effective_number)
         self.n_ctx = n_ctx  # the whole context (all slots)
         self.n_ctx_slot = n_ctx if setup.kv_unified else n_ctx // max(1, setup.n_parallel)
-        self.slots = [_SlotState(i, Slot(build, knobs)) for i in range(setup.n_parallel)]
+        self.slots = [_SlotState(i, ServerSlot(build, knobs)) for i in range(setup.n_parallel)]
         self.cache = (HostCache(setup.cache_ram_mib, n_ctx, sizes, self.rules, lcp)
                       if setup.cache_ram_mib != 0 else None)
         self.clock = 0
@@ -164,11 +189,13 @@ class ServerSim:
         s.slot.cached = n
         s.slot.checkpoints = list(checkpoints)
         s.slot._walked = None
+        s.slot.loaded(n)
 
     def _clear(self, s: _SlotState) -> None:
         """``prompt_clear``: the slot's tokens go (and, from b10865, its checkpoint list)."""
         s.prompt, s.thread = None, ""
         s.slot.cached = 0
+        s.slot.floor = -1
         if self.rules.clear_drops_checkpoints:
             s.slot.checkpoints = []
         s.slot._walked = None
