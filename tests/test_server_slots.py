@@ -40,9 +40,9 @@ def _run(args: str, bodies, memory="plain", n_ctx=65536, build=B):
     return list(sim.run(_requests(bodies)))
 
 
-def _switch():
+def _switch(words: int = 40):
     """main, main, a subagent (its own system prompt), main again."""
-    s = agent_stream(4, burst=1, words=40)
+    s = agent_stream(4, burst=1, words=words)
     main = [b for b in s if b["thread"] == "main"]
     sub = [b for b in s if b["thread"].startswith("subagent")]
     return [main[0], main[1], sub[0], main[2]]
@@ -128,9 +128,19 @@ def test_id_slot_names_the_slot():
 
 @pytest.mark.parametrize("memory", ["swa", "recurrent"])
 def test_checkpoints_travel_with_the_saved_prompt(memory):
-    f = _run("", _switch(), memory=memory)
-    made = [c for c in f[1].schedule.final_list]
-    assert made, "a checkpointing model made checkpoints on main's second turn"
+    f = _run("", _switch(200), memory=memory)
+    assert f[1].schedule.final_list, "a checkpointing model made checkpoints on main's second turn"
     assert f[3].loaded is not None
-    # back from the cache, main's prompt is only appended to: nothing to restore, all reused
-    assert f[3].cache_n == f[1].n_tokens and not f[3].full_reprocess
+    n = f[1].n_tokens
+    assert n > 256 + 512  # longer than the window and the SWA cells
+    if memory == "recurrent":
+        # back from the cache, main's prompt is only appended to: nothing to restore, all reused
+        assert f[3].cache_n == n and f[3].schedule.restored is None
+    else:
+        # a saved SWA state holds only the window: the appended turn needs a checkpoint, which came along
+        r = f[3].schedule.restored
+        assert r is not None and r in f[1].schedule.final_list and f[3].cache_n == r.pos_max < n
+    assert not f[3].full_reprocess
+    # the same turns kept in their slot (-np 2, no host cache) need no restore on either kind
+    g = _run("-np 2 --cache-ram 0", _switch(200), memory=memory)
+    assert g[3].cache_n == n and g[3].schedule.restored is None
