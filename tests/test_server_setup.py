@@ -61,7 +61,7 @@ def test_replayers_own_flags_are_dropped_with_a_note(h9859):
 
 def test_unknown_flags_are_named(h9859):
     with pytest.raises(ReplayerError, match=r"does not know --frobnicate, -zz"):
-        parse_server_args("-np 2 --frobnicate -zz 3", h9859)
+        parse_server_args("-np 2 --frobnicate -zz 3 extra", h9859)
     with pytest.raises(ReplayerError, match="needs a value"):
         parse_server_args("-np", h9859)
     with pytest.raises(ReplayerError, match="not a number"):

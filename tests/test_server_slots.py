@@ -144,3 +144,29 @@ def test_checkpoints_travel_with_the_saved_prompt(memory):
     # the same turns kept in their slot (-np 2, no host cache) need no restore on either kind
     g = _run("-np 2 --cache-ram 0", _switch(200), memory=memory)
     assert g[3].cache_n == n and g[3].schedule.restored is None
+
+
+def _cli(*argv: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "replayer.cli", *argv], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_session_replay_through_the_users_server(tmp_path):
+    import json
+
+    log = tmp_path / "stream.jsonl"
+    bodies = agent_stream(6, burst=1, words=30)
+    log.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    back = [i for i in range(1, len(bodies)) if bodies[i]["thread"] == "main" and bodies[i - 1]["thread"] != "main"]
+    got = {}
+    for args in ("", "-np 1 --cache-ram 0"):
+        r = _cli("replay", str(log), "--mode", "session", "--server-args", args, "--json")
+        assert r.returncode == 0, r.stderr
+        got[args] = [t["cache_n"] for t in json.loads(r.stdout)["runs"][0]["turns"]]
+    # the defaults bring main back from the host cache; one slot without it re-processes it
+    assert all(got[""][i] > 10 * max(1, got["-np 1 --cache-ram 0"][i]) for i in back)
+    r = _cli("replay", str(log), "--mode", "session", "--server-args", "-np 2 --warp 9")
+    assert r.returncode != 0 and r.stderr.strip().splitlines() == [
+        "replayer: error: b9859 llama-server does not know --warp (its --help: b9859 llama-server --help)"]

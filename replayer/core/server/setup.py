@@ -135,6 +135,8 @@ def _argv_pairs(argv: list[str], help: ServerHelp, unknown: list[str]) -> list[t
         if entry is None:
             unknown.append(word if word.startswith("-") else repr(word))
             i += 1
+            while word.startswith("-") and i < len(argv) and not argv[i].startswith("-"):
+                i += 1  # its value, as far as one can tell without knowing the flag
             continue
         if entry.arg and not eq:
             if i + 1 >= len(argv):
