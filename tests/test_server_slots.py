@@ -170,3 +170,26 @@ def test_cli_session_replay_through_the_users_server(tmp_path):
     r = _cli("replay", str(log), "--mode", "session", "--server-args", "-np 2 --warp 9")
     assert r.returncode != 0 and r.stderr.strip().splitlines() == [
         "replayer: error: b9859 llama-server does not know --warp (its --help: b9859 llama-server --help)"]
+
+
+def test_why_each_thread_kept_or_lost_its_cache():
+    from replayer.core.server.why import explain
+
+    reqs = _requests(_switch())
+    for args, kept, cause, fix in (("", "host cache", "", ""),
+                                   ("-np 2 --cache-ram 0", "slot 1", "", ""),
+                                   ("-np 1 --cache-ram 0", "", "slot 0 taken by subagent-1 (lru)", "-np 2")):
+        setup = parse_server_args(args, HELP)
+        f = list(ServerSim(setup, B, Knobs(n_ctx=65536), SIZES, 65536).run(reqs))
+        w = explain(setup, reqs, f)
+        assert w[0] is None and w[2] is None  # each thread's first request
+        assert (w[1].kept, w[1].lost_tokens) == ("slot 3" if setup.n_parallel == 4 else f"slot {f[1].slot}", 0)
+        back = w[3]
+        assert (back.kept, back.cause, back.fix) == (kept, cause, fix)
+        assert back.shared == f[1].n_tokens and back.lost_tokens == (back.shared - f[3].cache_n)
+    # too large for the limit (b10001 skips it): the cause names the flag that fits it
+    per_token = 2**20 // reqs[1].prompt.n_tokens + 1
+    setup = parse_server_args("--cache-ram 1", HELP)
+    f = list(ServerSim(setup, parse_build(10001), Knobs(n_ctx=65536), StateSize(per_token, 0), 65536).run(reqs))
+    back = explain(setup, reqs, f)[3]
+    assert back.kept == "" and back.cause == "larger than --cache-ram: not saved" and back.fix == "--cache-ram 2"

@@ -103,6 +103,7 @@ class RequestFacts:
     slot_had: str  # the thread whose tokens the slot held ("" = empty)
     cache: list[CacheEvent] = field(default_factory=list)
     purged: list[int] = field(default_factory=list)  # slots cleared because the unified cache was full
+    cleared: list[int] = field(default_factory=list)  # idle slots cleared at launch (unified KV, idle slots cached)
     common_prefix: int = 0  # the slot's tokens shared with the prompt, after any cache load
     cache_n: int = 0
     prompt_n: int = 0
@@ -213,6 +214,8 @@ class ServerSim:
                 if o.n > 0 and self.cache.save(o.prompt, o.n, o.slot.checkpoints, o.thread, events):
                     self.cache.update(events)
                 if self.setup.kv_unified:
+                    if o.n > 0:
+                        facts.cleared.append(o.id)
                     self._clear(o)
         self.clock += 1
         if p.n_tokens >= self.n_ctx_slot:
