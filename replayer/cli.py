@@ -369,6 +369,9 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
                                              keep_reasoning=args.keep_reasoning, session=session))
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
                               keep_reasoning=args.keep_reasoning)
+    if getattr(args, "server_args", None) is not None:
+        from replayer.core.server.session import check_server_args
+        prep.server_args = check_server_args(args.server_args, cfg)
     runs = {}
     try:
         for run in ("A", "B"):
@@ -590,6 +593,9 @@ def _parse_replay(sub: Any) -> None:
     add_options(p, ("a", "b", "engine", "mode"))
     p.add_argument("--freeze-system-prompt", action="store_true",
                    help="session what-if: every turn keeps the first turn's system prompt")
+    p.add_argument("--server-args", metavar="ARGS|@FILE",
+                   help="session (simulated): the llama-server command line users run (slots, --cache-ram, …), "
+                        "or @file holding it; defaults from each build's own --help")
     p.add_argument("--keep-reasoning", action="store_true",
                    help="session what-if (simulated): the history keeps each message as first rendered, "
                         "reasoning included, where the template drops it")
