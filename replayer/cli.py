@@ -203,6 +203,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.replay import prepare, replay, report
 
     cfg = _config(args)
+    if args.repro:
+        from replayer.core.repro import check_destination
+
+        if args.mode != "session" or args.app or args.screenshot:
+            raise ReplayerError("--repro writes the requests of a session replay: use it with --mode session, "
+                                "without --app or --screenshot")
+        check_destination(args.repro)  # before the replay, not after an hour of it
     if args.mode == "session":
         return cmd_replay_session(args, cfg)
     if args.freeze_system_prompt or args.keep_reasoning:
@@ -367,6 +374,10 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
         stop_all()
         raise
     failed = any(r.failed for r in runs.values())
+    if args.repro:
+        from replayer.core.repro import write_bundle
+
+        print(f"reproduction written to {write_bundle(args.repro, prep, runs)}", file=sys.stderr)
     if args.jsonl:
         return 1 if failed else 0
     doc = sr.report(prep, runs["A"], runs["B"])
@@ -639,6 +650,8 @@ def _parse_replay(sub: Any) -> None:
     out.add_argument("--jsonl", action="store_true", help="stream the events")
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
+    p.add_argument("--repro", metavar="DIR", help="session mode: also write a reproduction a maintainer runs with "
+                   "stock llama-server (requests, each run's numbers and command line, a stdlib script, ISSUE.md)")
     p.set_defaults(func=cmd_replay)
 
 

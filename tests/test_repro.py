@@ -94,3 +94,16 @@ def test_the_script_needs_only_the_standard_library_and_reports_a_server_that_is
     n = len(prep.turns.turns)
     assert f"0 of {n} requests as in run A" in proc.stderr and f"{n} of {n} requests failed" in proc.stderr
     assert proc.stdout.count("error: URLError") == n
+
+
+def test_the_cli_writes_the_bundle_of_a_session_replay_and_refuses_it_elsewhere(replayed, tmp_path):
+    prep, _ = replayed
+    log = str(prep.turns.session.path)
+    cli = [sys.executable, "-m", "replayer.cli", "replay", log, "--mode", "session"]
+    ok = subprocess.run(cli + ["--repro", str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "reproduction written to" in ok.stderr and (tmp_path / "b" / "repro.py").is_file()
+    again = subprocess.run(cli + ["--repro", str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "not an empty folder" in again.stderr and "Traceback" not in again.stderr
+    resume = subprocess.run(cli[:-2] + ["--repro", str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
+    assert resume.returncode != 0 and "--mode session" in resume.stderr and not (tmp_path / "c").exists()

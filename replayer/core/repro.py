@@ -84,12 +84,18 @@ def relevant_log(lines: Iterable[str]) -> list[str]:
     return [line for line in lines if any(k in line for k in _LOG_KEYS)]
 
 
-def write_bundle(out: str | Path, prep, runs: dict[str, SessionRun], *, logs: dict[str, list[str]] | None = None,
-                 hardware: str = "") -> Path:
-    """Write the bundle to ``out`` (new, or an empty folder); returns its path."""
+def check_destination(out: str | Path) -> Path:
+    """``out`` as a folder the bundle may be written to: new, or empty."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ReplayerError(f"{out} exists and is not an empty folder: the bundle is written only to a new one")
+    return out
+
+
+def write_bundle(out: str | Path, prep, runs: dict[str, SessionRun], *, logs: dict[str, list[str]] | None = None,
+                 hardware: str = "") -> Path:
+    """Write the bundle to ``out`` (new, or an empty folder); returns its path."""
+    out = check_destination(out)
     reqs = requests_of(prep)
     n_redacted = sum(orjson.dumps(r["body"]) != orjson.dumps(t.body) for r, t in zip(reqs, prep.turns.turns))
     n_prompt = {t["index"]: t["n_prompt"] for t in run_facts(runs["A"])}
