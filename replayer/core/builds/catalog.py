@@ -101,6 +101,7 @@ class Build:
     generation: Generation
     number: int | None = None
     note: str | None = None
+    name: str | None = None  # a source build's label (``b9934+fix``, a commit): its number alone is not it
 
     @property
     def effective_number(self) -> int:
@@ -108,6 +109,8 @@ class Build:
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         return f"b{self.number}" if self.number is not None else self.generation.value
 
     @property
@@ -162,6 +165,8 @@ def parse_build(text: str | int) -> Build:
     for gen in GENERATIONS:
         if raw.lower() == gen.name.lower() or raw.lower() in gen.aliases:
             return Build(gen)
+    if (built := _source_build(raw)) is not None:
+        return built
     names = [g.name for g in GENERATIONS] + [a for g in GENERATIONS for a in g.aliases]
     hint = did_you_mean(raw, names)
     raise ReplayerError(
@@ -169,6 +174,24 @@ def parse_build(text: str | int) -> Build:
         f"({', '.join(g.name for g in GENERATIONS)})",
         hint=f"did you mean {hint}?" if hint else None,
     )
+
+
+def _source_build(raw: str) -> Build | None:
+    """An installed source build named by its label or identity, with the rules its source
+    follows (``source_rules``); one whose rules match no generation cannot be simulated."""
+    from replayer.core.builds.manager import find_source_build
+
+    rec = find_source_build(raw)
+    if rec is None:
+        return None
+    gen = next((g for g in GENERATIONS if g.name == rec.generation), None)
+    if gen is None:
+        raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
+                            "simulated; replay it with --engine live")
+    number = rec.build if rec.build > 0 else None
+    origin = rec.origin or {}
+    base = f"b{origin['release']}" if origin.get("release") else origin.get("commit", "")[:9] or "a tree"
+    return Build(gen, number, f"source build of {base}; rules read from its source", name=rec.label)
 
 
 #: Presets offered in pickers: the builds users compare most.
