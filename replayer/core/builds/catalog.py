@@ -177,21 +177,28 @@ def parse_build(text: str | int) -> Build:
 
 
 def _source_build(raw: str) -> Build | None:
-    """An installed source build named by its label or identity, with the rules its source
-    follows (``source_rules``); one whose rules match no generation cannot be simulated."""
+    """An installed source build named by its label or identity (``manager.find_source_build``)."""
     from replayer.core.builds.manager import find_source_build
 
     rec = find_source_build(raw)
-    if rec is None:
-        return None
+    return None if rec is None else source_build(rec)
+
+
+def source_build(rec, live: bool = False) -> Build:
+    """A source build's record as the scheduler sees it: the rules its source follows
+    (``source_rules``). One whose rules match no generation cannot be simulated; a live run of it
+    labels its batches by the latest generation's rules, and says so in its note."""
     gen = next((g for g in GENERATIONS if g.name == rec.generation), None)
-    if gen is None:
-        raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
-                            "simulated; replay it with --engine live")
-    number = rec.build if rec.build > 0 else None
     origin = rec.origin or {}
     base = f"b{origin['release']}" if origin.get("release") else origin.get("commit", "")[:9] or "a tree"
-    return Build(gen, number, f"source build of {base}; rules read from its source", name=rec.label)
+    note = f"source build of {base}; rules read from its source"
+    if gen is None:
+        if not live:
+            raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
+                                "simulated; replay it with --engine live")
+        gen, note = GENERATIONS[-1], (f"source build of {base}; its rules match no known generation "
+                                      f"(batch reasons labelled as {GENERATIONS[-1].name})")
+    return Build(gen, rec.build if rec.build > 0 else None, note, name=rec.label)
 
 
 #: Presets offered in pickers: the builds users compare most.

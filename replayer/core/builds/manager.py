@@ -561,6 +561,13 @@ class ResolvedBinary:
     build: int
     backend: str
     binary: Path
+    record: BuildRecord | None = None  # a source build's (its number alone does not say its rules)
+
+    def as_build(self, live: bool = False):
+        """The ``catalog.Build`` the engines run this binary as."""
+        from replayer.core.builds.catalog import parse_build, source_build
+
+        return source_build(self.record, live) if self.record is not None else parse_build(str(self.build))
 
 
 def resolve_binary(spec: str, backend: str = "cpu") -> ResolvedBinary:
@@ -572,7 +579,7 @@ def resolve_binary(spec: str, backend: str = "cpu") -> ResolvedBinary:
     m = re.fullmatch(r"[bB]?(\d+)", spec.strip())
     if not m:
         if (src := find_source_build(spec, check_backend(backend))) is not None:
-            return ResolvedBinary(src.build, src.backend, src.binary_path)
+            return ResolvedBinary(src.build, src.backend, src.binary_path, src)
         raise BuildError(f"{spec!r} is neither a build number, an installed source build nor a path to llama-server")
     rec = find_build(int(m.group(1)), check_backend(backend))
     if rec is None:
