@@ -257,6 +257,8 @@ def _bisect_builds(text: str | None, backend: str) -> list[int] | None:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from replayer.core import bisect
 
+    if args.source:
+        return _bisect_commits(args)
     m = bisect.metric(args.metric)
     good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
     thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
@@ -291,6 +293,36 @@ def cmd_bisect(args: argparse.Namespace) -> int:
              f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
              f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
     return 0 if res.found else 1
+
+
+def _bisect_commits(args: argparse.Namespace) -> int:
+    """``bisect --source DIR --good C1 --bad C2``: by commit, live, each step built from source."""
+    from replayer.core import bisect, bisect_commits
+
+    if args.engine != "live":
+        raise ReplayerError("bisect --source builds and runs each commit: add --engine live (and --model GGUF)")
+    if args.builds:
+        raise ReplayerError("--builds lists release builds; with --source the candidates are the commits")
+    m = bisect.metric(args.metric)
+    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
+    progress: dict[int, Any] = {}
+
+    def on_progress(i: int, stage: str, frac: float) -> None:
+        progress.setdefault(i, _progress_printer(f"commit {i}"))(stage, frac)
+
+    def on_step(step) -> None:
+        say(f"commit {step.build:<4} {m.name} {step.value:,.4g} {m.unit}  → {step.decision}  ({step.why})")
+
+    cfg = _config(args)
+    res = bisect_commits.live(args.session, cfg, args.source, args.good, args.bad, m, Path(args.model),
+                              backend=cfg.backend or "cpu", thr=thr, ctx_size=args.ctx_size, timeout=args.timeout,
+                              on_step=on_step, on_progress=on_progress)
+    if args.json:
+        _json(res.to_dict())
+    else:
+        _out("\n".join(res.summary_lines()))
+    return 0 if res.result.found else 1
 
 
 # -- advise -------------------------------------------------------------------------------
@@ -714,6 +746,8 @@ def _parse_bisect(sub: Any) -> None:
     p.add_argument("--builds", default=None, metavar="N,N,…|installed",
                    help="bisect over these builds only (default: live, every package-index build in the range; "
                         "simulated, the builds around each known change)")
+    p.add_argument("--source", metavar="DIR", help="live: bisect the commits of this llama.cpp git repository "
+                   "between --good and --bad (commits, tags or branches); each step is built from source, cached")
     p.add_argument("--json", action="store_true", help="print the result as JSON (steps go to stderr)")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 

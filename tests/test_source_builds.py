@@ -150,3 +150,24 @@ def test_bad_sources_are_one_line_and_leave_the_cache_as_it_was(repo, tmp_path, 
     after = sorted(p.name for p in builds.rglob("*") if "git" not in p.parts and "locks" not in p.parts) \
         if builds.exists() else []
     assert after == [p for p in before if p not in ("git", "locks")]
+
+
+def test_commits_between_two_ends_come_oldest_first_with_the_rules_each_follows(repo):
+    from replayer.core import bisect_commits as bc
+
+    for a, b in (("v1", "master"), ("master", "v1")):
+        commits = bc.commits_between(repo, a, b)
+        assert [c.subject for c in commits] == ["regression", "server : break only where a checkpoint is due (#25420)"]
+    assert commits[1].pr == 25420 and commits[0].pr is None
+    assert [bc.rules_of_commit(repo, c.sha) for c in commits] == ["G1", "G2a"]
+    with pytest.raises(Exception, match="same commit"):
+        bc.commits_between(repo, "v1", "v1")
+
+
+def test_the_rules_narrow_the_commits_to_build_to_both_sides_of_each_change():
+    from replayer.core.bisect_commits import narrowed
+
+    assert narrowed(["G1"] * 5 + ["G2a"] * 5) == [0, 4, 5, 9]
+    assert narrowed(["G1", "G1", "G2a", "G2b", "G2b"]) == [0, 1, 2, 3, 4]
+    assert narrowed(["G2a"] * 4) == [0, 1, 2, 3]  # same rules at both ends: every commit, as git bisect
+    assert narrowed(["G1", None, "G2a"]) == [0, 1, 2]
