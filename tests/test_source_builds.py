@@ -171,3 +171,9 @@ def test_the_rules_narrow_the_commits_to_build_to_both_sides_of_each_change():
     assert narrowed(["G1", "G1", "G2a", "G2b", "G2b"]) == [0, 1, 2, 3, 4]
     assert narrowed(["G2a"] * 4) == [0, 1, 2, 3]  # same rules at both ends: every commit, as git bisect
     assert narrowed(["G1", None, "G2a"]) == [0, 1, 2]
+
+
+def test_a_relative_ref_of_a_repository_here_means_what_it_means_there(repo):
+    first = git(repo, "rev-parse", "HEAD~1").strip()
+    assert source.resolve_ref(str(repo), "HEAD~1")[1] == first
+    assert source.resolve_ref(str(repo), "master^")[1] == first

@@ -151,27 +151,44 @@ def _clone_dir(url: str) -> Path:
     return paths.builds_dir() / "git" / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
+def _commit_in(repo: Path, ref: str) -> str | None:
+    for want in (ref, f"refs/tags/{ref}", f"refs/remotes/origin/{ref}"):
+        try:
+            return _git(["rev-parse", "--verify", "-q", f"{want}^{{commit}}"], repo).strip()
+        except BuildError:
+            pass
+    return None
+
+
 def resolve_ref(url: str, ref: str) -> tuple[Path, str]:
-    """The cached clone of ``url`` and the commit ``ref`` names in it (fetched when needed)."""
-    if not re.fullmatch(r"[A-Za-z0-9._/+-]{1,200}", ref) or ref.startswith("-") or ".." in ref:
+    """The cached clone of ``url`` and the commit ``ref`` names in it (fetched when needed).
+
+    For a repository on this machine the ref is resolved in it first, so ``HEAD~1`` and a
+    local branch mean what they mean there; the commit is then fetched into the cache."""
+    if not re.fullmatch(r"[A-Za-z0-9._/+~^-]{1,200}", ref) or ref.startswith("-") or ".." in ref:
         raise SourceError(f"{ref!r} is not a git ref")
     repo = _clone_dir(url)
     if not (repo / "HEAD").is_file():
         repo.mkdir(parents=True, exist_ok=True)
         _git(["init", "--bare", "-q", str(repo)], what="git init")
-    for want in (ref, f"refs/tags/{ref}", f"refs/remotes/origin/{ref}"):
-        try:
-            return repo, _git(["rev-parse", "--verify", "-q", f"{want}^{{commit}}"], repo).strip()
-        except BuildError:
-            pass
+    local = Path(url).expanduser()
+    if local.is_dir():
+        sha = _commit_in(local, ref)
+        if sha is None:
+            raise SourceError(f"no ref {ref!r} in {url}")
+        if _commit_in(repo, sha) is None:
+            _git(["fetch", "-q", "--tags", str(local), "+refs/heads/*:refs/remotes/origin/*"], repo,
+                 f"git fetch {url}")
+        if _commit_in(repo, sha) is None:
+            _git(["fetch", "-q", str(local), sha], repo, f"git fetch {sha[:9]}")
+        return repo, sha
+    if re.fullmatch(r"[0-9a-f]{40}", ref) and (sha := _commit_in(repo, ref)) is not None:
+        return repo, sha  # a commit never moves; a branch may have: fetched again
     _git(["fetch", "-q", "--tags", url, "+refs/heads/*:refs/remotes/origin/*"], repo, f"git fetch {url}")
     if ref.startswith("pull/"):
         _git(["fetch", "-q", url, f"+refs/{ref}:refs/remotes/origin/{ref}"], repo, f"git fetch {ref}")
-    for want in (ref, f"refs/tags/{ref}", f"refs/remotes/origin/{ref}"):
-        try:
-            return repo, _git(["rev-parse", "--verify", "-q", f"{want}^{{commit}}"], repo).strip()
-        except BuildError:
-            pass
+    if (sha := _commit_in(repo, ref)) is not None:
+        return repo, sha
     raise SourceError(f"no ref {ref!r} in {url}")
 
 
