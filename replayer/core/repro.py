@@ -64,8 +64,12 @@ def server_command(prep, run: SessionRun) -> list[str]:
     and port 8080: what a maintainer types (the live engine's own ``LiveServer.command``)."""
     from replayer.core.engine.live import LiveOptions, LiveServer
 
-    model = Path(prep.config.model).name if prep.config.model else "MODEL.gguf"
-    n_ctx = int(run.settings.get("ctx_size") or prep.n_ctx or DEFAULT_SESSION_CTX)
+    m = prep.config.model or ""
+    model = Path(m).name if m.endswith(".gguf") else "YOUR-MODEL.gguf"  # a preset is not a file to pass
+    # a live run's own context; a simulated one's must hold its longest prompt (the simulation has no limit)
+    longest = max((t.n_prompt for t in run.turns), default=0)
+    n_ctx = int(run.settings.get("ctx_size") or prep.n_ctx
+                or max(DEFAULT_SESSION_CTX, -(-(longest + 1024) // 4096) * 4096))
     opts = LiveOptions(binary=Path("llama-server"), model=Path(model), port=8080)
     return LiveServer(opts, prep.config.knobs(), n_ctx).command()
 
@@ -99,7 +103,8 @@ def write_bundle(out: str | Path, prep, runs: dict[str, SessionRun], *, logs: di
     reqs = requests_of(prep)
     n_redacted = sum(orjson.dumps(r["body"]) != orjson.dumps(t.body) for r, t in zip(reqs, prep.turns.turns))
     n_prompt = {t["index"]: t["n_prompt"] for t in run_facts(runs["A"])}
-    expected = {"session": redact(str(prep.turns.session.path)), "redacted_requests": n_redacted, "runs": {}}
+    expected = {"session": redact(str(prep.turns.session.path)), "model": Path(prep.config.model or "").name,
+                "redacted_requests": n_redacted, "runs": {}}
     for name, run in runs.items():
         spec = prep.config.a if name == "A" else prep.config.b
         expected["runs"][name] = {
@@ -141,8 +146,13 @@ def _readme(expected: dict[str, Any], hardware: str) -> str:
              f"{len(next(iter(expected['runs'].values()))['requests'])} requests of one session, in order "
              "(`requests.jsonl`). Start a llama-server, then send them:", ""]
     for name, run in expected["runs"].items():
-        lines += [f"## Run {name}: {run['label']} ({run['engine']})", "", "```", " ".join(run["command"]),
+        lines += [f"## Run {name}: {run['build']} ({run['engine']})", "", "```", " ".join(run["command"]),
                   f"python3 repro.py --url http://127.0.0.1:8080 --expect {name}", "```", ""]
+    if any(r["engine"] != "live" for r in expected["runs"].values()):
+        lines += ["A simulated run's numbers are replayer's prediction for that build and setup; running the "
+                  "script against the real build is the check.", ""]
+    if "YOUR-MODEL.gguf" in " ".join(next(iter(expected["runs"].values()))["command"]):
+        lines += [f"The replay simulated the model preset `{expected['model']}`: pass a GGUF of that model.", ""]
     if expected["redacted_requests"]:
         lines += [f"{expected['redacted_requests']} request(s) had secrets or the home folder masked; their "
                   "token counts can differ by a few tokens from the replay's.", ""]
@@ -157,15 +167,15 @@ def _issue(expected: dict[str, Any], prep, hardware: str, has_logs: bool) -> str
     rows = []
     for name, run in runs.items():
         processed, reused = _totals(run)
-        rows.append(f"- {name}: {run['label']} — {processed:,} tokens processed, {reused:,} reused from the cache, "
+        rows.append(f"- {name}: {run['build']} — {processed:,} tokens processed, {reused:,} reused from the cache, "
                     f"{sum(len(r['batches']) for r in run['requests']):,} batches ({run['engine']})")
     first_bad = "not bisected" if not (a and b) else "not bisected (see `replayer bisect`)"
     return "\n".join([
-        "### Name and Version", "", *(f"{n}: {r['version']}" for n, r in runs.items()), "",
+        "### Name and Version", "", "```", *(f"{n} ({r['build']}): {r['version']}" for n, r in runs.items()), "```", "",
         "### Operating systems", "", f"{platform.system()} {platform.release()}", "",
         "### GGML backends", "", "CPU" if not hardware else hardware, "",
         "### Hardware", "", hardware or platform.machine(), "",
-        "### Models", "", Path(prep.config.model).name if prep.config.model else "(not given)", "",
+        "### Models", "", expected["model"] or "(not given)", "",
         "### Problem description & steps to reproduce", "",
         f"The same {len(a['requests']) if a else 0} requests, sent in order with `cache_prompt` and `max_tokens: 1`:",
         "", *rows, "", "Steps: start the server with the command line in README.md, then "
