@@ -38,8 +38,9 @@ from pydantic import BaseModel
 
 from replayer.core import paths
 from replayer.core.builds import index, source, source_rules, toolchain
+from replayer.core.builds.catalog import GENERATIONS, Build, parse_build
 from replayer.core.engine import processes
-from replayer.core.errors import BuildError, did_you_mean
+from replayer.core.errors import BuildError, ReplayerError, did_you_mean
 
 BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
 
@@ -556,6 +557,34 @@ def find_source_build(text: str, backend: str | None = None) -> BuildRecord | No
     return None
 
 
+def source_build(rec: BuildRecord, live: bool = False) -> Build:
+    """A source build's record as the scheduler sees it: the rules its source follows
+    (``source_rules``). One whose rules match no generation cannot be simulated; a live run of it
+    labels its batches by the latest generation's rules, and says so in its note."""
+    gen = next((g for g in GENERATIONS if g.name == rec.generation), None)
+    origin = rec.origin or {}
+    base = f"b{origin['release']}" if origin.get("release") else origin.get("commit", "")[:9] or "a tree"
+    note = f"source build of {base}; rules read from its source"
+    if gen is None:
+        if not live:
+            raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
+                                "simulated; replay it with --engine live")
+        gen, note = GENERATIONS[-1], (f"source build of {base}; its rules match no known generation "
+                                      f"(batch reasons labelled as {GENERATIONS[-1].name})")
+    return Build(gen, rec.build if rec.build > 0 else None, note, name=rec.label)
+
+
+def named_build(text: str) -> Build:
+    """``catalog.parse_build``, or else an installed source build by its label or identity."""
+    try:
+        return parse_build(text)
+    except ReplayerError:
+        rec = find_source_build(text)
+        if rec is None:
+            raise
+        return source_build(rec)
+
+
 @dataclass
 class ResolvedBinary:
     build: int
@@ -565,8 +594,6 @@ class ResolvedBinary:
 
     def as_build(self, live: bool = False):
         """The ``catalog.Build`` the engines run this binary as."""
-        from replayer.core.builds.catalog import parse_build, source_build
-
         return source_build(self.record, live) if self.record is not None else parse_build(str(self.build))
 
 
