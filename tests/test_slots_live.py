@@ -18,6 +18,7 @@ import pytest
 from replayer.core.builds import manager
 from replayer.core.engine.live import live_processes
 from replayer.core.server.agreement import agree
+from replayer.core.server.live_slots import live_key
 from replayer.core.server.traffic import agent_stream
 
 from test_live import tiny  # noqa: F401  (the tiny models fixture)
@@ -38,8 +39,8 @@ def no_orphans():
     assert live_processes() == []
 
 
-def _agree(binaries, tiny, build, arch, args):
-    r = agree(binaries[build], tiny[arch], build, args, STREAM)
+def _agree(binaries, tiny, build, arch, args, preset=None):
+    r = agree(binaries[build], tiny[arch], build, args, STREAM, preset=preset)
     assert len(r.sim) == len(STREAM) == 17
     diffs = {i: (r.sim[i].to_dict(), r.live.facts[i]) for i in r.differ}
     assert r.differ == [], diffs
@@ -76,3 +77,16 @@ def test_other_setups(binaries, tiny, build, arch, args):
     if "--no-kv-unified" in args:  # idle slots are saved but keep their tokens
         assert not r.setup.kv_unified and r.setup.cache_idle_slots
         assert any(e.kind == "saved" for f in r.sim for e in f.cache)
+
+
+def test_router_mode_gives_the_plain_servers_facts(binaries, tiny, tmp_path):
+    """A router started with a preset INI (``[*]`` globals, one model section) spawns the model's
+    child server; its relayed log and answers give the same per-request facts as the plain server
+    started with the same settings, and the simulation from the preset equals both."""
+    ini = tmp_path / "models.ini"
+    ini.write_text(f"version = 1\n[*]\nc = 65536\n[tiny]\nmodel = {tiny['lfm2']}\nload-on-startup = false\n")
+    routed = _agree(binaries, tiny, 9859, "lfm2", "", preset=(ini, "tiny"))
+    plain = _agree(binaries, tiny, 9859, "lfm2", "-c 65536")
+    assert routed.setup.n_ctx == 65536 and routed.setup.model == str(tiny["lfm2"])
+    assert [live_key(routed.live, i) for i in range(len(STREAM))] == [live_key(plain.live, i) for i in range(len(STREAM))]
+    assert any(ln.startswith("[") for ln in routed.live.lines)  # the child's lines, relayed by the router
