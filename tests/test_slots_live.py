@@ -1,7 +1,7 @@
 """Slots and the host prompt cache on real builds: per request, the simulation equals the server.
 
 A short agent-shaped stream (17 requests on four threads: main, a title request, two
-subagent bursts) is sent to real b9859 and b10001 servers started with the user's flags;
+subagent bursts) is sent to real b9859, b10001 (and b11434 when installed) servers started with the user's flags;
 the simulation runs on the prompts each server laid out. Every request's slot, how it was
 selected, ``cache_n``, ``prompt_n``, host-cache saves/loads/evictions and checkpoints must be
 the server's, and the saved states' sizes its own figures. Short on purpose (one server per
@@ -24,7 +24,8 @@ from replayer.core.server.traffic import agent_stream
 from test_live import tiny  # noqa: F401  (the tiny models fixture)
 
 pytestmark = pytest.mark.live
-BUILDS = (9859, 10001)
+#: b11434 (G3) joins when the build manager has it (it is compiled for the live suite)
+BUILDS = (9859, 10001) + tuple(r.build for r in manager.list_builds() if r.build == 11434 and r.backend == "cpu")
 STREAM = agent_stream(12, burst=2, words=40)
 
 
