@@ -186,6 +186,23 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
             "runs": [run_dict(a, turns), run_dict(b, turns)]}
 
 
+SESSION_FORMATS = ("json", "md", "text")
+
+
+def session_report(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun], fmt: str) -> bytes:
+    """A finished session replay as the CLI prints it and the app exports it: one document per
+    format, through ``core/export.py`` (redacted like every other report)."""
+    from replayer.core import export
+
+    if fmt == "json":
+        return export.doc_json(doc)
+    if fmt in ("md", "markdown"):
+        return export.redacted(to_markdown(doc, runs))
+    if fmt == "text":
+        return export.redacted(to_text(doc, runs))
+    raise ValueError(f"unknown session report format {fmt!r}; known: {', '.join(SESSION_FORMATS)}")
+
+
 def _miss_line(t) -> str:
     c = t.cause
     line = f"turn {t.turn}: {c['cause']}, {c['lost_tokens']:,} tokens re-processed ({c['lost_ms']:.1f} ms)"
