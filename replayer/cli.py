@@ -235,6 +235,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.freeze_system_prompt or args.keep_reasoning:
         flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
         raise ReplayerError(f"{flag} is a what-if of --mode session")
+    if args.server_args is not None:
+        raise ReplayerError("--server-args goes with --mode session (the resume is one request on one slot)")
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
     prep = prepare(args.session, cfg)
@@ -409,8 +411,9 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
                               keep_reasoning=args.keep_reasoning)
     if getattr(args, "server_args", None) is not None:
-        from replayer.core.server.session import check_server_args
+        from replayer.core.server.session import check_server_args, setup_notes
         prep.server_args = check_server_args(args.server_args, cfg)
+        prep.turns.notes.extend(setup_notes(prep.server_args, cfg))
     runs = {}
     try:
         for run in ("A", "B"):

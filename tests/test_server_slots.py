@@ -167,6 +167,15 @@ def test_cli_session_replay_through_the_users_server(tmp_path):
         got[args] = [t["cache_n"] for t in json.loads(r.stdout)["runs"][0]["turns"]]
     # the defaults bring main back from the host cache; one slot without it re-processes it
     assert all(got[""][i] > 10 * max(1, got["-np 1 --cache-ram 0"][i]) for i in back)
+    r = _cli("replay", str(log), "--mode", "session", "--server-args", "--port 9 -np 2")
+    notes = [ln for ln in r.stdout.splitlines() if ln.startswith("note: ")]
+    assert r.returncode == 0 and notes[-3:] == [
+        "note: server: -np 2 (per-slot KV), --cache-ram 8192 MiB, idle slots cached "
+        "(b9859's defaults from b9859 llama-server --help)",
+        "note: --port is replayer's own (it observes the server on 127.0.0.1 with -lv 4): dropped",
+        "note: server: --cache-ram's limit is not simulated without a GGUF --model (state sizes unknown)"]
+    r = _cli("replay", str(log), "--server-args", "-np 2")
+    assert r.returncode != 0 and "goes with --mode session" in r.stderr
     r = _cli("replay", str(log), "--mode", "session", "--server-args", "-np 2 --warp 9")
     assert r.returncode != 0 and r.stderr.strip().splitlines() == [
         "replayer: error: b9859 llama-server does not know --warp (its --help: b9859 llama-server --help)"]

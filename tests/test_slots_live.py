@@ -1,7 +1,7 @@
 """Slots and the host prompt cache on real builds: per request, the simulation equals the server.
 
 A short agent-shaped stream (17 requests on four threads: main, a title request, two
-subagent bursts) is sent to real b9859 and b10001 servers started with the user's flags;
+subagent bursts) is sent to real b9859, b10001 (and b11434 when installed) servers started with the user's flags;
 the simulation runs on the prompts each server laid out. Every request's slot, how it was
 selected, ``cache_n``, ``prompt_n``, host-cache saves/loads/evictions and checkpoints must be
 the server's, and the saved states' sizes its own figures. Short on purpose (one server per
@@ -18,12 +18,14 @@ import pytest
 from replayer.core.builds import manager
 from replayer.core.engine.live import live_processes
 from replayer.core.server.agreement import agree
+from replayer.core.server.live_slots import live_key
 from replayer.core.server.traffic import agent_stream
 
 from test_live import tiny  # noqa: F401  (the tiny models fixture)
 
 pytestmark = pytest.mark.live
-BUILDS = (9859, 10001)
+#: b11434 (G3) joins when the build manager has it (it is compiled for the live suite)
+BUILDS = (9859, 10001) + tuple(r.build for r in manager.list_builds() if r.build == 11434 and r.backend == "cpu")
 STREAM = agent_stream(12, burst=2, words=40)
 
 
@@ -38,8 +40,8 @@ def no_orphans():
     assert live_processes() == []
 
 
-def _agree(binaries, tiny, build, arch, args):
-    r = agree(binaries[build], tiny[arch], build, args, STREAM)
+def _agree(binaries, tiny, build, arch, args, preset=None):
+    r = agree(binaries[build], tiny[arch], build, args, STREAM, preset=preset)
     assert len(r.sim) == len(STREAM) == 17
     diffs = {i: (r.sim[i].to_dict(), r.live.facts[i]) for i in r.differ}
     assert r.differ == [], diffs
@@ -76,3 +78,16 @@ def test_other_setups(binaries, tiny, build, arch, args):
     if "--no-kv-unified" in args:  # idle slots are saved but keep their tokens
         assert not r.setup.kv_unified and r.setup.cache_idle_slots
         assert any(e.kind == "saved" for f in r.sim for e in f.cache)
+
+
+def test_router_mode_gives_the_plain_servers_facts(binaries, tiny, tmp_path):
+    """A router started with a preset INI (``[*]`` globals, one model section) spawns the model's
+    child server; its relayed log and answers give the same per-request facts as the plain server
+    started with the same settings, and the simulation from the preset equals both."""
+    ini = tmp_path / "models.ini"
+    ini.write_text(f"version = 1\n[*]\nc = 65536\n[tiny]\nmodel = {tiny['lfm2']}\nload-on-startup = false\n")
+    routed = _agree(binaries, tiny, 9859, "lfm2", "", preset=(ini, "tiny"))
+    plain = _agree(binaries, tiny, 9859, "lfm2", "-c 65536")
+    assert routed.setup.n_ctx == 65536 and routed.setup.model == str(tiny["lfm2"])
+    assert [live_key(routed.live, i) for i in range(len(STREAM))] == [live_key(plain.live, i) for i in range(len(STREAM))]
+    assert any(ln.startswith("[") for ln in routed.live.lines)  # the child's lines, relayed by the router

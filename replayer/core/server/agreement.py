@@ -19,7 +19,7 @@ from replayer.core.engine.schedule import Knobs
 from replayer.core.hardware import gguf_model
 from replayer.core.server.help import help_for
 from replayer.core.server.live_slots import LiveRun, live_key, run_live, sim_key
-from replayer.core.server.setup import ServerSetup, parse_server_args
+from replayer.core.server.setup import ServerSetup, from_preset, parse_server_args
 from replayer.core.server.slots import RequestFacts, ServerSim
 from replayer.core.server.state_size import from_gguf
 from replayer.core.session.turns import Turn
@@ -53,10 +53,14 @@ def simulate_for(setup: ServerSetup, build: int, model: Path, live: LiveRun) -> 
     return list(sim.run(live.requests))
 
 
-def agree(binary: Path, model: Path, build: int, args: str, bodies: list[dict]) -> Agreement:
-    setup = parse_server_args(args, help_for(build, binary=binary))
+def agree(binary: Path, model: Path, build: int, args: str, bodies: list[dict],
+          preset: tuple[Path, str] | None = None) -> Agreement:
+    """``preset``: (INI, model section) — a router with that preset; ``args`` is then the router's command line."""
+    h = help_for(build, binary=binary)
+    setup = parse_server_args(args, h) if preset is None else from_preset(preset[0], h, model=preset[1],
+                                                                          command_line=args)
     turns = [Turn(i, b) for i, b in enumerate(bodies)]
-    live = run_live(binary, model, setup, turns, parse_build(build))
+    live = run_live(binary, model, setup, turns, parse_build(build), router=preset)
     sim = simulate_for(setup, build, model, live)
     out = Agreement(build, args, setup, live, sim)
     sizes = from_gguf(gguf_model.read(model))

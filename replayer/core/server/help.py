@@ -229,10 +229,10 @@ def _store(path: Path, h: ServerHelp) -> None:
 def refresh(path: Path = SHIPPED) -> list[int]:
     """Read the help of every installed build into ``path`` (the shipped file by default)."""
     from replayer.core.builds.manager import list_builds
-    done = []
-    for rec in list_builds():
-        if rec.binary_path.exists():
+    done: list[int] = []
+    for rec in list_builds():  # built from the build's sdist only: a local binary may be anything
+        if rec.source == "sdist" and rec.build not in done and rec.binary_path.exists():
             _store(path, run_help(rec.binary_path, rec.build))
             done.append(rec.build)
-    return done
+    return sorted(done)
 

@@ -13,6 +13,7 @@ lines it caused the slot, the host-cache saves, loads and evictions and the chec
 
 from __future__ import annotations
 
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,35 @@ class SetupServer(LiveServer):
                 "--host", "127.0.0.1", "--port", str(self.port), "-lv", "4"]
 
 
+class RouterServer(SetupServer):
+    """A router (``--models-preset``): it spawns the model's child server, whose log lines it
+    relays prefixed by the child's port on its stdout — the same lines, read the same way."""
+
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+
+    def __init__(self, opts: LiveOptions, setup: ServerSetup, preset: Path) -> None:
+        super().__init__(opts, setup)
+        self.preset = preset
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        router_args = [a for a in cmd[3:] if a not in ("-m", str(self.opts.model))]
+        return [cmd[0], "--models-preset", str(self.preset), *router_args]
+
+
+class _RouterTokenizer(ServerTokenizer):
+    """``ServerTokenizer`` naming the model, as a router needs on every call."""
+
+    def __init__(self, url: str, client: httpx.Client, model: str) -> None:
+        super().__init__(url, client)
+        self.model = model
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+        if method == "GET":
+            return super()._call(method, f"{path}?model={self.model}", body)
+        return super()._call(method, path, {**(body or {}), "model": self.model})
+
+
 @dataclass
 class LiveRun:
     prompts: list[TurnPrompt] = field(default_factory=list)
@@ -70,13 +100,19 @@ class LiveRun:
 
 
 def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: Build,
-             request_timeout: float = 300.0) -> LiveRun:
-    """Every turn on one server, in order; the server stopped at the end whatever happens."""
+             request_timeout: float = 300.0, router: tuple[Path, str] | None = None) -> LiveRun:
+    """Every turn on one server, in order; the server stopped at the end whatever happens.
+    ``router``: (preset INI, model section) — a router started with the preset, asked for that model."""
     out = LiveRun()
     opts = LiveOptions(binary=binary, model=model, request_timeout=request_timeout)
-    with SetupServer(opts, setup) as server, httpx.Client(timeout=request_timeout) as client:
+    server = SetupServer(opts, setup) if router is None else RouterServer(opts, setup, router[0])
+    # a router's proxy closes kept-alive connections it has answered: a new connection per call
+    limits = httpx.Limits(max_keepalive_connections=0) if router is not None else httpx.Limits()
+    with server, httpx.Client(timeout=request_timeout, limits=limits) as client:
         server.wait_healthy(client)
-        st = ServerTokenizer(server.url, client)
+        if router is not None:
+            _load_model(server, client, router[1], request_timeout)
+        st = ServerTokenizer(server.url, client) if router is None else _RouterTokenizer(server.url, client, router[1])
         tpl = st.template()
         out.n_ctx = st.n_ctx() or 0
         layouts = TurnLayouts([], tpl, templates.delimiters_for(tpl, build), "server", True)
@@ -85,6 +121,8 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
             req = Request(p, thread_of(turn), int((turn.body or {}).get("id_slot", -1)))
             first = len(server.all_lines)
             body = {**turn.body, "max_tokens": 1, "cache_prompt": True, "stream": False}
+            if router is not None:
+                body["model"] = router[1]
             body.pop("thread", None)
             r = client.post(server.url + "/v1/chat/completions", json=body)
             _wait_idle(server, first)
@@ -109,6 +147,26 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
             raise RunError(f"llama-server died: {server.last_error()}")
         out.lines = list(server.all_lines)
     return out
+
+
+def _load_model(server: LiveServer, client: httpx.Client, name: str, timeout: float) -> None:
+    """A router's ``POST /models/load``, then ``GET /models`` until the model says loaded (a call
+    proxied to a child still loading can be dropped)."""
+    r = client.post(server.url + "/models/load", json={"model": name})
+    if r.status_code != 200:
+        raise RunError(f"router: /models/load {name}: HTTP {r.status_code}: {r.text[:200]}")
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not server.alive():
+            raise RunError(f"router died: {server.last_error()}")
+        models = client.get(server.url + "/models").json().get("data", [])
+        state = next((m.get("status", {}).get("value") for m in models if m.get("id") == name), None)
+        if state == "loaded":
+            return
+        if state is None:
+            raise RunError(f"router: no model {name!r} in its preset")
+        time.sleep(0.1)
+    raise RunError(f"router: {name} did not load within {timeout:g} s")
 
 
 def _wait_idle(server: LiveServer, first: int, timeout: float = 5.0) -> None:

@@ -23,7 +23,7 @@ from replayer.core.server.slots import ServerSim
 from replayer.core.server.state_size import from_gguf
 from replayer.core.server.traffic import requests_of
 
-__all__ = ["check_server_args", "server_setup", "server_slot_turns"]
+__all__ = ["check_server_args", "server_setup", "server_slot_turns", "setup_notes"]
 
 _KNOBS = {"n_batch": "n_batch", "n_ubatch": "n_ubatch", "n_ctx_checkpoints": "n_ctx_checkpoints",
           "checkpoint_min_step": "checkpoint_min_step"}
@@ -67,3 +67,15 @@ def check_server_args(text: str, config) -> str:
     for run in ("A", "B"):
         server_setup(text, run_spec(run, config))
     return text
+
+
+def setup_notes(text: str, config) -> list[str]:
+    """What the report should say about the setup: the flags dropped, and a host-cache limit
+    that cannot be priced without the model's state sizes (no GGUF)."""
+    from replayer.core.replay import run_spec
+
+    setup = server_setup(text, run_spec("A", config))
+    notes = [f"server: {setup.label()} (b{setup.build}'s defaults from {setup.help_source})", *setup.notes]
+    if setup.cache_ram_mib > 0 and not (config.model and gguf_model.is_gguf_path(config.model)):
+        notes.append("server: --cache-ram's limit is not simulated without a GGUF --model (state sizes unknown)")
+    return notes

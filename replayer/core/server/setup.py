@@ -57,7 +57,7 @@ class ServerSetup:
     models_max: int | None = None
     sleep_idle_seconds: int | None = None
     model: str | None = None
-    args: list[str] = field(default_factory=list)  # the user's flags, replayer's own removed
+    args: list[str] = field(default_factory=list)  # the command line's flags, replayer's own removed
     given: dict[str, Any] = field(default_factory=dict)  # the settings the user set
     notes: list[str] = field(default_factory=list)
 
@@ -101,7 +101,8 @@ def parse_server_args(text: str | list[str], help: ServerHelp, *, preset: dict[s
     notes: list[str] = []
     unknown: list[str] = []
     model = None
-    for name, value, raw in _pairs(preset or {}, help) + _argv_pairs(argv, help, unknown):
+    from_preset = _pairs(preset or {}, help)
+    for i, (name, value, raw) in enumerate(from_preset + _argv_pairs(argv, help, unknown)):
         entry = help.by_name[name]
         long = _long(entry)
         if long in OWNED_FLAGS or any(n in OWNED_FLAGS for n in entry.names):
@@ -109,7 +110,8 @@ def parse_server_args(text: str | list[str], help: ServerHelp, *, preset: dict[s
             continue
         if long == "--model":
             model = value
-        kept += raw
+        if i >= len(from_preset):  # the command line's own flags (a preset's stay in its file)
+            kept += raw
         key = next((k for k, (flag, _) in SETTINGS.items() if flag in entry.names), None)
         if key is not None:
             given[key] = _convert(key, name, value, entry)
