@@ -2,7 +2,7 @@
 time, first byte ≤ 5 ms later).
 
     python benchmarks/proxy_overhead.py scripted [REPEATS]   # an upstream that streams 1,000 chunks, 1 ms apart
-    python benchmarks/proxy_overhead.py real [REPEATS]       # llama-server b9859, tiny llama GGUF, 1,000 tokens
+    python benchmarks/proxy_overhead.py real [REPEATS [THREADS]]  # llama-server b9859, tiny llama GGUF, 1,000 tokens
 
 The proxy runs as ``replayer record`` in its own process, as a user runs it; direct and
 proxied requests alternate so a slow spell of the shared machine hits both. Prints a table:
@@ -79,12 +79,13 @@ def _wait_port(port: int, timeout: float = 30.0) -> None:
     raise SystemExit(f"nothing listens on {port}")
 
 
-def _one(client: httpx.Client, url: str, body: dict, path: str = "/completion") -> tuple[float, float, int]:
-    """(first byte ms, total ms, chunks) of one streamed request."""
+def _one(_: object, url: str, body: dict, path: str = "/completion") -> tuple[float, float, int]:
+    """(first byte ms, total ms, chunks) of one streamed request, on a new connection (the server
+    closes an idle keep-alive connection after 5 s, and httpx does not retry a POST)."""
     t0 = time.perf_counter()
     first = None
     n = 0
-    with client.stream("POST", url + path, json=body) as r:
+    with httpx.stream("POST", url + path, json=body, timeout=300) as r:
         for _ in r.iter_raw():
             if first is None:
                 first = time.perf_counter()
@@ -139,7 +140,7 @@ def scripted(repeats: int) -> dict:
         up.wait(10)
 
 
-def real(repeats: int) -> dict:
+def real(repeats: int, threads: int | None = None) -> dict:
     sys.path.insert(0, str(REPO))
     from replayer.core.builds.manager import resolve_binary
     from replayer.core.engine.live import LiveOptions, LiveServer
@@ -148,7 +149,8 @@ def real(repeats: int) -> dict:
 
     binary = Path(resolve_binary("9859", "cpu").binary)  # an installed build; never compiled here
     model = make_tiny("llama", Path(tempfile.mkdtemp()) / "llama.gguf")
-    with LiveServer(LiveOptions(binary=binary, model=model, ctx_size=4096), Knobs(), 4096) as server, \
+    extra = ["-t", str(threads), "-tb", str(threads)] if threads else []
+    with LiveServer(LiveOptions(binary=binary, model=model, ctx_size=4096, extra_args=extra), Knobs(), 4096) as server, \
             httpx.Client() as c:
         server.wait_healthy(c)
         # /completion: the tiny random model's text would fail the chat endpoint's output parser
@@ -162,8 +164,9 @@ def main(argv: list[str]) -> None:
         return serve_script(int(argv[1]))
     mode = argv[0] if argv else "scripted"
     repeats = int(argv[1]) if len(argv) > 1 else 10
-    r = scripted(repeats) if mode == "scripted" else real(repeats)
-    print(f"{mode}: {repeats} streamed {N_TOKENS}-token completions each way, {r['chunks']:.0f} chunks, "
+    threads = int(argv[2]) if len(argv) > 2 else None
+    r = scripted(repeats) if mode == "scripted" else real(repeats, threads)
+    print(f"{mode}{f' -t {threads}' if threads else ''}: {repeats} streamed {N_TOKENS}-token completions each way, {r['chunks']:.0f} chunks, "
           f"{r['lines']} log lines, cpus {os.cpu_count()}")
     print(f"{'':8} {'first byte ms':>14} {'total ms':>10}")
     for name in ("direct", "proxy"):
