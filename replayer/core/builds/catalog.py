@@ -101,6 +101,7 @@ class Build:
     generation: Generation
     number: int | None = None
     note: str | None = None
+    name: str | None = None  # a source build's label (``b9934+fix``, a commit): its number alone is not it
 
     @property
     def effective_number(self) -> int:
@@ -108,6 +109,8 @@ class Build:
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         return f"b{self.number}" if self.number is not None else self.generation.value
 
     @property
@@ -162,6 +165,8 @@ def parse_build(text: str | int) -> Build:
     for gen in GENERATIONS:
         if raw.lower() == gen.name.lower() or raw.lower() in gen.aliases:
             return Build(gen)
+    if (built := _source_build(raw)) is not None:
+        return built
     names = [g.name for g in GENERATIONS] + [a for g in GENERATIONS for a in g.aliases]
     hint = did_you_mean(raw, names)
     raise ReplayerError(
@@ -169,6 +174,31 @@ def parse_build(text: str | int) -> Build:
         f"({', '.join(g.name for g in GENERATIONS)})",
         hint=f"did you mean {hint}?" if hint else None,
     )
+
+
+def _source_build(raw: str) -> Build | None:
+    """An installed source build named by its label or identity (``manager.find_source_build``)."""
+    from replayer.core.builds.manager import find_source_build
+
+    rec = find_source_build(raw)
+    return None if rec is None else source_build(rec)
+
+
+def source_build(rec, live: bool = False) -> Build:
+    """A source build's record as the scheduler sees it: the rules its source follows
+    (``source_rules``). One whose rules match no generation cannot be simulated; a live run of it
+    labels its batches by the latest generation's rules, and says so in its note."""
+    gen = next((g for g in GENERATIONS if g.name == rec.generation), None)
+    origin = rec.origin or {}
+    base = f"b{origin['release']}" if origin.get("release") else origin.get("commit", "")[:9] or "a tree"
+    note = f"source build of {base}; rules read from its source"
+    if gen is None:
+        if not live:
+            raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
+                                "simulated; replay it with --engine live")
+        gen, note = GENERATIONS[-1], (f"source build of {base}; its rules match no known generation "
+                                      f"(batch reasons labelled as {GENERATIONS[-1].name})")
+    return Build(gen, rec.build if rec.build > 0 else None, note, name=rec.label)
 
 
 #: Presets offered in pickers: the builds users compare most.

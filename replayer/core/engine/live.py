@@ -244,12 +244,11 @@ def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model:
     The build number comes from the binary itself; a build that cannot be resolved is a
     ``RunFailed`` like any other failure of the run. ``threads`` sets the server's -t and -tb.
     """
-    from replayer.core.builds.catalog import parse_build
     from replayer.core.builds.manager import resolve_binary
 
     try:
         rb = resolve_binary(spec, backend)
-        build = parse_build(str(rb.build))
+        build = rb.as_build(live=True)
     except ReplayerError as exc:
         failed = ev.RunFailed(run=run, error=str(exc))
         if result is not None:

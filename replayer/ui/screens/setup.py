@@ -264,6 +264,8 @@ class SetupScreen(Screen):
             if missing:
                 self.offer_install(missing, cfg.backend or LIVE_BACKEND)
                 return
+            if self.tokenizer_build_started(cfg):
+                return  # the start runs again once the tokenizer is built
             if val_of(self, "#mode") == "session":  # its turns are laid out on the session screen
                 err.update("")
                 self.app.push_screen(self.session_screen(cfg))
@@ -275,6 +277,31 @@ class SetupScreen(Screen):
             return
         err.update("")
         self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed))
+
+    def tokenizer_build_started(self, cfg: ReplayConfig) -> bool:
+        """A GGUF vocabulary seen for the first time is built (and cached) on a worker thread,
+        its stages shown under the form; then the start goes on. False: nothing to build."""
+        from replayer.core.prompt import gguf_tokenizer
+
+        tok = cfg.tokenizer_eff
+        if not tok.startswith("gguf:") or not gguf_tokenizer.needs_build(tok[len("gguf:"):]):
+            return False
+        status = self.query_one("#setup-error", Static)
+        status.update("[b]first use of this vocabulary: building its tokenizer…[/]")
+
+        def progress(stage: str, done: int, total: int) -> None:
+            self.app.call_from_thread(status.update, f"[b]first use of this vocabulary: {stage} ({done}/{total})[/]")
+
+        def build() -> None:
+            try:
+                gguf_tokenizer.load(tok[len("gguf:"):], progress=progress)
+            except ReplayerError as exc:
+                self.app.call_from_thread(status.update, f"[b red]{exc}[/]")
+                return
+            self.app.call_from_thread(self.action_start)
+
+        self.run_worker(build, thread=True, exclusive=True, group="tokenizer-build")
+        return True
 
     def session_screen(self, cfg: ReplayConfig) -> Screen:
         from replayer.ui.screens.session import SessionScreen, SessionSpec
