@@ -160,3 +160,32 @@ def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
     rebuilt = wire.from_chat(st.turns[-2].body)
     assert "continued from a previous conversation" in rebuilt.messages[0]["text"]
     assert [d for d in wire.diff(rebuilt, wire.FROM[agent.api](last.body)) if d.startswith("message")] == []
+
+
+@pytest.mark.parametrize("name", [n for n, a in sorted(__import__(
+    "replayer.core.agents.registry", fromlist=["AGENTS"]).AGENTS.items()) if a.subagents])
+def test_a_subagent_thread_and_its_parent_are_rebuilt_as_sent(name, tmp_path):
+    """A prompt the stub answers with the agent's own subagent tool: the subagent's requests go
+    to the same server with their own prompt and tools; its file and the parent's each rebuild
+    their own thread's requests."""
+    from replayer.core.agents.registry import AGENTS
+
+    agent = AGENTS[name]
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(), project.mkdir()
+    with ModelServer(str(project / "hello.txt")) as m:
+        r = run(agent, agent_binary(agent), agent.prompt("SUBAGENT: have a helper look around"),
+                home=home, project=project, url=m.url)
+        assert r.returncode == 0, r.stderr[-300:]
+        log = m.log
+    [parent_file] = glob.glob(str(home / agent.sessions))
+    [sub_file] = glob.glob(str(home / agent.subagents))
+    parent, other = _main_thread(agent, log)
+    sub = [q for q in other if q.body.get("tools")]
+    assert len(parent) >= 2 and len(sub) >= 1
+    for f, sent in ((parent_file, parent), (sub_file, sub)):
+        turns = load_turns(f).turns[:-1]
+        assert len(turns) == len(sent)
+        for t, q in zip(turns, sent):
+            assert [d for d in wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body))
+                    if d.startswith("message")] == [], f
