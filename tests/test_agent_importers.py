@@ -123,3 +123,14 @@ def test_aider_restores_every_chat_session_of_the_file(tmp_path):
     s = load_session(f)
     assert [m.text() for m in s.messages] == ["first question", "first answer", "second question", "second answer"]
     assert any("2 aider chat sessions" in w for w in s.warnings)
+
+
+def test_a_capture_takes_the_sessions_folder_home_and_date():
+    from replayer.core.agents.capture import Capture, personalised
+
+    cap = Capture("qwen", "1", "chat", system_prompt="cwd /tmp/cap_x1/project, memory /tmp/cap_x1/.qwen/projects/"
+                  "-tmp-cap-x1-project/memory, today 2026-12-02", tools=[{"d": "in /tmp/cap_x1/project"}],
+                  project="/tmp/cap_x1/project", home="/tmp/cap_x1", date="2026-12-02")
+    prompt, tools = personalised(cap, "/home/u/my.proj", 1767225600.0, "/home/u")  # 2026-01-01
+    assert prompt == "cwd /home/u/my.proj, memory /home/u/.qwen/projects/-home-u-my-proj/memory, today 2026-01-01"
+    assert tools == [{"d": "in /home/u/my.proj"}]

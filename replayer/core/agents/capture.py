@@ -97,12 +97,12 @@ def personalised(cap: Capture, cwd: str | None, created: float | None,
                  home: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
     """The capture's prompt and tools with the session's own working directory, HOME and date in
     place of the capture run's (the agents write them into their prompts: Qwen Code its memory
-    folders, under HOME and named for the project as ``/`` → ``-``)."""
+    folders, under HOME and named for the project with every non-alphanumeric character as ``-``)."""
     import datetime as _dt
 
     subs: list[tuple[str, str]] = []
     if cap.project and cwd and cap.project != cwd:
-        subs += [(cap.project.replace("/", "-"), cwd.replace("/", "-")), (cap.project, cwd)]
+        subs += [(_slug(cap.project), _slug(cwd)), (cap.project, cwd)]
     if cap.home and home and cap.home != home:
         subs.append((cap.home, home))
     if cap.date and created:
@@ -116,6 +116,13 @@ def personalised(cap: Capture, cwd: str | None, created: float | None,
         raw = raw.replace(orjson.dumps(old).decode()[1:-1], orjson.dumps(new).decode()[1:-1])
     out = orjson.loads(raw)
     return out["p"], out["t"]
+
+
+def _slug(path: str) -> str:
+    """A project folder as Claude Code and Qwen Code name it (``/tmp/a_b`` → ``-tmp-a-b``)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9]", "-", path)
 
 
 def load(agent: str, version: str) -> Capture | None:
