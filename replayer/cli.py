@@ -47,8 +47,6 @@ def _json(obj: Any) -> None:
 # -- inspect -------------------------------------------------------------------------------
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from replayer.core.prompt.layout import compute_layout
-    from replayer.core.prompt import templates
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
     from replayer.core.session.turns import count_turns
@@ -58,12 +56,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.request:
         _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
-    refused = None
-    try:
-        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
-        n_tokens, n_starts = lay.n_tokens, len(lay.user_starts)
-    except ReplayerError as exc:  # a request llama-server would refuse: the counts are still the file's
-        refused, n_tokens, n_starts = str(exc), s.n_chars // 4, 0
+    n_tokens, n_starts, refused = _inspect_layout(req, s.n_chars)
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
         "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
@@ -115,6 +108,19 @@ def _inspect_text(s, info: dict[str, Any], req) -> str:
     if refused is not None:
         lines.append(f"  replay refused: {refused.removeprefix('llama-server refuses this request: ')}")
     return "\n".join(lines)
+
+
+def _inspect_layout(req: Any, n_chars: int) -> tuple[int, int, str | None]:
+    """Estimated tokens and user starts of the resume request; for a request llama-server would
+    refuse, characters / 4, no starts and the reason (inspect still reports the file's counts)."""
+    from replayer.core.prompt import templates
+    from replayer.core.prompt.layout import compute_layout
+
+    try:
+        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+    except ReplayerError as exc:
+        return n_chars // 4, 0, str(exc)
+    return lay.n_tokens, len(lay.user_starts), None
 
 
 def _text_masked(obj: Any) -> Any:
