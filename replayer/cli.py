@@ -15,33 +15,13 @@ import orjson
 
 from replayer import __version__, cli_record
 from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
+from replayer.cli_args import out as _out, print_json as _json, progress_printer as _progress_printer
 from replayer.core.options import KNOBS, MODEL
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
                "bisect", "advise", "record", "agents"}
-
-
-def _out(data: bytes | str) -> None:
-    """Everything the CLI prints goes through here, so through the redaction policy."""
-    from replayer.core.redact import redact, redact_bytes
-
-    data = redact_bytes(data) if isinstance(data, bytes) else redact(data)
-    try:
-        if isinstance(data, bytes):
-            sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
-        else:
-            sys.stdout.write(data if data.endswith("\n") else data + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:  # a full disk, /dev/full
-        raise ReplayerError(stdout_failed(exc)) from None
-
-
-def _json(obj: Any) -> None:
-    _out(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
 
 
 # -- inspect -------------------------------------------------------------------------------
@@ -296,7 +276,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from replayer.core import bisect
 
     if args.source:
-        return _bisect_commits(args)
+        from replayer.cli_source import bisect_commits
+
+        return bisect_commits(args)
     m = bisect.metric(args.metric)
     good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
     thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
@@ -331,36 +313,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
              f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
              f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
     return 0 if res.found else 1
-
-
-def _bisect_commits(args: argparse.Namespace) -> int:
-    """``bisect --source DIR --good C1 --bad C2``: by commit, live, each step built from source."""
-    from replayer.core import bisect, bisect_commits
-
-    if args.engine != "live":
-        raise ReplayerError("bisect --source builds and runs each commit: add --engine live (and --model GGUF)")
-    if args.builds:
-        raise ReplayerError("--builds lists release builds; with --source the candidates are the commits")
-    m = bisect.metric(args.metric)
-    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
-    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
-    progress: dict[int, Any] = {}
-
-    def on_progress(i: int, stage: str, frac: float) -> None:
-        progress.setdefault(i, _progress_printer(f"commit {i}"))(stage, frac)
-
-    def on_step(step) -> None:
-        say(f"commit {step.build:<4} {m.name} {step.value:,.4g} {m.unit}  → {step.decision}  ({step.why})")
-
-    cfg = _config(args)
-    res = bisect_commits.live(args.session, cfg, args.source, args.good, args.bad, m, Path(args.model),
-                              backend=cfg.backend or "cpu", thr=thr, ctx_size=args.ctx_size, timeout=args.timeout,
-                              on_step=on_step, on_progress=on_progress)
-    if args.json:
-        _json(res.to_dict())
-    else:
-        _out("\n".join(res.summary_lines()))
-    return 0 if res.result.found else 1
 
 
 # -- advise -------------------------------------------------------------------------------
@@ -456,6 +408,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_builds(args: argparse.Namespace) -> int:
+    from replayer.cli_source import build_name, install_source
     from replayer.core.builds import manager
 
     if args.builds_cmd == "list":
@@ -466,10 +419,10 @@ def cmd_builds(args: argparse.Namespace) -> int:
             _out("no builds installed (replayer builds install 10001 --backend cpu)")
         else:
             _out("\n".join([f"{'build':<16} {'backend':<7} {'source':<6} binary"] +
-                            [f"{_build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
+                            [f"{build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
         return 0
     if args.builds_cmd == "install" and (args.source or args.git or args.patch):
-        return _install_source(args, manager)
+        return install_source(args, manager)
     if args.builds_cmd == "install":
         from replayer.core.builds.catalog import parse_build
 
@@ -491,52 +444,6 @@ def cmd_builds(args: argparse.Namespace) -> int:
             _out(f"removed b{rec.build} {rec.backend} ({rec.entry})")
         return 0
     raise ReplayerError("usage: replayer builds install|list|add|remove")
-
-
-def _build_name(rec) -> str:
-    return rec.label if rec.source == "source" and rec.label else f"b{rec.build}"
-
-
-def _install_source(args: argparse.Namespace, manager) -> int:
-    """``builds install --source DIR | --git URL --ref REF | N --patch FILE…``."""
-    from replayer.core.builds.catalog import parse_build
-    from replayer.core.builds.source import SourceSpec
-
-    patches = tuple(Path(p) for p in args.patch or ())
-    if args.source and args.git:
-        raise ReplayerError("give --source DIR or --git URL, not both")
-    if (args.source or args.git) and args.build:
-        raise ReplayerError("a build number goes with --patch only, not with --source or --git")
-    if args.git and not args.ref:
-        raise ReplayerError("--git needs --ref (a branch, tag, commit or pull/N/head)")
-    if args.source:
-        spec = SourceSpec(tree=Path(args.source), patches=patches)
-    elif args.git:
-        spec = SourceSpec(url=args.git, ref=args.ref, patches=patches)
-    else:
-        if len(args.build) != 1:
-            raise ReplayerError("--patch applies over one release: give exactly one build number")
-        b = parse_build(args.build[0])
-        if b.number is None:
-            raise ReplayerError(f"--patch needs a build number, not a generation ({args.build[0]})")
-        spec = SourceSpec(release=b.number, patches=patches)
-    rec = manager.install_source(spec, args.backend, _progress_printer(spec.describe()))
-    rules = rec.generation or "no known generation: live runs only"
-    _out(f"{rec.label} {rec.backend} (rules: {rules}): {rec.binary}")
-    return 0
-
-
-def _progress_printer(prefix: str):
-    """Build progress on stderr: each stage, then every 10 %."""
-    state = {"stage": None, "pct": -1}
-
-    def progress(stage: str, frac: float) -> None:
-        pct = int(frac * 100)
-        if stage != state["stage"] or pct >= state["pct"] + 10 or stage == "done":
-            state.update(stage=stage, pct=pct)
-            print(f"{prefix} {stage} {pct}%", file=sys.stderr, flush=True)
-
-    return progress
 
 
 def cmd_models(args: argparse.Namespace) -> int:

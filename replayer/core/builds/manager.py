@@ -33,14 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-import orjson
-from pydantic import BaseModel
 
 from replayer.core import paths
 from replayer.core.builds import index, source, source_rules, toolchain
-from replayer.core.builds.catalog import GENERATIONS, Build, parse_build
+from replayer.core.builds.catalog import parse_build
+from replayer.core.builds.records import (  # noqa: F401  (callers find the records through the manager)
+    BuildRecord, find_build, find_source_build, installed_backends, list_builds, named_build, read_record,
+    source_build, write_record)
 from replayer.core.engine import processes
-from replayer.core.errors import BuildError, ReplayerError, did_you_mean
+from replayer.core.errors import BuildError, did_you_mean
 
 BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
 
@@ -66,30 +67,6 @@ BACKEND_CMAKE_ARGS = {
 }
 
 ProgressFn = Callable[[str, float], None]
-
-
-class BuildRecord(BaseModel):
-    """What ``builds list`` shows and what the live engine needs to start a server."""
-
-    build: int
-    backend: str
-    binary: str
-    source: str  # "sdist", "local" or "source" (a tree, a git ref or a release with patches)
-    label: str | None = None  # a source build's name: b9934+fix, 1a2b3c4d5, 1a2b3c4d5+local
-    identity: str | None = None  # a source build's hash of its source (commit, local changes, patches)
-    origin: dict | None = None  # where a source build's tree came from
-    generation: str | None = None  # the rules its source follows (source_rules); None: live only
-    cmake_args: list[str] = []
-    sdist_sha256: str | None = None
-    build_seconds: float | None = None
-    created: float
-    key: str
-    compiler: str | None = None
-    entry: str  # directory name under builds_dir()
-
-    @property
-    def binary_path(self) -> Path:
-        return Path(self.binary)
 
 
 def check_backend(backend: str) -> str:
@@ -189,56 +166,8 @@ def probe_backend(binary: Path) -> str:
     return "cpu"
 
 
-def _record_path(entry: Path) -> Path:
-    return entry / "build.json"
-
-
-def _read_record(entry: Path) -> BuildRecord | None:
-    """An entry's record; None when absent, foreign or damaged (never an exception)."""
-    f = _record_path(entry)
-    if not f.is_file():
-        return None
-    try:
-        return BuildRecord.model_validate(orjson.loads(f.read_bytes()))
-    except Exception:
-        return None
-
-
-def _write_record(entry: Path, rec: BuildRecord) -> None:
-    _record_path(entry).write_bytes(orjson.dumps(rec.model_dump(), option=orjson.OPT_INDENT_2))
-
-
-def list_builds() -> list[BuildRecord]:
-    root = paths.builds_dir()
-    if not root.is_dir():
-        return []
-    recs = (_read_record(entry) for entry in sorted(root.iterdir()) if entry.is_dir())
-    return sorted((r for r in recs if r is not None), key=lambda r: (r.build, r.backend, r.source))
-
-
-def installed_backends() -> dict[int, list[str]]:
-    """Installed build numbers → their backends; empty when the cache cannot be read (a damaged
-    build cache must not keep the app from starting)."""
-    out: dict[int, list[str]] = {}
-    try:
-        for rec in list_builds():
-            out.setdefault(rec.build, []).append(rec.backend)
-    except (OSError, ValueError):
-        return {}
-    return out
-
-
-def find_build(build: int, backend: str | None = None) -> BuildRecord | None:
-    """The installed release ``build`` (a number names a release, never a source build)."""
-    for rec in list_builds():
-        if rec.build == build and rec.source != "source" and (backend is None or rec.backend == backend):
-            if Path(rec.binary).exists():
-                return rec
-    return None
-
-
 def _valid_entry(entry: Path, build: int) -> BuildRecord | None:
-    rec = _read_record(entry)
+    rec = read_record(entry)
     if rec is None:
         return None
     try:
@@ -454,7 +383,7 @@ def _publish(binary: Path, rec: BuildRecord, tmp: Path, entry: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     shutil.copy2(binary, tmp / "llama-server")
-    _write_record(tmp, rec)
+    write_record(tmp, rec)
     os.replace(tmp, entry)
 
 
@@ -521,7 +450,7 @@ def add_local(binary: Path) -> BuildRecord:
     entry.mkdir(parents=True, exist_ok=True)
     rec = BuildRecord(build=number, backend=backend, binary=str(binary), source="local",
                       created=time.time(), key=key, entry=entry.name)
-    _write_record(entry, rec)
+    write_record(entry, rec)
     return rec
 
 
@@ -540,49 +469,6 @@ def remove(selector: str) -> list[BuildRecord]:
     if not removed:
         raise BuildError(f"no installed build matches {selector!r}")
     return removed
-
-
-def find_source_build(text: str, backend: str | None = None) -> BuildRecord | None:
-    """An installed source build by its label, its identity (6+ characters of it) or its entry."""
-    t = text.strip()
-    if not t:
-        return None
-    try:
-        recs = [r for r in list_builds() if r.source == "source" and (backend is None or r.backend == backend)]
-    except (OSError, ValueError):
-        return None
-    for rec in recs:
-        if t in (rec.label, rec.entry) or (len(t) >= 6 and (rec.identity or "").startswith(t.removeprefix("src:"))):
-            return rec if Path(rec.binary).exists() else None
-    return None
-
-
-def source_build(rec: BuildRecord, live: bool = False) -> Build:
-    """A source build's record as the scheduler sees it: the rules its source follows
-    (``source_rules``). One whose rules match no generation cannot be simulated; a live run of it
-    labels its batches by the latest generation's rules, and says so in its note."""
-    gen = next((g for g in GENERATIONS if g.name == rec.generation), None)
-    origin = rec.origin or {}
-    base = f"b{origin['release']}" if origin.get("release") else origin.get("commit", "")[:9] or "a tree"
-    note = f"source build of {base}; rules read from its source"
-    if gen is None:
-        if not live:
-            raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
-                                "simulated; replay it with --engine live")
-        gen, note = GENERATIONS[-1], (f"source build of {base}; its rules match no known generation "
-                                      f"(batch reasons labelled as {GENERATIONS[-1].name})")
-    return Build(gen, rec.build if rec.build > 0 else None, note, name=rec.label)
-
-
-def named_build(text: str) -> Build:
-    """``catalog.parse_build``, or else an installed source build by its label or identity."""
-    try:
-        return parse_build(text)
-    except ReplayerError:
-        rec = find_source_build(text)
-        if rec is None:
-            raise
-        return source_build(rec)
 
 
 @dataclass
