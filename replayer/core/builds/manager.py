@@ -278,6 +278,11 @@ def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
         raise BuildError(f"{stage} failed (exit {rc}): {tail[0][:200]}")
 
 
+class InstallCancelled(BuildError):
+    """Raised by an install's progress callback when the user cancels: unlike a failure
+    (whose work folder and log are kept to be read), a cancel leaves the cache as it was."""
+
+
 def log_path(build: int, backend: str) -> Path:
     """The compile log of ``build`` for ``backend`` (kept after the work tree is removed)."""
     return paths.builds_dir() / "work" / f"b{build}-{backend}.log"
@@ -303,6 +308,7 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
         if progress:
             progress("index", 0.0)
         sdist = index.find_sdist(build)
+        had_sdist = (root / "sdists" / sdist.filename).exists()
         tarball = index.download(sdist, root / "sdists", progress)
         work = root / "work" / f"b{build}-{backend}"
         shutil.rmtree(work, ignore_errors=True)
@@ -324,6 +330,13 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
                 compiler=_compiler_version(), entry=entry.name,
             )
             _publish(binary, rec, tmp, entry)
+        except InstallCancelled:
+            for folder in (tmp, work):
+                shutil.rmtree(folder, ignore_errors=True)
+            log.unlink(missing_ok=True)
+            if not had_sdist:  # downloaded for this install: the cache as before it
+                tarball.unlink(missing_ok=True)
+            raise
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             # a failed build keeps its work folder and log for the user to read (the next
