@@ -196,6 +196,9 @@ class ReplayerApp(App):
             yield SystemCommand("Bisect builds A…B", "find the build where this session changed",
                                 screen.action_bisect)
         yield SystemCommand("Help", "keys and colours", self.action_help)
+        from replayer.ui.palette import screen_commands
+
+        yield from screen_commands(screen, {"help", "quit", "builds", "replay again", "swap builds a and b"})
 
 
 def _swap(screen) -> None:
