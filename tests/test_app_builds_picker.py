@@ -195,10 +195,10 @@ async def test_textual_screenshot_command_works_without_a_downloads_folder(tmp_p
         assert any(saved in n.message for n in app._notifications), "the toast names the file in full"
 
 
-def test_builtin_themes_live_inside_the_package():
-    import replayer
+def test_builtin_themes_are_the_checkouts_top_level_themes_folder():
     from replayer.ui import themes
 
-    pkg = Path(replayer.__file__).parent
-    assert themes.BUNDLED_DIR == pkg / "themes"
+    from conftest import REPO
+
+    assert themes.BUNDLED_DIR == REPO / "themes"
     assert {p.stem for p in themes.BUNDLED_DIR.glob("*.toml")} >= {"replayer-dark", "replayer-light", "high-contrast"}
