@@ -38,8 +38,8 @@ Replays the **prefill** of a resumed agent session on two llama-server builds.
 
 **Timeline rows:** ▼ user / tool-result starts · `·` assistant starts; a column with
 several starts is shaded by how many (░ 2–3, ▒ 4–9, ▓ 10–24, █ 25+);
-batches coloured by the rule that cut them — green `n_batch` (full), red `user_start`
-(the #25213 regression), yellow `checkpoint_offset` (N−516, N−4), blue `prompt_end`;
+batches coloured and marked by the rule that cut them — ┃ green `n_batch` (full), ╋ red `user_start`
+(the #25213 regression), ┇ yellow `checkpoint_offset` (N−516, N−4), ▐ blue `prompt_end`, ╎ other;
 ◆ a context checkpoint.
 
 **Session mode** (setup: mode → session; what-if: freeze the system prompt): each build's
