@@ -16,8 +16,8 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from replayer.core.session.claude_code import _text_of as prompt_text  # the importer's own reading
 from replayer.core.session.discover import Found
 
 HEAD_BYTES = 64 * 1024  # the first prompt and the session's folder are in the first records
@@ -49,14 +49,6 @@ class Listed:
     kind: str = "session"
     title: str = ""
     project: str = ""
-
-
-def _prompt_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return ""
 
 
 def claude_code_head(found: Found, head_bytes: int = HEAD_BYTES) -> Listed:
@@ -94,7 +86,7 @@ def claude_code_head(found: Found, head_bytes: int = HEAD_BYTES) -> Listed:
         cwd = cwd or (r.get("cwd") if isinstance(r.get("cwd"), str) else "")
         msg = r.get("message") if isinstance(r.get("message"), dict) else {}
         if kind == "user" and not title and not r.get("isMeta"):
-            title = clean_title(_prompt_of(msg.get("content")))
+            title = clean_title(prompt_text(msg.get("content")))
     if found.path.name.startswith("agent-") or (side and not main):
         return Listed(found, "subagent")
     if not main and complete:
