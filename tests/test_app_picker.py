@@ -58,7 +58,7 @@ async def test_picker_hides_non_sessions_and_filters_as_you_type(home):
         assert t.row_count == 301  # the demo and 300 sessions: no agent-*.jsonl, no summary-only file
         assert not any("agent-" in k or "summary-" in k for k in _keys(t))
         status = str(screen.query_one("#picker-status", Static).render())
-        assert "300 sessions" in status and "10 hidden: 7 subagent transcripts, 3 summary-only files" in status
+        assert "300 sessions" in status and "10 hidden: 7 subagent, 3 summary-only" in status
         assert [c.label.plain for c in t.ordered_columns][0] == "≈ tokens"
         assert _keys(t)[1:4] == [str(p) for p in home[:3]]  # newest first
         assert t.get_cell(str(home[3]), "title") == "/review session 3"

@@ -101,9 +101,8 @@ def listing(found: list[Found]) -> list[Listed]:
 
 
 def hidden_note(listed: list[Listed]) -> str:
-    """'3 hidden: 2 subagent transcripts, 1 summary-only file' (empty when none)."""
+    """'3 hidden: 2 subagent, 1 summary-only' (empty when none; short: the picker's status line)."""
     subs = sum(1 for x in listed if x.kind == "subagent")
     sums = sum(1 for x in listed if x.kind == "summary-only")
-    parts = ([f"{subs} subagent transcript{'s' if subs != 1 else ''}"] if subs else []) + (
-        [f"{sums} summary-only file{'s' if sums != 1 else ''}"] if sums else [])
+    parts = ([f"{subs} subagent"] if subs else []) + ([f"{sums} summary-only"] if sums else [])
     return f"{subs + sums} hidden: " + ", ".join(parts) if parts else ""

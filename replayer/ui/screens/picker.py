@@ -100,8 +100,7 @@ class PickerScreen(Screen):
                 Binding("ctrl+b", "builds", "builds")]
     DEFAULT_CSS = """
     PickerScreen #picker-empty { height: auto; color: $text-muted; padding: 1 0; }
-    PickerScreen #filter { display: none; }
-    PickerScreen #filter.-shown { display: block; }
+    PickerScreen #filter { margin: 0 0 1 0; }
     PickerScreen #picker-status { color: $text-muted; height: 1; }
     """
 
@@ -110,8 +109,10 @@ class PickerScreen(Screen):
         with Vertical(id="picker"):
             yield Static("Pick a session: [b]⏎[/b] opens, [b]/[/b] filters, [b]s[/b] sorts, [b]o[/b] a path, "
                          "[b]d[/b] the demo.", id="picker-help")
-            yield Input(placeholder="filter: words in the title, project, agent or file name (⏎ to the list)",
-                        id="filter")
+            # always shown (one row): a field shown on `/` took its focus a frame late, and the
+            # first letters typed quickly after `/` went to the list
+            yield Input(placeholder="/ filter: words in the title, project, agent or file (⏎ to the list)",
+                        id="filter", compact=True)
             yield Static("", id="picker-status")
             yield DataTable(id="sessions", cursor_type="row", zebra_stripes=True)
             yield Static("", id="picker-empty")
@@ -269,7 +270,6 @@ class PickerScreen(Screen):
         f = self.query_one("#filter", Input)
         if event.key == "escape" and self.focused is f:
             f.value = ""
-            f.remove_class("-shown")
             self.query_one("#sessions", DataTable).focus()
             event.stop()
 
@@ -281,9 +281,7 @@ class PickerScreen(Screen):
         self.query_one("#sessions", DataTable).focus()
 
     def action_filter(self) -> None:
-        f = self.query_one("#filter", Input)
-        f.add_class("-shown")
-        f.focus()
+        self.query_one("#filter", Input).focus()
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORTS)
