@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,35 @@ def test_builds_screen_after_a_cancel_snapshot(snap_compare, builds, monkeypatch
         await pilot.pause()
 
     assert snap_compare(ReplayerApp(deterministic=True), terminal_size=size, run_before=run_before)
+
+
+async def test_the_bar_moves_while_cmake_configures(monkeypatch):
+    """cmake's output has no percentage: the bar still moves with each line, and stays inside
+    the configure stage's share (fault injection: an install that only reports configure lines)."""
+    from replayer.ui.screens.builds import overall
+
+    release = []
+
+    def configure_only(build, backend, progress=None, jobs=None):
+        progress("index", 0.0)
+        progress("extract", 0.0)
+        for _ in range(60):
+            progress("configure", 0.0)
+            release.append(1)
+        while True:
+            progress("configure", 0.0)
+            time.sleep(0.01)
+
+    monkeypatch.setattr(manager, "install", configure_only)
+    app = ReplayerApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await app.push_screen(BuildsScreen(install=[(BUILD, "cpu")]))
+        screen = app.screen
+        bar = screen.query_one("#install-progress")
+        await wait_for(pilot, lambda: len(release) >= 10 and "configure" in str(screen.query_one("#stage").render()))
+        first = bar.fraction
+        await wait_for(pilot, lambda: bar.fraction > first)
+        assert overall("configure", 0.0) < bar.fraction < overall("compile", 0.0)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: screen.installing is None)

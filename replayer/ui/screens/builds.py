@@ -28,6 +28,9 @@ from replayer.ui.widgets.progress_line import ProgressLine
 STAGES = [("index", 0.02), ("download", 0.08), ("extract", 0.03), ("configure", 0.07), ("compile", 0.75),
           ("link", 0.05)]
 BACKEND_CHOICES = ["cpu", "vulkan", "cuda", "rocm"]
+#: the configure stage's bar after n output lines is 1 − DECAY**n: a bar that moves while cmake
+#: works (it stood still at the stage's start for the whole configure), and never claims the end
+CONFIGURE_LINE_DECAY = 0.98
 
 
 def overall(stage: str, frac: float) -> float:
@@ -218,9 +221,14 @@ class BuildsScreen(Screen):
     def _install(self, number: int, backend: str) -> None:
         from replayer.core.builds import manager
 
+        lines: dict[str, int] = {}
+
         def progress(stage: str, frac: float) -> None:
             if self.cancel_event.is_set():
                 raise manager.InstallCancelled("install cancelled")
+            lines[stage] = n = lines.get(stage, 0) + 1
+            if stage == "configure":  # cmake prints no percentage: each line moves the bar, never to its end
+                frac = max(frac, 1 - CONFIGURE_LINE_DECAY ** n)
             if (stage, round(frac, 2)) != self.stage:
                 self.stage = (stage, round(frac, 2))
                 self.app.call_from_thread(self.set_stage, stage, frac)
