@@ -331,11 +331,7 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
             )
             _publish(binary, rec, tmp, entry)
         except InstallCancelled:
-            for folder in (tmp, work):
-                shutil.rmtree(folder, ignore_errors=True)
-            log.unlink(missing_ok=True)
-            if not had_sdist:  # downloaded for this install: the cache as before it
-                tarball.unlink(missing_ok=True)
+            _forget(tmp, work, log, None if had_sdist else tarball)
             raise
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -352,6 +348,16 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
         if progress:
             progress("done", 1.0)
         return rec
+
+
+def _forget(tmp: Path, work: Path, log: Path, downloaded: Path | None) -> None:
+    """What a cancelled install made, removed: the cache as it was before it (an sdist it
+    downloaded too; one that was already cached stays)."""
+    for folder in (tmp, work):
+        shutil.rmtree(folder, ignore_errors=True)
+    log.unlink(missing_ok=True)
+    if downloaded is not None:
+        downloaded.unlink(missing_ok=True)
 
 
 def _compile_env(root: Path, work: Path, build: int, backend: str) -> tuple[dict[str, str], list[str]]:
