@@ -47,8 +47,6 @@ def _json(obj: Any) -> None:
 # -- inspect -------------------------------------------------------------------------------
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from replayer.core.prompt.layout import compute_layout
-    from replayer.core.prompt import templates
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
     from replayer.core.session.turns import count_turns
@@ -58,12 +56,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.request:
         _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
-    refused = None
-    try:
-        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
-        n_tokens, n_starts = lay.n_tokens, len(lay.user_starts)
-    except ReplayerError as exc:  # a request llama-server would refuse: the counts are still the file's
-        refused, n_tokens, n_starts = str(exc), s.n_chars // 4, 0
+    n_tokens, n_starts, refused = _inspect_layout(req, s.n_chars)
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
         "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
@@ -84,6 +77,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         _json(info)
         return 0
+    _out(_inspect_text(s, info, req))
+    return 0
+
+
+def _inspect_text(s, info: dict[str, Any], req) -> str:
+    """``inspect``'s terminal lines, from the facts its ``--json`` prints."""
+    refused, n_tokens, n_starts = info["replay_refused"], info["estimated_tokens"], info["user_starts"]
     roles = ", ".join(f"{k} {v}" for k, v in info["roles"].items())
     lines = [
         f"{s.path}",
@@ -107,8 +107,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         lines.append(f"  note: {w}")
     if refused is not None:
         lines.append(f"  replay refused: {refused.removeprefix('llama-server refuses this request: ')}")
-    _out("\n".join(lines))
-    return 0
+    return "\n".join(lines)
+
+
+def _inspect_layout(req: Any, n_chars: int) -> tuple[int, int, str | None]:
+    """Estimated tokens and user starts of the resume request; for a request llama-server would
+    refuse, characters / 4, no starts and the reason (inspect still reports the file's counts)."""
+    from replayer.core.prompt import templates
+    from replayer.core.prompt.layout import compute_layout
+
+    try:
+        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+    except ReplayerError as exc:
+        return n_chars // 4, 0, str(exc)
+    return lay.n_tokens, len(lay.user_starts), None
 
 
 def _text_masked(obj: Any) -> Any:
@@ -219,7 +231,7 @@ def _calibration_flags(args: argparse.Namespace) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.engine import events as ev
-    from replayer.core.replay import prepare, replay, report
+    from replayer.core.pipeline import Replay
 
     _calibration_flags(args)
     cfg = _config(args)
@@ -230,28 +242,32 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise ReplayerError("--repro writes the requests of a session replay: use it with --mode session, "
                                 "without --app or --screenshot")
         check_destination(args.repro)  # before the replay, not after an hour of it
-    if args.mode == "session":
-        return cmd_replay_session(args, cfg)
-    if args.freeze_system_prompt or args.keep_reasoning:
+    if args.mode == "resume" and (args.freeze_system_prompt or args.keep_reasoning):
         flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
         raise ReplayerError(f"{flag} is a what-if of --mode session")
-    if args.server_args is not None:
+    if args.mode == "resume" and args.server_args is not None:
         raise ReplayerError("--server-args goes with --mode session (the resume is one request on one slot)")
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
-    prep = prepare(args.session, cfg)
+    if args.mode == "session" and (args.app or args.screenshot):
+        return _replay_session_app(args, cfg)
+    rp = Replay(args.session, cfg, mode=args.mode, freeze_system=args.freeze_system_prompt,
+                keep_reasoning=args.keep_reasoning, server_args=getattr(args, "server_args", None))
+    rp.prepare()
     if args.app or args.screenshot:
-        return _replay_app(args, prep)
-    out = replay(prep, on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
-                 speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
-    for note in out.notes:
+        return _replay_app(args, rp.prepared)
+    done = rp.run(on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
+                  speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
+    for note in done.notes:
         print(note, file=sys.stderr)
-    code = 1 if out.failed else 0
-    if args.jsonl:
-        return code
-    fmt = "json" if args.json else "md" if args.markdown else "text"
-    _out(report(prep, out.comparison, fmt, calibration=out.calibration).decode())
-    return code
+    if args.repro:
+        from replayer.core.repro import write_bundle
+
+        print(f"reproduction written to {write_bundle(args.repro, rp.prepared, dict(zip('AB', done.runs)))}",
+              file=sys.stderr)
+    if not args.jsonl:
+        _out(done.report("json" if args.json else "md" if args.markdown else "text").decode())
+    return 1 if done.failed else 0
 
 
 # -- bisect -------------------------------------------------------------------------------
@@ -395,52 +411,15 @@ def _replay_app(args: argparse.Namespace, target) -> int:
     return run_replay_app(target, speed, screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
 
 
-def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
-    """``replay --mode session``: every turn on A and B, simulated or live, with each miss explained."""
-    from replayer.core.engine import events as ev
-    from replayer.core import session_replay as sr
+def _replay_session_app(args: argparse.Namespace, cfg) -> int:
+    """``replay --mode session --app/--screenshot``: the session screen lays the turns out itself."""
+    from replayer.core.session import load_session
+    from replayer.ui.screens.session import SessionSpec
 
-    if args.app or args.screenshot:
-        from replayer.core.session import load_session
-        from replayer.ui.screens.session import SessionSpec
-
-        # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
-        session = load_session(args.session, cfg.format, images=cfg.images)
-        return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
-                                             keep_reasoning=args.keep_reasoning, session=session))
-    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
-                              keep_reasoning=args.keep_reasoning)
-    if getattr(args, "server_args", None) is not None:
-        from replayer.core.server.session import check_server_args, setup_notes
-        prep.server_args = check_server_args(args.server_args, cfg)
-        prep.turns.notes.extend(setup_notes(prep.server_args, cfg))
-    runs = {}
-    try:
-        for run in ("A", "B"):
-            if cfg.engine != "live" and not args.jsonl:  # nobody reads the stream: the records alone
-                runs[run] = sr.simulated_session_run(prep, run)
-                continue
-            evs = []
-            for e in sr.session_events(prep, run):
-                evs.append(e)
-                if args.jsonl:
-                    _out(ev.to_json(e))
-            runs[run] = sr.session_run(prep, run, evs)
-    except KeyboardInterrupt:
-        from replayer.core.engine.live import stop_all
-
-        stop_all()
-        raise
-    failed = any(r.failed for r in runs.values())
-    if args.repro:
-        from replayer.core.repro import write_bundle
-
-        print(f"reproduction written to {write_bundle(args.repro, prep, runs)}", file=sys.stderr)
-    if args.jsonl:
-        return 1 if failed else 0
-    fmt = "json" if args.json else "md" if args.markdown else "text"
-    _out(sr.session_report(sr.report(prep, runs["A"], runs["B"]), (runs["A"], runs["B"]), fmt))
-    return 1 if failed else 0
+    # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
+    session = load_session(args.session, cfg.format, images=cfg.images)
+    return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
+                                         keep_reasoning=args.keep_reasoning, session=session))
 
 
 # -- presets / builds / models -------------------------------------------------------------

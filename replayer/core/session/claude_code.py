@@ -132,7 +132,9 @@ def _as_sent(session: Session, sent: claude_wire.WireLog, records: list[dict], i
             msgs.append(Message(role="system", content=_text_of(m.get("content")), origin="send-time"))
         else:
             msgs.extend(_user({"message": m}, None, images))
-    reply = [r for r in records[sent.after + 1:] if r.get("type") == "assistant" and not r.get("isSidechain")]
+    # the reply on the same thread: the main one, or a subagent file's only (sidechain) thread
+    side = not any(not r.get("isSidechain") for r in records if r.get("type") in ("user", "assistant"))
+    reply = [r for r in records[sent.after + 1:] if r.get("type") == "assistant" and bool(r.get("isSidechain")) == side]
     if reply:
         ids = {(reply[0].get("message") or {}).get("id")}
         a = _assistant([r for r in reply if (r.get("message") or {}).get("id") in ids], None)
