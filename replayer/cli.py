@@ -461,7 +461,13 @@ def cmd_app(args: argparse.Namespace) -> int:
         from replayer.ui.app import run_app
     except ImportError as exc:  # pragma: no cover - the app ships with the package
         raise ReplayerError(f"the app could not start: {exc}") from None
-    return run_app(session=getattr(args, "session", None), demo=getattr(args, "demo", False))
+    session = getattr(args, "session", None)
+    if session is not None:
+        from replayer.cli_open import check_session_arg
+
+        loaded = check_session_arg(session, SUBCOMMANDS)  # a typo or a bad file: one line, exit 2
+        return run_app(session=session, loaded=loaded)
+    return run_app(session=session, demo=getattr(args, "demo", False))
 
 
 # -- parser -------------------------------------------------------------------------------

@@ -270,6 +270,23 @@ def install_source(spec: "source.SourceSpec", backend: str = "cpu", progress: Pr
     return _install_entry(name, None, None, None, backend, fetch, tree, progress, jobs)
 
 
+class InstallCancelled(BuildError):
+    """Raised by an install's progress callback when the user cancels: unlike a failure
+    (whose work folder and log are kept to be read), a cancel leaves the cache as it was."""
+
+
+def _forget(tmp: Path, work: Path, log: Path, downloaded: Path | None) -> None:
+    """What an install that must leave nothing made, removed: the cache as it was before it
+    (with ``downloaded``, the sdist it fetched; one that was already cached stays)."""
+    for folder in (tmp, work):
+        shutil.rmtree(folder, ignore_errors=True)
+    log.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        work.parent.rmdir()  # only when this was its one work folder
+    if downloaded is not None:
+        downloaded.unlink(missing_ok=True)
+
+
 def _install_entry(lock: str, entry_name: str | None, key: str | None, build: int | None, backend: str,
                    fetch: Callable[[], Path | None], tree: Callable[[Path, Path | None], tuple[Path, int, dict]],
                    progress: ProgressFn | None, jobs: int | None) -> BuildRecord:
@@ -283,6 +300,7 @@ def _install_entry(lock: str, entry_name: str | None, key: str | None, build: in
             return rec
         started = time.monotonic()
         toolchain.require(backend, build=build)  # before any download: say what is missing
+        cached = set(os.listdir(root / "sdists")) if (root / "sdists").is_dir() else set()
         tarball = fetch()
         work = root / "work" / lock
         shutil.rmtree(work, ignore_errors=True)
@@ -308,13 +326,10 @@ def _install_entry(lock: str, entry_name: str | None, key: str | None, build: in
                 compiler=_compiler_version(), entry=entry_name, **fields,
             )
             _publish(binary, rec, tmp, root / entry_name)
-        except source.SourceError:
-            # the user's input (a patch that does not apply): nothing to read in a log
-            for p in (tmp, work):
-                shutil.rmtree(p, ignore_errors=True)
-            log.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                work.parent.rmdir()  # only when this was its one work folder
+        except (source.SourceError, InstallCancelled) as exc:
+            # the user's input (a patch that does not apply) or the user's cancel: nothing to read
+            new = tarball if tarball is not None and tarball.name not in cached else None
+            _forget(tmp, work, log, new if isinstance(exc, InstallCancelled) else None)
             raise
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
