@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replayer.core.errors import ImportFailed
+from replayer.core.errors import ImportFailed, ReplayerError
 from replayer.core.session.model import ImportStats, Message, Session
 from replayer.core.session.registry import Head, Importer
+from replayer.core.textfile import read_bytes
 
 FORMAT = "aider"
+MAX_HISTORY_BYTES = 256 << 20
 MAGIC = "# aider chat started at"
 
 
@@ -23,7 +25,11 @@ def detect_text(head: str) -> bool:
 
 
 def load(path: Path) -> Session:
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:  # bounded: a history grows over many sessions, never to this
+        data = read_bytes(path, "aider chat history", MAX_HISTORY_BYTES)
+    except ReplayerError as exc:
+        raise ImportFailed(str(exc)) from None
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
     # only the last chat session is what a restore continues
     starts = [i for i, ln in enumerate(text.split("\n")) if ln.startswith(MAGIC)]
     lines = text.split("\n")[starts[-1]:] if starts else text.split("\n")
