@@ -213,6 +213,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     prep = prepare(args.session, cfg)
     if args.app or args.screenshot:
         return _replay_app(args, prep)
+    if args.jsonl:
+        _jsonl_notes(prep.meta())
     out = replay(prep, on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
                  speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
     for note in out.notes:
@@ -223,6 +225,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     fmt = "json" if args.json else "md" if args.markdown else "text"
     _out(report(prep, out.comparison, fmt, calibration=out.calibration).decode())
     return code
+
+
+def _jsonl_notes(meta: dict[str, Any]) -> None:
+    """The stream's first record when the session was read in part (otherwise the stream starts
+    with ``run_started``, as before): a consumer sees it before any event of the replay."""
+    if meta["incomplete"]:
+        _out(orjson.dumps({"type": "session_notes", "notes": meta["notes"], "incomplete": meta["incomplete"]}))
 
 
 # -- bisect -------------------------------------------------------------------------------
@@ -350,6 +359,8 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
                               keep_reasoning=args.keep_reasoning)
     runs = {}
+    if args.jsonl:
+        _jsonl_notes(prep.meta())
     try:
         for run in ("A", "B"):
             if cfg.engine != "live" and not args.jsonl:  # nobody reads the stream: the records alone
