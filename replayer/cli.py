@@ -120,8 +120,12 @@ def cmd_layout(args: argparse.Namespace) -> int:
     tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build,
                          keep_text=args.text)
-    if args.text:  # the prompt exactly as rendered, to diff against a server's /apply-template
-        sys.stdout.write(lay.text or "")
+    if args.text:  # the prompt as rendered, to diff against a server's /apply-template: keys and
+        # the home folder masked like every output (``--no-redact`` for the exact bytes)
+        from replayer.core import redact
+
+        text = redact.redact(lay.text or "")
+        sys.stdout.write(redact.mask_text(text) if redact.policy().text else text)
         sys.stdout.flush()
         return 0
     if args.json:
