@@ -432,6 +432,8 @@ def cmd_builds(args: argparse.Namespace) -> int:
 
     if args.builds_cmd == "list":
         recs = manager.list_builds()
+        for line in manager.damaged_records():
+            print(f"note: {line}", file=sys.stderr)
         if args.json:
             _json([r.model_dump() for r in recs])
         elif not recs:
