@@ -45,7 +45,8 @@ _FLAG_RE = re.compile(r"(?i)(--[a-z0-9-]*(?:api-key|access-key|secret|token|pass
                       r"(?![0-9.eE+-]+(?:\s|$))(?!--)([^\s\"',;&\\]{8,})")
 #: an AWS key id written next to its secret (``AKIA…:wJalr…``, ``AKIA… = wJalr…``): the pair
 #: masked whole, since once the id is masked the secret has no name left to be found by
-_AWS_PAIR_RE = re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b[\"']?(?:\s*[:=,]\s*|\s+)[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_PAIR_RE = re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b[\"']?(?:\s*[:=,]\s*|\s+)[\"']?"
+                          r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 
 
 @dataclass
