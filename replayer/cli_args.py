@@ -8,13 +8,46 @@ refuse them where they are typed, as one line and exit status 2.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
-from typing import Callable, NoReturn
+from typing import Any, Callable, Iterable, NoReturn
 
-#: the largest token count any option may name: far beyond any context llama.cpp can hold (2^24)
-MAX_TOKENS = 1 << 24
+from replayer.core import options
+from replayer.core.options import MAX_TOKENS  # noqa: F401  (re-exported)
+
+
+def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A typed, ranged parser of the option table as an argparse type: its message, one line."""
+
+    def typed(text: str) -> Any:
+        try:
+            return parse(text)
+        except options.BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    typed.__name__ = parse.__name__  # argparse names the type in its own messages
+    return typed
+
+
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An ``int`` argument that refuses values outside ``[lo, hi]``."""
+    return _argparse_type(options.int_in(lo, hi))
+
+
+def float_in(lo: float, hi: float | None = None, *, open_low: bool = False) -> Callable[[str], float]:
+    """A finite ``float`` argument in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``)."""
+    return _argparse_type(options.float_in(lo, hi, open_low=open_low))
+
+
+def add_options(p: argparse.ArgumentParser, names: Iterable[str], **help: str) -> None:
+    """The option table's options as ``p``'s arguments, in this order; ``help`` overrides by name
+    (a command that says an option differently, such as bisect's ``--timeout``)."""
+    for name in names:
+        opt = options.option(name)
+        kw = opt.argument()
+        if "type" in kw:
+            kw["type"] = _argparse_type(kw["type"])
+        p.add_argument(*opt.flags, help=help.get(name) or opt.help, **kw)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -22,46 +55,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"replayer: error: {' '.join(message.split())} (see {self.prog} --help)\n")
-
-
-def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
-    """An ``int`` type that refuses values outside ``[lo, hi]``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip().replace("_", ""), 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < lo or (hi is not None and value > hi):
-            raise argparse.ArgumentTypeError(f"{text} is out of range ({_range(lo, hi)})")
-        return value
-
-    parse.__name__ = "integer"  # argparse names the type in its own messages
-    return parse
-
-
-def float_in(lo: float, hi: float | None = None, *, open_low: bool = False) -> Callable[[str], float]:
-    """A finite ``float`` type in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``): no nan, no inf."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-        if value < lo or (open_low and value == lo) or (hi is not None and value > hi):
-            low = f"> {lo:g}" if open_low else f"≥ {lo:g}"
-            high = f", ≤ {hi:g}" if hi is not None else ""
-            raise argparse.ArgumentTypeError(f"{text} is out of range ({low}{high})")
-        return value
-
-    parse.__name__ = "number"
-    return parse
-
-
-def _range(lo: int, hi: int | None) -> str:
-    return f"{lo}…{hi:,}" if hi is not None else f"≥ {lo}"
 
 
 def stdout_failed(exc: OSError) -> str:

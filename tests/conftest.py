@@ -31,10 +31,42 @@ SESSION_TAG = os.environ.setdefault("REPLAYER_TEST_SESSION", f"{os.getpid()}-{os
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory, monkeypatch):
-    """Config and exports go to a temp dir; the build cache stays shared (builds are slow)."""
+    """Config, exports and built tokenizers go to a temp dir; the build cache stays shared (builds are slow)."""
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(base / "exports"))
+    monkeypatch.setenv("REPLAYER_AGENTS_DIR", str(base / "agents"))  # no capture of the user's agents
+    monkeypatch.setenv("REPLAYER_TOKENIZER_CACHE", str(base / "tokenizers"))
+
+
+#: The user's downloaded sdists (llama.cpp's models/ folder: vocab GGUFs and templates some
+#: non-live tests read as data). Resolved before any test moves the builds folder.
+_USER_SDISTS = None
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_builds(request, tmp_path_factory, monkeypatch):
+    """A non-live test sees an empty build cache (``REPLAYER_BUILDS_DIR``), so it passes the same
+    with any set of builds installed, and any build step (configure, compile) fails it: only
+    ``@pytest.mark.live`` tests build or run llama-server. The sdists folder is linked in: it is
+    downloaded data, the same whatever is installed."""
+    if request.node.get_closest_marker("live"):
+        return
+    global _USER_SDISTS
+    from replayer.core import paths
+    from replayer.core.builds import manager
+
+    if _USER_SDISTS is None:
+        _USER_SDISTS = paths.builds_dir() / "sdists"
+        _USER_SDISTS.mkdir(parents=True, exist_ok=True)
+    empty = tmp_path_factory.mktemp("builds")
+    (empty / "sdists").symlink_to(_USER_SDISTS, target_is_directory=True)
+    monkeypatch.setenv("REPLAYER_BUILDS_DIR", str(empty))
+
+    def no_build(cmd, *args, **kwargs):
+        pytest.fail(f"a non-live test ran a build step ({' '.join(map(str, cmd[:3]))} …); mark it live")
+
+    monkeypatch.setattr(manager, "_run_logged", no_build)
 
 
 # The suite stands on its own: the licensed samples and the schedule vectors it reads from

@@ -242,3 +242,30 @@ async def test_a_session_that_cannot_be_replayed_is_a_message_not_a_crash(tmp_pa
         await pilot.pause()
         assert app.screen is screen
     assert bad.read_text() == "{not json\n"
+
+
+async def test_the_apps_session_json_export_is_the_clis_redacted(changed_log, tmp_path, monkeypatch, capsys):
+    """A session under the home folder: the app's JSON export masks the home path as ``--json``
+    does (both go through core/export.py), and is the same document byte for byte."""
+    home = tmp_path / "home"
+    (home / "work").mkdir(parents=True)
+    path = home / "work" / "log.jsonl"
+    path.write_bytes(changed_log.read_bytes())
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(tmp_path / "exports"))
+    from replayer.cli import main
+
+    assert main(["replay", str(path), "--mode", "session", "--json"]) == 0
+    cli_bytes = capsys.readouterr().out.encode()
+    app = session_app(path, ReplayConfig())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.screen.comparison is not None)
+        app.screen.action_export("json")
+        app.screen.action_export("md")
+        await pilot.pause()
+    (exported,) = (tmp_path / "exports").glob("*.json")
+    (md,) = (tmp_path / "exports").glob("*.md")
+    for data in (exported.read_bytes(), cli_bytes):
+        assert str(home).encode() not in data and b"~/work/log.jsonl" in data
+    assert str(home).encode() not in md.read_bytes()
+    assert exported.read_bytes() + b"\n" == cli_bytes

@@ -49,9 +49,11 @@ def sdist_9859(isolated_builds):
 
 @pytest.fixture(scope="module")
 def real_binary():
+    """A real llama-server: built by the build manager, so only the live tests use it."""
     return Path(manager.install(10001, "cpu").binary)
 
 
+@pytest.mark.live
 def test_add_list_remove_local_binary(isolated_builds, real_binary, tmp_path):
     mine = tmp_path / "my-llama-server"
     shutil.copy2(real_binary, mine)
@@ -115,6 +117,7 @@ def test_interrupted_build_leaves_no_half_entry(isolated_builds, sdist_9859, mon
     assert not [p for p in isolated_builds.iterdir() if p.name.startswith(("b9859", ".tmp"))]
 
 
+@pytest.mark.live
 def test_concurrent_installs_share_one_entry(real_binary):
     results, errors = [], []
 
@@ -181,3 +184,15 @@ def test_failed_build_keeps_its_log_and_work_folder(isolated_builds, sdist_9859,
     assert (work / "src").is_dir() and "disliked" in log.read_text()
     assert manager.list_builds() == []
     assert not [p for p in isolated_builds.iterdir() if p.name.startswith(("b9859", ".tmp"))]
+
+
+def test_non_live_tests_see_no_builds_and_cannot_build(tmp_path):
+    """conftest's guard: an empty build cache whatever the user installed, and a build step fails
+    the test instead of compiling for minutes."""
+    from replayer.core import paths
+
+    assert manager.list_builds() == [] and paths.builds_dir() != paths.cache_dir() / "builds"
+    with pytest.raises(BuildError, match="not installed"):
+        manager.resolve_binary("10001", "cpu")
+    with pytest.raises(pytest.fail.Exception, match="mark it live"):
+        manager._run_logged(["cmake", "-S", "."], tmp_path, {}, tmp_path / "log", None, "configure")

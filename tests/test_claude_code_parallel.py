@@ -44,17 +44,18 @@ def test_parallel_results_recovered_in_order_and_blocks_merged():
     assert (s.stats.recovered_tool_calls, s.stats.recovered_tool_results) == (1, 4)
     msgs = build_request(s).messages
     roles = [m["role"] for m in msgs]
-    assert roles == ["user", "user", "assistant", "tool", "tool", "tool", "assistant", "user", "assistant", "tool",
+    # the summary and the next prompt: consecutive user records, sent as one user message
+    assert roles == ["user", "assistant", "tool", "tool", "tool", "assistant", "user", "assistant", "tool",
                      "tool", "assistant", "user", "assistant", "tool", "tool", "assistant"]
-    first = msgs[2]  # thinking, text and three tool_use records of one message.id: one turn
+    first = msgs[1]  # thinking, text and three tool_use records of one message.id: one turn
     assert first["reasoning_content"] == "Read both at once." and first["content"] == "Reading both files."
     assert [c["id"] for c in first["tool_calls"]] == ["toolu_01", "toolu_02", "toolu_03"]
     # results in the order the file holds them (completion order), each right after its turn
-    assert [m["tool_call_id"] for m in msgs[3:6]] == ["toolu_02", "toolu_01", "toolu_03"]
-    assert [c["id"] for c in msgs[13]["tool_calls"]] == ["toolu_06", "toolu_07"]
-    assert [m["tool_call_id"] for m in msgs[14:16]] == ["toolu_07", "toolu_06"]
+    assert [m["tool_call_id"] for m in msgs[2:5]] == ["toolu_02", "toolu_01", "toolu_03"]
+    assert [c["id"] for c in msgs[12]["tool_calls"]] == ["toolu_06", "toolu_07"]
+    assert [m["tool_call_id"] for m in msgs[13:15]] == ["toolu_07", "toolu_06"]
     # the compaction cut the history; the rewound branch is not replayed
-    assert msgs[0]["content"].startswith("This session is being continued")
+    assert msgs[0]["content"][0]["text"].startswith("This session is being continued")
     text = orjson.dumps(msgs).decode()
     assert "Let me guess" not in text and "What do src/a.py" not in text and "Hello! What" not in text
     for k, m in enumerate(msgs):  # every call is answered before the next non-tool message

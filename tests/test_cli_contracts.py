@@ -111,3 +111,18 @@ def test_replay_screenshot_bad_combinations_and_paths_fail_clearly(tmp_path):
     blocker.write_text("not a directory")
     r = cli("replay", session, "--speed", "0", "--screenshot", str(blocker / "x.svg"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot write" in r.stderr
+
+
+@pytest.mark.parametrize("flags,where", [
+    (["--engine", "live", "--calibrate", "--app"], "--app"),
+    (["--calibrate", "--holdout", "x.jsonl", "--screenshot", "x.svg"], "--screenshot"),
+    (["--mode", "session", "--repeat", "3"], "--mode session"),
+])
+def test_calibration_flags_where_nothing_calibrates_are_refused(flags, where, tmp_path):
+    """The app and the session mode do not calibrate: the flags are refused (exit 2, one line),
+    not dropped, and nothing is written."""
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(FIXTURES / "pi/small-v3.jsonl"), *flags],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert f"not with {where}" in r.stderr and "--calibration ID" in r.stderr
+    assert not list(tmp_path.iterdir())

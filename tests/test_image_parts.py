@@ -63,7 +63,9 @@ def test_claude_code_images_documents_and_tool_result_images(tmp_path, images):
     else:
         assert user.content == [TextPart(text="what is in this picture?"), TextPart(text=IMAGE_OMITTED), doc]
         assert rest == []
-    assert assistant.tool_calls[0].id == "t1" and (tool.role, tool.content) == ("tool", "shot.png")
+    # omitted, a result's image leaves its placeholder in the result (issue #22: it left nothing)
+    result = "shot.png" if images == "keep" else f"shot.png\n{IMAGE_OMITTED}"
+    assert assistant.tool_calls[0].id == "t1" and (tool.role, tool.content) == ("tool", result)
 
 
 @pytest.mark.parametrize("images", ["omit", "keep"])

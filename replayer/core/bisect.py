@@ -364,6 +364,8 @@ class LiveMeasure:
     timeout: float = DEFAULT_TIMEOUT_S
     on_progress: ProgressFn | None = None
     cancel: threading.Event | None = None
+    #: candidate → the build to run (installed as needed); None: candidates are release numbers
+    spec_of: Callable[[int, Callable[[str, float], None]], str] | None = None
 
     @classmethod
     def for_session(cls, path: str | Path, config: ReplayConfig, metric_: Metric, model: Path,
@@ -395,9 +397,13 @@ class LiveMeasure:
             if self.on_progress:
                 self.on_progress(n, stage, frac)
 
-        manager.install(n, self.backend, progress)
+        if self.spec_of is not None:
+            spec = self.spec_of(n, progress)
+        else:
+            manager.install(n, self.backend, progress)
+            spec = str(n)
         progress("replay", 0.0)
-        gen = installed_run_events("A", str(n), self.backend, self.knobs, self.model, self.body,
+        gen = installed_run_events("A", spec, self.backend, self.knobs, self.model, self.body,
                                    ctx_size=self.ctx_size, request_timeout=self.timeout)
         try:
             run = RunSummary.from_events("A", gen)

@@ -28,6 +28,17 @@ def to_json(cmp: Comparison, meta: dict[str, Any] | None = None,
     return redact_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
+def doc_json(doc: dict[str, Any]) -> bytes:
+    """Any report document as JSON, redacted (the session replay's report; the CLI and the app
+    both write it through here, so the app's export masks what ``--json`` masks)."""
+    return redact_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+
+
+def redacted(text: str) -> bytes:
+    """A rendered report (Markdown, text) as it is written: redacted, UTF-8."""
+    return redact(text).encode()
+
+
 def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = (), advice: Sequence[str] = (),
             incomplete: str | None = None) -> str:
     """The verdict (with its caveat when the session was read in part), the comparison table

@@ -33,6 +33,11 @@ def builds_dir() -> Path:
     return _env_path("REPLAYER_BUILDS_DIR") or cache_dir() / "builds"
 
 
+def tokenizer_cache_dir() -> Path:
+    """Tokenizers built from GGUF vocabularies, by content hash: re-creatable, ~5 MB each."""
+    return _env_path("REPLAYER_TOKENIZER_CACHE") or cache_dir() / "tokenizers"
+
+
 def export_dir() -> Path:
     return _env_path("REPLAYER_EXPORT_DIR") or Path(platformdirs.user_documents_dir()) / "replayer"
 

@@ -78,16 +78,26 @@ class ReplayConfig:
 
     def _build(self, spec: str) -> Build:
         """A build number or generation; for a live run also a binary, whose number it reports."""
+        if self.engine == "live":
+            from replayer.core.builds.manager import find_source_build, source_build
+
+            if (rec := find_source_build(spec, self.backend or "cpu")) is not None:
+                return source_build(rec, live=True)  # a tree with unknown rules still runs live
         if self.engine == "live" and ("/" in spec or Path(spec).expanduser().exists()):
             from replayer.core.builds.manager import resolve_binary
 
             try:
-                return parse_build(str(resolve_binary(spec, self.backend or "cpu").build))
+                return resolve_binary(spec, self.backend or "cpu").as_build(live=True)
             except ReplayerError as exc:
                 # the run itself reports it (RunFailed) and the other run goes on; until then
                 # the layout follows the newest span rules
                 return replace(parse_build("latest"), note=str(exc))
-        return parse_build(spec)
+        try:
+            return parse_build(spec)
+        except ReplayerError:
+            from replayer.core.builds.manager import named_build  # a source build, by its label
+
+            return named_build(spec)
 
     def build_spec(self, run: str) -> str:
         return self.a if run == "A" else self.b

@@ -37,6 +37,7 @@ class SessionPrepared:
     layouts: dict[str, TurnLayouts] = field(default_factory=dict)
     n_ctx: int | None = None
     what_if: list[str] = field(default_factory=list)
+    server_args: str | None = None  # the user's llama-server command line (``server.session``)
 
     def meta(self) -> dict[str, Any]:
         s = self.turns.session
@@ -85,9 +86,18 @@ def prepare_session(path: str | Path, config: ReplayConfig, *, freeze_system: bo
     return prep
 
 
+def _server_turns(prep: SessionPrepared, spec) -> Iterator | None:
+    """The turns through the user's server setup (slots, host cache), or None: one slot."""
+    if prep.server_args is None:
+        return None
+    from replayer.core.server.session import server_slot_turns
+    return server_slot_turns(prep.server_args, spec, prep.layouts[spec.run].prompts, prep.config.model, prep.n_ctx)
+
+
 def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     spec = run_spec(run, prep.config)
-    yield from simulate_session(spec, prep.layouts[run].prompts, prep.config.cost(), n_ctx=prep.n_ctx)
+    yield from simulate_session(spec, prep.layouts[run].prompts, prep.config.cost(), n_ctx=prep.n_ctx,
+                                turns=_server_turns(prep, spec))
 
 
 def simulated_session_run(prep: SessionPrepared, run: str) -> SessionRun:
@@ -95,12 +105,15 @@ def simulated_session_run(prep: SessionPrepared, run: str) -> SessionRun:
     per-turn facts, not the stream: the same records, without the events only a stream shows."""
     spec = run_spec(run, prep.config)
     return _explained(prep, run, simulate_session_records(spec, prep.layouts[run].prompts, prep.config.cost(),
-                                                          n_ctx=prep.n_ctx))
+                                                          n_ctx=prep.n_ctx, turns=_server_turns(prep, spec)))
 
 
 def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     """One run's events on the config's engine: the one place the CLI and the app choose it."""
     cfg = prep.config
+    if cfg.engine == "live" and prep.server_args is not None:
+        raise ReplayerError("--server-args is simulated only in session replays for now: the live session engine "
+                            "starts -np 1 --cache-ram 0 (benchmarks/slots_matrix.py runs setups live)")
     if cfg.engine == "live":
         from replayer.core.engine.live_session import live_session_events  # httpx: only for live runs
 
@@ -174,6 +187,23 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
     return {"mode": "session", "session": prep.meta(),
             "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""),
             "runs": [run_dict(a, turns), run_dict(b, turns)]}
+
+
+SESSION_FORMATS = ("json", "md", "text")
+
+
+def session_report(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun], fmt: str) -> bytes:
+    """A finished session replay as the CLI prints it and the app exports it: one document per
+    format, through ``core/export.py`` (redacted like every other report)."""
+    from replayer.core import export
+
+    if fmt == "json":
+        return export.doc_json(doc)
+    if fmt in ("md", "markdown"):
+        return export.redacted(to_markdown(doc, runs))
+    if fmt == "text":
+        return export.redacted(to_text(doc, runs))
+    raise ValueError(f"unknown session report format {fmt!r}; known: {', '.join(SESSION_FORMATS)}")
 
 
 def _miss_line(t) -> str:

@@ -101,6 +101,7 @@ class Build:
     generation: Generation
     number: int | None = None
     note: str | None = None
+    name: str | None = None  # a source build's label (``b9934+fix``, a commit): its number alone is not it
 
     @property
     def effective_number(self) -> int:
@@ -108,6 +109,8 @@ class Build:
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         return f"b{self.number}" if self.number is not None else self.generation.value
 
     @property

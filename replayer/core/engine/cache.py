@@ -57,13 +57,14 @@ TURN_EVENTS = (TurnStarted, TurnFinished)
 
 
 def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
-                     n_ctx: int | None = None) -> Iterator[Any]:
-    """One build's slot through every turn: the events a live session run would emit."""
+                     n_ctx: int | None = None, turns: Iterable[tuple] | None = None) -> Iterator[Any]:
+    """One build's slot through every turn: the events a live session run would emit.
+    ``turns``: the turns' schedules from elsewhere (``server.session``: several slots)."""
     run = spec.run
     yield _run_started(spec, prompts, cost)
     t = 0.0
     n_batches = n_ckpt = processed = 0
-    for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
+    for p, common, sched, full in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
         yield TurnStarted(run, p.index, p.n_tokens, p.turn.n_messages, common, t)
         if sched is None:
             yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=context_full(p, n_ctx))
@@ -78,7 +79,7 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
 
 
 def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
-                             n_ctx: int | None = None) -> "SessionRun":
+                             n_ctx: int | None = None, turns: Iterable[tuple] | None = None) -> "SessionRun":
     """``turn_records(run, simulate_session(…))`` without the stream: the same slot turns, the
     same event objects from the same walk (``prefill_into``), put straight into each turn's
     record — no progress or turn events, nothing dispatched by type but the checkpoints.
@@ -96,7 +97,7 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
     paused = gc.isenabled()
     gc.disable()
     try:
-        for p, common, sched, full in _slot_turns(spec, prompts, n_ctx):
+        for p, common, sched, full in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
             rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=held.alive[:])
             add_turn(rec)
             if sched is None:

@@ -94,6 +94,9 @@ class LiveResult:
 class LiveServer:
     """A running llama-server; a context manager that always stops it."""
 
+    #: where the log is read from: stderr; a router relays its children's log on stdout (server.live_slots)
+    streams: dict[str, int] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+
     def __init__(self, opts: LiveOptions, knobs: Knobs, n_ctx: int) -> None:
         self.opts = opts
         self.knobs = knobs
@@ -133,17 +136,18 @@ class LiveServer:
         env = dict(os.environ)
         env.pop("LLAMA_ARG_HOST", None)  # never let the environment move the bind address
         self.started_at = time.monotonic()
-        self.proc = processes.spawn(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1, env=env)
+        self.proc = processes.spawn(self.command(), stdin=subprocess.DEVNULL, **self.streams, text=True,
+                                    errors="replace", bufsize=1, env=env)
         processes.register(self.proc)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
+        log = self.proc.stderr or self.proc.stdout if self.proc is not None else None
+        assert log is not None
         logf = self.opts.log_file.open("a") if self.opts.log_file else None
         try:
-            for line in self.proc.stderr:
+            for line in log:
                 self.lines.put((time.monotonic(), line))
                 self.all_lines.append(line)
                 if logf:
@@ -244,12 +248,11 @@ def installed_run_events(run: str, spec: str, backend: str, knobs: Knobs, model:
     The build number comes from the binary itself; a build that cannot be resolved is a
     ``RunFailed`` like any other failure of the run. ``threads`` sets the server's -t and -tb.
     """
-    from replayer.core.builds.catalog import parse_build
     from replayer.core.builds.manager import resolve_binary
 
     try:
         rb = resolve_binary(spec, backend)
-        build = parse_build(str(rb.build))
+        build = rb.as_build(live=True)
     except ReplayerError as exc:
         failed = ev.RunFailed(run=run, error=str(exc))
         if result is not None:

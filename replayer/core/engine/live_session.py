@@ -50,7 +50,7 @@ def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ct
     try:
         if binary is None:
             rb = resolve_binary(spec_text, backend)
-            binary, build = Path(rb.binary), parse_build(str(rb.build))
+            binary, build = Path(rb.binary), rb.as_build(live=True)
         else:
             build = parse_build(spec_text)
     except ReplayerError as exc:

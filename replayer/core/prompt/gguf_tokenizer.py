@@ -1,8 +1,8 @@
 """Exact tokenization from a model's GGUF, without loading weights.
 
-The vocabulary, merges, token types and pre-tokenizer name are read with ``gguf``; the
-tokenizer is assembled from the ``tokenizers`` library: byte-level BPE behind the same
-pre-tokenizer regex llama.cpp uses for that ``tokenizer.ggml.pre``, or SentencePiece-style
+The vocabulary, merges, token types and pre-tokenizer name are read with the bounded
+``gguf_kv`` reader; the tokenizer is assembled from the ``tokenizers`` library: byte-level BPE behind the same
+pre-tokenizer regexes llama.cpp uses for that ``tokenizer.ggml.pre`` (``pre_tokenizers``), or SentencePiece-style
 BPE (merges ranked by score, byte fallback) for ``llama``/SPM vocabularies. Control and
 user-defined tokens are parsed as single tokens, as the server does with
 ``parse_special``.
@@ -10,25 +10,24 @@ user-defined tokens are parsed as single tokens, as the server does with
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ReplayerError
 
-# llama.cpp's pre-tokenizer regexes, by tokenizer.ggml.pre
+# kept for the tiny models' trainer: llama.cpp's qwen2 split (the table has them all)
 _QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN35 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+"
-           r"|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-PRE_TOKENIZERS = {
-    "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2, "qwen35": _QWEN35,
-    "llama-bpe": _LLAMA3, "llama3": _LLAMA3, "smaug-bpe": _LLAMA3, "dbrx": _LLAMA3,
-    "gpt-2": _GPT2, "gpt2": _GPT2, "default": _GPT2,
-}
+
+#: ``progress(stage, done, total)`` of a first build (a cached tokenizer reports nothing)
+Progress = Callable[[str, int, int], None]
+
+
+def _silent(stage: str, done: int, total: int) -> None:
+    pass
+
 
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 
@@ -50,86 +49,133 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
 
 
 class GGUFTokenizer:
-    """``encode(text, add_special)`` as llama-server's ``/tokenize`` does (parse_special on)."""
+    """``encode(text, add_special)`` as llama-server's ``/tokenize`` does (parse_special on).
 
-    def __init__(self, path: str | Path, extra_specials: tuple[str, ...] = ()) -> None:
-        import gguf
-        from tokenizers import AddedToken
+    The KV header is read by the bounded :mod:`gguf_kv` reader; the built ``tokenizers``
+    object is cached on disk by the vocabulary's content hash (:mod:`tokenizer_cache`), so
+    only the first use of a vocabulary pays for building it. ``progress(stage, done, total)``
+    hears about that first build (the app shows it).
+    """
+
+    def __init__(self, path: str | Path, extra_specials: tuple[str, ...] = (),
+                 progress: Progress | None = None, background: bool = False) -> None:
+        from replayer.core.prompt import gguf_kv, pre_tokenizers, tokenizer_cache
 
         self.path = Path(path).expanduser()
         self.name = f"gguf:{self.path}"
-        try:
-            reader = gguf.GGUFReader(str(self.path), "r")
-        except FileNotFoundError:
-            raise ReplayerError(f"no such GGUF file: {self.path}") from None
-        except Exception as exc:
-            raise ReplayerError(f"{self.path} is not a readable GGUF file: {exc}") from None
-        model = _field(reader, "tokenizer.ggml.model")
-        tokens = _field(reader, "tokenizer.ggml.tokens")
+        kv = gguf_kv.read(self.path)
+        model = kv.get("tokenizer.ggml.model")
+        tokens = kv.lazy_strings("tokenizer.ggml.tokens")
         if not tokens:
             raise ReplayerError(f"{self.path} has no tokenizer vocabulary")
-        types = _field(reader, "tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)
-        self.pre = _field(reader, "tokenizer.ggml.pre", "default")
-        self.chat_template = _field(reader, "tokenizer.chat_template")
-        self.bos_id = _field(reader, "tokenizer.ggml.bos_token_id")
-        self.eos_id = _field(reader, "tokenizer.ggml.eos_token_id")
         self.model = model
-        vocab = {t: i for i, t in enumerate(tokens)}
-        self.tokens = tokens
-        specials = [t for t, ty in zip(tokens, types) if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)]
-        if extra_specials:
-            # a model's GGUF adds tokens its base vocabulary lacks (Qwen2.5's <tool_call>…)
-            tokens = list(tokens)
-            for extra in extra_specials:
-                if extra not in vocab:
-                    vocab[extra] = len(tokens)
-                    tokens.append(extra)
-                specials.append(extra)
-            self.tokens = tokens
+        self.pre = kv.get("tokenizer.ggml.pre", "default")
+        self.chat_template = kv.get("tokenizer.chat_template")
+        self.bos_id = kv.get("tokenizer.ggml.bos_token_id")
+        self.eos_id = kv.get("tokenizer.ggml.eos_token_id")
+        self.tokens: Any = tokens
+        self._spm = model == "llama"
         if model == "gpt2":
-            tok = self._bpe_tokenizer(reader, vocab)
+            pre = pre_tokenizers.lookup(self.pre, self.path.name)
+            pre_tokenizers.require_supported(pre, self.path.name)
+            self.pre_tokenizer = pre
+            self.add_bos = bool(kv.get("tokenizer.ggml.add_bos_token", bool(pre.add_bos)))
         elif model == "llama":
-            tok = self._spm_tokenizer(reader, vocab, tokens, types)
+            self.add_bos = bool(kv.get("tokenizer.ggml.add_bos_token", True))
         else:
             raise ReplayerError(f"tokenizer model {model!r} of {self.path.name} is not supported yet")
+        if extra_specials:  # a model's GGUF adds tokens its base vocabulary lacks (Qwen2.5's <tool_call>…)
+            known = set(tokens)
+            self.tokens = list(tokens) + [t for t in dict.fromkeys(extra_specials) if t not in known]
+        key = tokenizer_cache.key(kv, extra_specials)
+        self.from_cache = tokenizer_cache.entry(key).is_file()
+        self._ready: Future | None = None
+        if self.from_cache and background:
+            # loading a cached 152k vocabulary is ~0.3 s of the tokenizers library; meanwhile the
+            # caller renders the template (in the sandbox's worker process): the two overlap
+            self._ready = _loader().submit(self._load_or_build, key, kv, extra_specials, progress)
+        else:
+            self._tok = self._load_or_build(key, kv, extra_specials, progress)
+
+    def _load_or_build(self, key: str, kv: Any, extra_specials: tuple[str, ...], progress: Progress | None) -> Any:
+        from replayer.core.prompt import tokenizer_cache
+
+        tok = tokenizer_cache.load(key)
+        if tok is None:
+            self.from_cache = False
+            tok = self._build(kv, extra_specials, progress or _silent)
+            tokenizer_cache.store(key, tok)
+            (progress or _silent)("ready", 4, 4)
+        return tok
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_tok":  # loading in the background: wait for it (its errors are raised here)
+            ready = self.__dict__.get("_ready")
+            if ready is None:
+                raise AttributeError(name)
+            self._tok = ready.result()
+            return self._tok
+        raise AttributeError(name)
+
+    def _build(self, kv: Any, extra_specials: tuple[str, ...], progress: Progress) -> Any:
+        from tokenizers import AddedToken
+
+        n = len(self.tokens)
+        progress("reading the vocabulary", 0, 4)
+        tokens = kv.get("tokenizer.ggml.tokens")
+        types = kv.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)
+        vocab = {t: i for i, t in enumerate(tokens)}
+        specials = [t for t, ty in zip(tokens, types) if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)]
+        for extra in extra_specials:
+            if extra not in vocab:
+                vocab[extra] = len(tokens)
+                tokens.append(extra)
+            specials.append(extra)
+        progress(f"building the merges of {n:,} tokens", 1, 4)
+        try:
+            if self._spm:
+                tok = self._spm_tokenizer(kv, vocab, tokens, types, progress)
+            else:
+                tok = self._bpe_tokenizer(kv, vocab, progress)
+        except ReplayerError:
+            raise
+        except Exception as exc:  # the tokenizers library refuses what llama.cpp would refuse too
+            raise ReplayerError(f"{self.path.name}: its vocabulary and merges do not fit: {exc}") from None
         tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
-        self._tok = tok
-        self._spm = model == "llama"
+        progress("saving the tokenizer for next time", 3, 4)
+        return tok
 
-    def _bpe_tokenizer(self, reader: Any, vocab: dict[str, int]) -> Any:
-        """A byte-level BPE (``gpt2`` vocabularies) split first by the pre-tokenizer's regex, as
-        ``llm_tokenizer_bpe`` does for ``tokenizer.ggml.pre``."""
-        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    def _bpe_tokenizer(self, kv: Any, vocab: dict[str, int], progress: Progress) -> Any:
+        """A byte-level BPE (``gpt2`` vocabularies) split first by the pre-tokenizer's regexes,
+        as ``llm_tokenizer_bpe`` does for ``tokenizer.ggml.pre``."""
+        from tokenizers import Tokenizer, decoders, models
 
-        merges_raw = _field(reader, "tokenizer.ggml.merges")
+        from replayer.core.prompt import pre_tokenizers
+
+        merges_raw = kv.get("tokenizer.ggml.merges")
         if not merges_raw:
             raise ReplayerError(f"{self.path}: BPE vocabulary without merges")
         merges = [tuple(m.split(" ", 1)) for m in merges_raw]
-        pattern = PRE_TOKENIZERS.get(self.pre)
-        if pattern is None:
-            raise ReplayerError(f"pre-tokenizer {self.pre!r} of {self.path.name} is not supported yet")
-        tok = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, ignore_merges=self.pre in ("llama-bpe", "llama3")))
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        progress(f"building the tokenizer ({len(merges):,} merges)", 2, 4)
+        tok = Tokenizer(models.BPE(vocab, merges, fuse_unk=False, ignore_merges=self.pre_tokenizer.ignore_merges))
+        tok.pre_tokenizer = pre_tokenizers.split(self.pre_tokenizer)
         tok.decoder = decoders.ByteLevel()
-        self.add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", self.pre in ("llama-bpe", "llama3")))
         return tok
 
-    def _spm_tokenizer(self, reader: Any, vocab: dict[str, int], tokens: list[str], types: list[int]) -> Any:
+    def _spm_tokenizer(self, kv: Any, vocab: dict[str, int], tokens: list[str], types: list[int],
+                       progress: Progress) -> Any:
         """A SentencePiece vocabulary (``llama``) as a BPE over its scores with byte fallback:
         the same pieces llama.cpp's ``llm_tokenizer_spm`` picks."""
         from tokenizers import Tokenizer, decoders, models, normalizers
 
-        scores = _field(reader, "tokenizer.ggml.scores") or [0.0] * len(tokens)
+        scores = kv.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
         merges = _spm_merges(tokens, scores, types)
+        progress(f"building the tokenizer ({len(merges):,} merges)", 2, 4)
         tok = Tokenizer(models.BPE(vocab, merges, unk_token=tokens[0] if types[0] == TOKEN_UNKNOWN else None,
                                    fuse_unk=True, byte_fallback=True))
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
         tok.pre_tokenizer = None
         tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-        self.add_bos = bool(_field(reader, "tokenizer.ggml.add_bos_token", True))
         return tok
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
@@ -170,6 +216,40 @@ def _spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> lis
 QWEN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 
 
-@lru_cache(maxsize=8)
-def load(path: str, extra_specials: tuple[str, ...] = ()) -> GGUFTokenizer:
-    return GGUFTokenizer(path, extra_specials)
+_loaded: dict[tuple[str, tuple[str, ...]], GGUFTokenizer] = {}
+
+
+def needs_build(path: str, extra_specials: tuple[str, ...] = ()) -> bool:
+    """Whether loading this GGUF's tokenizer builds it (no cache entry yet, not loaded in this
+    process): the app then builds it on a worker thread and shows the progress."""
+    from replayer.core.prompt import gguf_kv, tokenizer_cache
+
+    if (path, extra_specials) in _loaded:
+        return False
+    try:
+        return not tokenizer_cache.entry(tokenizer_cache.key(gguf_kv.read(path), extra_specials)).is_file()
+    except ReplayerError:
+        return False  # the load itself reports what is wrong with the file
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _loader() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gguf-tokenizer")
+    return _pool
+
+
+def load(path: str, extra_specials: tuple[str, ...] = (), progress: Progress | None = None,
+         background: bool = True) -> GGUFTokenizer:
+    """One tokenizer per GGUF and process (a progress callback does not make another). A cached
+    one loads in the background (``encode`` waits for it); a first build runs here."""
+    key = (path, extra_specials)
+    tok = _loaded.get(key)
+    if tok is None:
+        if len(_loaded) >= 8:
+            _loaded.pop(next(iter(_loaded)))
+        tok = _loaded[key] = GGUFTokenizer(path, extra_specials, progress, background)
+    return tok

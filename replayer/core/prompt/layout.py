@@ -22,7 +22,6 @@ import orjson
 from replayer.core.builds.catalog import Build, parse_build
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import templates
-from replayer.core.prompt.estimate import EstimateTokenizer, counts_between
 from replayer.core.prompt.templates import Delimiter, Template
 from replayer.core.runspec import PromptSpans
 
@@ -163,6 +162,22 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
     return lay
 
 
+def prefetch(tokenizer: str, template: Template | None) -> None:
+    """Start what a ``gguf:`` layout waits for before the caller reads its session: the
+    sandbox's render worker (for the GGUF's own, untrusted template) and the cached tokenizer,
+    loading in the background. Best effort: errors surface where the layout needs them."""
+    if not tokenizer.startswith("gguf:"):
+        return
+    if template is None or not template.trusted:
+        templates.sandbox.prestart()
+    from replayer.core.prompt import gguf_tokenizer
+
+    try:
+        gguf_tokenizer.load(tokenizer[len("gguf:"):])
+    except ReplayerError:
+        pass  # offline_tokenizer raises it again, with the session's context
+
+
 def offline_tokenizer(tokenizer: str, template: Template | None) -> tuple[ExactTokenizer | None, Template]:
     """The exact tokenizer (None for the estimate) and the template to render with: a GGUF's
     own chat template unless one is given."""
@@ -195,6 +210,8 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         count = lambda s: len(tok.encode(s, add_special=True))
         name = tok.name
     else:
+        from replayer.core.prompt.estimate import EstimateTokenizer, counts_between  # numpy: estimate only
+
         est = EstimateTokenizer()
         # token position of each match = estimated tokens of the text before it, each part
         # rounded on its own

@@ -158,7 +158,7 @@ def _rebuilt(m: dict, allow_media: bool, concat: bool, objects: bool) -> dict[st
                 j["content"] = _joined(parts)
             else:
                 j["content"] = parts
-    if len(m) > 2:
+    if len(m) > 1 + ("content" in m):  # more than role and content (a Responses tool call has no content key)
         for key in _KEPT:
             v = m.get(key)
             if v and isinstance(v, str):

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import orjson
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 from replayer.core import children
 from replayer.core.errors import TemplateError
+from replayer.core.prompt import jinja_values
 
 #: defaults of ``--template-timeout`` and ``--template-max-mb``
 DEFAULT_SECONDS = 10.0
@@ -88,11 +89,28 @@ def _size(value: Any) -> int:
     return len(value) if isinstance(value, (str, bytes, list, tuple)) else 0
 
 
+#: list methods llama.cpp's engine gives templates (value.cpp:1090, 1101): in place, and harmless
+#: (a render works on its own copy of the request; its memory is on the budget)
+_LIST_METHODS = frozenset({"append", "pop"})
+
+
 class BoundedSandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox, plus size checks on the operators that multiply sizes."""
+    """The immutable sandbox, plus size checks on the operators that multiply sizes; ``+`` of a
+    string as llama.cpp's engine does it (``jinja_values.concat``), and the list methods the
+    server's templates use (Kimi-K2's ``ns.list.append``) allowed."""
 
     intercepted_binops = frozenset({"*", "**", "+"})
     max_bytes = DEFAULT_MAX_MB << 20
+    code_generator_class = jinja_values.ServerCodeGenerator
+
+    @staticmethod
+    def concat_values(values: tuple) -> str:
+        return jinja_values.concat_all(*values)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, list) and attr in _LIST_METHODS:
+            return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+        return super().is_safe_attribute(obj, attr, value)
 
     def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
         if operator == "**":
@@ -111,7 +129,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             return left * right
         if _size(left) + _size(right) > self.max_bytes:
             raise BudgetExceeded(f"a sequence of {_size(left) + _size(right):,} items is over the output budget")
-        return left + right
+        joined = jinja_values.concat(left, right)
+        return left + right if joined is NotImplemented else joined
 
 
 # -- the parent's side ---------------------------------------------------------------------
@@ -144,6 +163,19 @@ class _Worker:
                 raise TemplateError("the chat template's render process did not start")
             self.proc = proc
         return self.proc
+
+    def prestart(self) -> None:
+        """Start the worker now, in the background: its interpreter and imports (~0.1 s idle,
+        over a second on a loaded machine) overlap with the caller's own work, and the first
+        render waits on the lock until it is ready."""
+        def start() -> None:
+            with self.lock:
+                try:
+                    self._start()
+                except TemplateError:
+                    pass  # the render that needs it reports the failure
+
+        threading.Thread(target=start, name="template-worker-start", daemon=True).start()
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -197,6 +229,11 @@ def _receive(stream: BinaryIO) -> bytes | None:
 
 _worker = _Worker()
 atexit.register(_worker.stop)
+
+
+def prestart() -> None:
+    """Start the render worker in the background (a GGUF's template will be rendered soon)."""
+    _worker.prestart()
 
 
 class BoundedTemplate:

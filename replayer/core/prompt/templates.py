@@ -27,7 +27,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
-from replayer.core.prompt import output_pieces, sandbox
+from replayer.core.prompt import handlers, jinja_values, output_pieces, sandbox
 from replayer.core.prompt.prepare import Caps
 from replayer.core.textfile import read_text
 
@@ -86,10 +86,10 @@ def _json(value: Any, lvl: int, indent: int, item_sep: str, key_sep: str, out: l
     elif isinstance(value, int):
         out.append(str(int(value)))
     elif isinstance(value, float):
-        out.append("%g" % value)
+        out.append(jinja_values.json_float(value))
     elif isinstance(value, str):
         out.append(_encode_str(value))
-    elif isinstance(value, (list, tuple, dict)):
+    elif isinstance(value, (list, tuple, dict)) or _is_iterator(value):
         is_dict = isinstance(value, dict)
         items = list(value.items()) if is_dict else list(value)
         out.append("{" if is_dict else "[")
@@ -112,6 +112,14 @@ def _json(value: Any, lvl: int, indent: int, item_sep: str, key_sep: str, out: l
         out.append("}" if is_dict else "]")
     else:
         out.append("null")
+
+
+def _is_iterator(value: Any) -> bool:
+    """Jinja2's ``map``/``select`` filters return generators where the server's return arrays
+    (value.cpp:1061): ``tools|map(attribute='function')|tojson`` is a JSON array on both."""
+    import types
+
+    return isinstance(value, types.GeneratorType)
 
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
@@ -144,6 +152,8 @@ def _fromjson(value: str) -> Any:
 
 def _with_helpers(env: jinja2.Environment) -> jinja2.Environment:
     env.filters["tojson"] = _tojson
+    env.filters["string"] = jinja_values.string_filter
+    env.filters["safe"] = jinja_values.safe_filter
     env.filters["fromjson"] = _fromjson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -151,12 +161,15 @@ def _with_helpers(env: jinja2.Environment) -> jinja2.Environment:
 
 
 _ENV_ARGS = dict(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined,
-                 extensions=["jinja2.ext.loopcontrols"], autoescape=False)
+                 extensions=["jinja2.ext.loopcontrols", jinja_values.GenerationTag], autoescape=False)
+#: templates from GGUFs, files and servers: ``{{ }}`` printed as llama.cpp's engine prints it
+#: (the bundled ones are written for this project and keep Jinja2's printing)
+_SANDBOX_ARGS = dict(_ENV_ARGS, finalize=jinja_values.output)
 
 
 @lru_cache(maxsize=1)
 def _environment() -> sandbox.BoundedSandbox:
-    return _with_helpers(sandbox.BoundedSandbox(**_ENV_ARGS))
+    return _with_helpers(sandbox.BoundedSandbox(**_SANDBOX_ARGS))
 
 
 @lru_cache(maxsize=1)
@@ -211,6 +224,15 @@ class _PDict(dict, _Seen):
             if isinstance(v, _Seen):
                 v.used = True
         return super().items()
+
+    def get(self, key, default=None):  # type: ignore[override]
+        # ``message.get('content')`` reads the value as ``message.content`` does (the server's
+        # ``get`` returns ``obj->at(key)``, value.cpp:1211): Reka-Edge reads its system turn so
+        self._see("object_access")
+        value = super().get(key, default)
+        if isinstance(value, _Seen):
+            value.used = True
+        return value
 
 
 class _PList(list, _Seen):
@@ -279,7 +301,7 @@ def _probe_filter(name: str, fn: Any) -> Any:
 
 @lru_cache(maxsize=1)
 def _probe_environment() -> ImmutableSandboxedEnvironment:
-    env = _with_helpers(_ProbeEnvironment(**_ENV_ARGS))
+    env = _with_helpers(_ProbeEnvironment(**_SANDBOX_ARGS))
     env.filters = {k: _probe_filter(k, f) for k, f in env.filters.items()}
     return env
 
@@ -403,6 +425,16 @@ def _reasoning_markers(source: str, trusted: bool) -> tuple[str, str]:
     return (start, end) if start.strip() and end.strip() else ("", end if end.strip() else "")
 
 
+#: from this build the server sets the ``preserve_reasoning`` template kwarg to true unless told
+#: otherwise (common/arg.cpp:964-966 of b11434, :969-971 of b10865; b10001 has no default) and,
+#: for a boolean ``preserve_reasoning``, the variables templates read to keep past reasoning
+#: (``caps_apply_preserve_reasoning``, common/jinja/caps.cpp:22-27; chat.cpp:940-943 of b11434).
+#: 10865 is the earliest sdist read with it, not necessarily the first build that had it.
+PRESERVE_REASONING_FROM = 10865
+PRESERVE_REASONING = {"preserve_reasoning": True, "preserve_thinking": True, "clear_thinking": False,
+                      "truncate_history_thinking": False, "drop_thinking": False}
+
+
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
            add_generation_prompt: bool = True, *, build_number: int | None = None,
            now: datetime | None = None, allow_media: bool = True, **kwargs: Any) -> str:
@@ -419,11 +451,17 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     prep = prepare(template.source, template_caps(template), messages, tools,
                    add_generation_prompt=add_generation_prompt, build_number=build_number,
                    allow_media=allow_media)
+    if not template.trusted and handlers.is_ministral_3(template.source):
+        prep.messages = handlers.ministral_3_messages(prep.messages)
+    elif not template.trusted and handlers.is_outdated_gemma4(template.source):
+        prep.messages = handlers.gemma4_tool_responses(prep.messages)
     ctx: dict[str, Any] = dict(messages=prep.messages, bos_token=template.bos_token, eos_token=template.eos_token,
                                enable_thinking=True)
     if prep.tools:
         ctx["tools"] = prep.tools
     ctx.update(extra_context(now))
+    if build_number is not None and build_number >= PRESERVE_REASONING_FROM:
+        ctx.update(PRESERVE_REASONING)
     ctx.update(kwargs)
     gen = add_generation_prompt and prep.continuation is None
     if gen:

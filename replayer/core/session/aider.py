@@ -1,4 +1,5 @@
-"""Aider's ``.aider.chat.history.md``, split back the way ``--restore-chat-history`` does.
+"""Aider's ``.aider.chat.history.md``, split back the way ``--restore-chat-history`` does
+(the whole file: every ``# aider chat started at`` session in it).
 
 ``####`` lines are user input, ``>`` lines are tool output (dropped), ``#`` lines are
 headers; everything else is assistant markdown. Aider has no native tool calls, and its
@@ -30,9 +31,9 @@ def load(path: Path) -> Session:
     except ReplayerError as exc:
         raise ImportFailed(str(exc)) from None
     text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
-    # only the last chat session is what a restore continues
-    starts = [i for i, ln in enumerate(text.split("\n")) if ln.startswith(MAGIC)]
-    lines = text.split("\n")[starts[-1]:] if starts else text.split("\n")
+    # --restore-chat-history reads the whole file: every chat session in it, not the last one
+    lines = text.split("\n")
+    n_sessions = sum(1 for ln in lines if ln.startswith(MAGIC))
     out: list[Message] = []
     role, buf = None, []
 
@@ -66,7 +67,9 @@ def load(path: Path) -> Session:
         raise ImportFailed(f"{path} has no chat turns")
     return Session(format=FORMAT, path=str(path), messages=out, system_prompt=None, tools=None,
                    stats=ImportStats(lines=len(lines), branch_length=len(out), entries_total=len(out)),
-                   warnings=["aider's request also holds a repo map and file contents, not stored here"])
+                   warnings=["aider's request also holds a repo map and file contents, not stored here"]
+                   + ([f"{n_sessions} aider chat sessions in the file, all restored as one history "
+                       "(as --restore-chat-history does)"] if n_sessions > 1 else []))
 
 
 def detect_head(head: Head) -> float:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session import claude_wire
 from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
-    ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
+    IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
@@ -63,8 +64,85 @@ def load(path: Path, *, images: str = "omit") -> Session:
     stats.branch_length = len(chain)
     if chain and chain[0].get("type") == "system" and chain[0].get("subtype") == "compact_boundary":
         stats.compactions_applied = 1
+    chain = _with_preserved(chain, by_uuid, stats)
     transcript = _Transcript(_responses(main, chain), stats, images).read(chain)
-    return _session(path, records, by_uuid, chain, transcript, warnings)
+    transcript.messages = _send_shape(transcript.messages, stats, warnings)
+    session = _session(path, records, by_uuid, chain, transcript, warnings)
+    sent = claude_wire.read(records)
+    if sent is not None:
+        _as_sent(session, sent, records, images)
+    return session
+
+
+def _with_preserved(chain: list[dict], by_uuid: dict[str, dict], stats: ImportStats) -> list[dict]:
+    """A partial compaction keeps a stretch of the old history (``compactMetadata.preservedSegment``:
+    ``headUuid`` … ``tailUuid``) after its summary; the new thread does not link to it, so it is
+    put back after the summary, as Claude Code sends it."""
+    if not chain or chain[0].get("subtype") != "compact_boundary":
+        return chain
+    seg = (chain[0].get("compactMetadata") or {}).get("preservedSegment")
+    if not isinstance(seg, dict) or seg.get("tailUuid") not in by_uuid:
+        return chain
+    kept = path_to_root(by_uuid[seg["tailUuid"]], by_uuid, id_key="uuid", parent_key="parentUuid")
+    head = next((k for k, r in enumerate(kept) if r.get("uuid") == seg.get("headUuid")), 0)
+    kept = [r for r in kept[head:] if r.get("uuid") not in {c.get("uuid") for c in chain}]
+    if not kept:
+        return chain
+    at = next((k + 1 for k, r in enumerate(chain) if r.get("isCompactSummary")), 1)
+    stats.branch_length += len(kept)
+    return chain[:at] + kept + chain[at:]
+
+
+def _send_shape(messages: list[Message], stats: ImportStats, warnings: list[str]) -> list[Message]:
+    """The messages as Claude Code sends them: consecutive user records are one user message
+    (the API's turns alternate), and a tool result without its call is flagged, not hidden."""
+    out: list[Message] = []
+    calls: set[str] = set()
+    for m in messages:
+        calls.update(tc.id for tc in m.tool_calls)
+        if m.role == "tool" and m.tool_call_id not in calls:
+            stats.orphan_results += 1
+        if m.role == "user" and out and out[-1].role == "user":
+            prev = out[-1]
+            parts = (prev.content if isinstance(prev.content, list) else [TextPart(text=prev.text())]) + \
+                (m.content if isinstance(m.content, list) else [TextPart(text=m.text())])
+            out[-1] = prev.model_copy(update={"content": parts, "origin": prev.origin or m.origin})
+            continue
+        out.append(m)
+    if stats.orphan_results:
+        warnings.append(f"{stats.orphan_results} tool results have no call in the rebuilt history "
+                        "(a broken parent chain); the request would be refused by the API as it stands")
+    if stats.image_placeholders:
+        warnings.append(f"{stats.image_placeholders} images in tool results are placeholders "
+                        "(\"(image omitted: …)\"); use --images keep to keep their size")
+    return out
+
+
+def _as_sent(session: Session, sent: claude_wire.WireLog, records: list[dict], images: str) -> None:
+    """The conversation as Claude Code last sent it (its own wire records), then the reply to
+    that request: send-time reminders and listings included, prompt and tools as sent."""
+    msgs: list[Message] = []
+    for m in sent.messages:
+        role = m.get("role")
+        if role == "assistant":
+            a = _assistant([{"message": m}], None)
+            if a is not None:
+                msgs.append(a)
+        elif role == "system":
+            msgs.append(Message(role="system", content=_text_of(m.get("content")), origin="send-time"))
+        else:
+            msgs.extend(_user({"message": m}, None, images))
+    reply = [r for r in records[sent.after + 1:] if r.get("type") == "assistant" and not r.get("isSidechain")]
+    if reply:
+        ids = {(reply[0].get("message") or {}).get("id")}
+        a = _assistant([r for r in reply if (r.get("message") or {}).get("id") in ids], None)
+        if a is not None:
+            msgs.append(a)
+    session.messages = msgs
+    session.system_prompt = claude_wire.system_text(sent.system)
+    session.tools = claude_wire.tools_as_functions(sent.tools) or None
+    session.warnings.append(f"rebuilt from Claude Code's own record of its {sent.requests} requests "
+                            "(api-request records): send-time reminders and listings included")
 
 
 def _index(records: list[dict], stats: ImportStats) -> dict[str, dict]:
@@ -185,7 +263,8 @@ class _Transcript:
         on_chain = self.responses.on_chain
         self.stats.recovered_tool_calls += sum(1 for g in group if g["uuid"] not in on_chain
                                                for b in _blocks(g) if b.get("type") == "tool_use")
-        if r.get("isApiErrorMessage"):
+        if r.get("isApiErrorMessage") or (r.get("message") or {}).get("model") == "<synthetic>":
+            # an error, or Claude Code's own "No response requested.": never a model's turn, never sent
             self.stats.dropped_turns += 1
             return
         msg = _assistant(group, ts)
@@ -214,14 +293,17 @@ class _Transcript:
             self.consumed.add(h["uuid"])
             if h["uuid"] not in self.responses.on_chain:
                 self.stats.recovered_tool_results += sum(1 for b in _blocks(h) if b.get("type") == "tool_result")
-            self.messages.extend(_user(h, iso_to_s(h.get("timestamp")), self.images))
+            self.messages.extend(_user(h, iso_to_s(h.get("timestamp")), self.images, self.stats))
 
     def _other(self, r: dict, ts: float | None) -> None:
         """A user record not already placed after its calls, or an attachment's rendered text."""
         t = r.get("type")
         if t == "user":
-            if not (r.get("isVisibleInTranscriptOnly") or r["uuid"] in self.consumed):
-                self.messages.extend(_user(r, ts, self.images))
+            # the compaction summary is flagged visible-in-transcript-only, yet it is what the
+            # next request starts with
+            hidden = r.get("isVisibleInTranscriptOnly") and not r.get("isCompactSummary")
+            if not (hidden or r["uuid"] in self.consumed):
+                self.messages.extend(_user(r, ts, self.images, self.stats))
         elif t == "attachment":
             rendered = (r.get("attachment") or {}).get("rendered") or []
             text = "\n".join(x.get("content", "") for x in rendered if isinstance(x, dict) and x.get("content"))
@@ -289,7 +371,7 @@ def _assistant(group: list[dict], ts: float | None) -> Message | None:
                    tool_calls=calls, timestamp=ts)
 
 
-def _user(r: dict, ts: float | None, images: str) -> list[Message]:
+def _user(r: dict, ts: float | None, images: str, stats: ImportStats | None = None) -> list[Message]:
     content = (r.get("message") or {}).get("content")
     origin = "compact_summary" if r.get("isCompactSummary") else ("meta" if r.get("isMeta") else None)
     if isinstance(content, str):
@@ -303,6 +385,12 @@ def _user(r: dict, ts: float | None, images: str) -> list[Message]:
         if bt == "tool_result":
             inner = b.get("content")
             text = _text_of(inner)
+            n_img = sum(1 for x in inner if isinstance(x, dict) and x.get("type") == "image") \
+                if isinstance(inner, list) else 0
+            if n_img and images != "keep":  # the image leaves its placeholder, not an empty result
+                text = "\n".join(filter(None, [text] + [IMAGE_OMITTED] * n_img))
+                if stats is not None:
+                    stats.image_placeholders += n_img
             if b.get("is_error") and not text:
                 text = "(tool error)"
             out.append(Message(role="tool", content=text, tool_call_id=str(b.get("tool_use_id", "")),

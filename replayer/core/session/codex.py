@@ -2,9 +2,11 @@
 
 Codex resumes by sending every stored ``response_item`` (from the last compaction's
 ``replacement_history`` on, minus rolled-back turns) to the Responses API with the base
-instructions. For llama-server's chat endpoint the base instructions and developer/system
-items fold into one leading system message; consecutive assistant items of a turn become
-one assistant message with ``tool_calls``.
+instructions. Codex 0.171 sends the base instructions as the first ``developer`` input item
+and each stored developer item as one more (so they stay ``developer`` messages here, not
+folded, not ``user``); consecutive assistant items of a turn become one assistant message
+with ``tool_calls``. The stored ``base_instructions`` are longer than what is sent (Codex
+drops sections for tools it does not offer): a capture of the agent replaces them.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def load(path: Path, *, images: str = "omit") -> Session:
         session_id=meta.get("id") or meta.get("session_id"), cwd=meta.get("cwd"),
         provider=meta.get("model_provider"), model=model, created=iso_to_s(meta.get("timestamp")),
         updated=iso_to_s(lines[-1].get("timestamp")), messages=turns.messages,
-        system_prompt=turns.system_prompt() if has_base else None,
+        system_prompt=turns.system_prompt() if has_base else None, system_role="developer",
         tools=None, usage=usage, stats=stats, warnings=warnings,
     )
 
@@ -151,12 +153,11 @@ class _Turns:
         role = it.get("role")
         text_parts, image_parts = _content(it.get("content"), self.images)
         if role in ("developer", "system"):
+            # sent as its own input item after the base instructions (Codex 0.171: permissions,
+            # skills), so kept as one message of that role, not folded into the prompt
             self.flush()
-            text = "\n".join(p.text for p in text_parts)
-            if not self.messages and self.acc is None:
-                self.system_parts.append(text)
-            else:  # a later developer block: most templates allow one leading system only
-                self.messages.append(Message(role="user", content=text, origin="developer"))
+            self.messages.append(Message(role=role, content="\n".join(p.text for p in text_parts),
+                                         origin="developer"))
         elif role == "assistant":
             a = self.assistant()
             text = "".join(p.text for p in text_parts)

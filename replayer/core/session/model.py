@@ -92,6 +92,8 @@ class ImportStats(BaseModel):
     sidechain_records: int = 0
     recovered_tool_calls: int = 0  # tool calls found off the walked chain (Claude Code 2.x parallel calls)
     recovered_tool_results: int = 0  # their results, found on sibling branches
+    image_placeholders: int = 0  # images (in tool results too) replaced by the omitted-image text
+    orphan_results: int = 0  # tool results whose call is not in the rebuilt history
 
     def count_unknown(self, kind: object) -> None:
         """One more record of a type the importer does not know (any JSON value: the file is untrusted)."""
@@ -122,6 +124,7 @@ class Session(BaseModel):
     messages: list[Message]
     system_prompt: str | None = None  # None = not stored by this agent/version
     tools: list[dict[str, Any]] | None = None  # None = not stored
+    system_role: str = "system"  # the role the agent sends its prompt in (pi, Codex: developer)
     extra_body: dict[str, Any] = Field(default_factory=dict)  # stored request fields
     usage: Usage = Field(default_factory=Usage)
     stats: ImportStats = Field(default_factory=ImportStats)

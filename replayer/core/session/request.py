@@ -83,21 +83,31 @@ def load_tools(path: str | Path) -> list[dict[str, Any]]:
 
 def request_from_files(session: Session, system_prompt_path: str | None = None,
                        tools_path: str | None = None) -> ChatRequest:
-    """``build_request`` with the user's ``--system-prompt FILE`` / ``--tools FILE``, when given."""
-    return build_request(session,
-                         system_prompt=load_system_prompt(system_prompt_path) if system_prompt_path else None,
-                         tools=load_tools(tools_path) if tools_path else None)
+    """``build_request`` with the user's ``--system-prompt FILE`` / ``--tools FILE``, when given,
+    else with what ``replayer agents capture`` learnt from the user's own agent, when cached."""
+    from replayer.core.agents.apply import captured_parts
+
+    sp = load_system_prompt(system_prompt_path) if system_prompt_path else None
+    tl = load_tools(tools_path) if tools_path else None
+    parts = captured_parts(session, need_prompt=sp is None, need_tools=tl is None and session.tools is None)
+    req = build_request(session, system_prompt=sp if sp is not None else parts.system_prompt,
+                        tools=tl if tl is not None else parts.tools, system_role=parts.system_role)
+    req.notes.extend(parts.notes)
+    return req
 
 
 def build_request(session: Session, *, system_prompt: str | None = None,
-                  tools: list[dict[str, Any]] | None = None) -> ChatRequest:
+                  tools: list[dict[str, Any]] | None = None, system_role: str | None = None) -> ChatRequest:
     req = ChatRequest(body={})
     sp = system_prompt if system_prompt is not None else session.system_prompt
     tl = tools if tools is not None else session.tools
     msgs: list[dict[str, Any]] = []
-    first_is_system = bool(session.messages) and session.messages[0].role in ("system", "developer")
+    # the conversation's own first message is its prompt (a chat body), unless the session stores
+    # the prompt apart: then a leading developer item is one more message (Codex)
+    first_is_system = bool(session.messages) and session.messages[0].role in ("system", "developer") \
+        and session.system_prompt is None and session.messages[0].origin != "developer"
     if sp is not None:
-        msgs.append({"role": "system", "content": sp})
+        msgs.append({"role": system_role or session.system_role, "content": sp})
         if first_is_system and system_prompt is not None:
             req.notes.append("the supplied system prompt replaces the stored one")
     elif not first_is_system:
@@ -116,8 +126,11 @@ def build_request(session: Session, *, system_prompt: str | None = None,
     if session.model:
         req.body.setdefault("model", session.model)
     if req.missing:
+        from replayer.core.agents.apply import missing_estimate
+
         req.notes.append(
             f"{session.format} does not store the {' and '.join(m.replace('_', ' ') for m in req.missing)}"
-            f" of this session; supply them with --system-prompt / --tools for an exact prompt"
+            f" of this session{missing_estimate(session.format, req.missing)}; supply them with "
+            "--system-prompt / --tools, or capture them with `replayer agents capture`, for an exact prompt"
         )
     return req

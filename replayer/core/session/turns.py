@@ -128,10 +128,11 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
     s = load_session(path, format, images=images)
     req = request_from_files(s, system_prompt, tools)
     notes: list[str] = []
-    if s.format == "chat-requests":
-        from replayer.core.session import request_log
+    if s.format in ("chat-requests", "traffic-log"):  # logs of the requests as sent: the turns are the lines
+        from replayer.core.session import recorded_traffic, request_log
 
-        bodies, _ = request_log.read_bodies(Path(path).expanduser())
+        reader = request_log if s.format == "chat-requests" else recorded_traffic
+        bodies, _ = reader.read_bodies(Path(path).expanduser())
         turns, exact = turns_of_bodies(bodies), True
     else:
         turns, exact = turns_of_request(req), False

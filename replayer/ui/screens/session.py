@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
@@ -33,8 +32,8 @@ from replayer.core.errors import ReplayerError
 from replayer.core.redact import redact
 from replayer.core.replay import ReplayConfig
 from replayer.core.session import Session
-from replayer.core.session_replay import (SessionPrepared, prepare_session, report, session_events,
-                                          to_markdown, to_text)
+from replayer.core.session_replay import (SESSION_FORMATS, SessionPrepared, prepare_session, report,
+                                          session_events, session_report, to_text)
 from replayer.ui.screens.replay import DRAIN_SLICE, ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
 
@@ -219,8 +218,6 @@ class SessionScreen(ReplayScreen):
                                      what_if=self.spec.what_if)
 
     def export_bytes(self, fmt: str) -> bytes:
-        if fmt == "md":
-            return to_markdown(self.doc, self.runs).encode()
-        if fmt == "json":
-            return orjson.dumps(self.doc, option=orjson.OPT_INDENT_2)
+        if fmt in SESSION_FORMATS:  # the CLI's documents, redacted by core/export.py
+            return session_report(self.doc, self.runs, fmt)
         return super().export_bytes(fmt)  # csv: one row per batch, every turn's

@@ -21,6 +21,7 @@ from replayer.core.builds.catalog import BUILD_PRESETS, parse_build
 from replayer.core.builds import manager
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
+from replayer.core.options import option
 from replayer.core.replay import ReplayConfig, prepare
 from replayer.core.session import Session
 from replayer.ui.widgets.key_footer import KeyFooter
@@ -28,8 +29,15 @@ from replayer.ui.widgets.key_footer import KeyFooter
 LIVE_BACKEND = "cpu"  # what `builds install` compiles by default: the backend a live run starts on
 
 
-MODE_OPTIONS = [("resume — one cold prefill of the whole conversation", "resume"),
-                ("session — every turn as the agent sent it", "session")]
+def choice_options(name: str) -> list[tuple[str, str]]:
+    """A Select's (label, value) rows from the option table's choices."""
+    return [(label, value) for value, label in option(name).choices or ()]
+
+
+#: the setup screen's text fields: (control id, option name), typed and ranged as the CLI's
+TEXT_FIELDS = (("n-batch", "batch_size"), ("n-ubatch", "ubatch_size"), ("cms", "cms"),
+               ("ctx-checkpoints", "ctx_checkpoints"))
+MODE_OPTIONS = choice_options("mode")
 WHAT_IF_OPTIONS = [("none — the session as recorded", what_ifs.NONE),
                    *((w.option, w.name) for w in what_ifs.WHAT_IFS)]
 
@@ -96,21 +104,18 @@ class SetupScreen(Screen):
                 yield Label("what-if", id="what-if-label")
                 yield Select(WHAT_IF_OPTIONS, value=self.what_if, allow_blank=False, id="what-if")
                 yield Label("engine")
-                yield Select([("simulated (cost model)", "simulated"), ("live (real llama-server)", "live")],
-                             value=c.engine, allow_blank=False, id="engine")
+                yield Select(choice_options("engine"), value=c.engine, allow_blank=False, id="engine")
                 yield from self._cost_model_rows(c)
                 yield Label("GGUF (live)")
                 yield Input(placeholder="path to a .gguf model for live runs", id="gguf")
                 yield Label("-b / -ub")
                 with Horizontal():
-                    yield Input(str(c.n_batch), id="n-batch", type="integer", tooltip="-b, --batch-size")
-                    yield Input(str(c.n_ubatch), id="n-ubatch", type="integer", tooltip="-ub, --ubatch-size")
+                    yield self._field("n-batch", c)
+                    yield self._field("n-ubatch", c)
                 yield Label("-cms / ckpts")
                 with Horizontal():
-                    yield Input("" if c.checkpoint_min_step is None else str(c.checkpoint_min_step),
-                                placeholder="build's", id="cms", type="integer", tooltip="--checkpoint-min-step")
-                    yield Input(str(c.ctx_checkpoints), id="ctx-checkpoints", type="integer",
-                                tooltip="--ctx-checkpoints")
+                    yield self._field("cms", c, placeholder="build's")
+                    yield self._field("ctx-checkpoints", c)
         with Vertical(id="actions"):
             yield Static("", id="setup-error")
             with Horizontal(id="action-bar"):
@@ -120,6 +125,12 @@ class SetupScreen(Screen):
                 # last in the focus order: Tab from it goes round to build A, the first control
                 yield Button("Replay  ⏎ / ctrl+r", variant="primary", id="start")
         yield KeyFooter()
+
+    @staticmethod
+    def _field(wid: str, c: ReplayConfig, placeholder: str = "") -> Input:
+        """A text field of the option table: the config's value, the CLI's flags as its tooltip."""
+        opt = option(dict(TEXT_FIELDS)[wid])
+        return Input(opt.text(c), placeholder=placeholder, id=wid, type="integer", tooltip=", ".join(opt.flags))
 
     def _cost_model_rows(self, c: ReplayConfig) -> ComposeResult:
         """GPU, backend and model: what the cost model prices, each with the config's value
@@ -179,19 +190,14 @@ class SetupScreen(Screen):
                 sel.value = value
 
     def read_config(self) -> ReplayConfig:
-        defaults = ReplayConfig()
+        """The config the controls say; each text field parsed by its option's type and range (the
+        CLI's), an empty one is the option's default."""
 
         def val(sel: str) -> str:
             return str(self.query_one(sel, Select).value)
 
-        def num(sel: str, default: int | None) -> int | None:
-            text = self.query_one(sel, Input).value.strip()
-            if not text:
-                return default
-            try:
-                return int(text)
-            except ValueError:
-                raise ReplayerError(f"{sel.lstrip('#')} must be a whole number, got {text!r}") from None
+        texts = {option(name).field: option(name).parse_text(self.query_one(f"#{wid}", Input).value)
+                 for wid, name in TEXT_FIELDS}
 
         def build(which: str) -> str:
             custom = self.query_one(f"#build-{which}-custom", Input).value.strip()
@@ -202,9 +208,7 @@ class SetupScreen(Screen):
             return custom
 
         return ReplayConfig(a=build("a"), b=build("b"), engine=val("#engine"), gpu=val("#gpu"),
-                            backend=val("#backend"), model=val("#model"), n_batch=num("#n-batch", defaults.n_batch),
-                            n_ubatch=num("#n-ubatch", defaults.n_ubatch), checkpoint_min_step=num("#cms", None),
-                            ctx_checkpoints=num("#ctx-checkpoints", defaults.ctx_checkpoints))
+                            backend=val("#backend"), model=val("#model"), **texts)
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.value is Select.NULL:
@@ -260,6 +264,8 @@ class SetupScreen(Screen):
             if missing:
                 self.offer_install(missing, cfg.backend or LIVE_BACKEND)
                 return
+            if self.tokenizer_build_started(cfg):
+                return  # the start runs again once the tokenizer is built
             if val_of(self, "#mode") == "session":  # its turns are laid out on the session screen
                 err.update("")
                 self.app.push_screen(self.session_screen(cfg))
@@ -271,6 +277,31 @@ class SetupScreen(Screen):
             return
         err.update("")
         self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed))
+
+    def tokenizer_build_started(self, cfg: ReplayConfig) -> bool:
+        """A GGUF vocabulary seen for the first time is built (and cached) on a worker thread,
+        its stages shown under the form; then the start goes on. False: nothing to build."""
+        from replayer.core.prompt import gguf_tokenizer
+
+        tok = cfg.tokenizer_eff
+        if not tok.startswith("gguf:") or not gguf_tokenizer.needs_build(tok[len("gguf:"):]):
+            return False
+        status = self.query_one("#setup-error", Static)
+        status.update("[b]first use of this vocabulary: building its tokenizer…[/]")
+
+        def progress(stage: str, done: int, total: int) -> None:
+            self.app.call_from_thread(status.update, f"[b]first use of this vocabulary: {stage} ({done}/{total})[/]")
+
+        def build() -> None:
+            try:
+                gguf_tokenizer.load(tok[len("gguf:"):], progress=progress)
+            except ReplayerError as exc:
+                self.app.call_from_thread(status.update, f"[b red]{exc}[/]")
+                return
+            self.app.call_from_thread(self.action_start)
+
+        self.run_worker(build, thread=True, exclusive=True, group="tokenizer-build")
+        return True
 
     def session_screen(self, cfg: ReplayConfig) -> Screen:
         from replayer.ui.screens.session import SessionScreen, SessionSpec

@@ -1,0 +1,41 @@
+"""``replayer agents``: capture what the user's own agent CLI sends (system prompt, tools)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    from replayer.cli import _out
+    from replayer.core.agents import capture
+    from replayer.core.agents.registry import AGENTS
+
+    if args.agents_cmd == "capture":
+        from replayer.core.agents.capture_run import capture_agent
+
+        cap, path = capture_agent(args.agent, binary=args.binary, project=args.project)
+        _out(f"{cap.agent} {cap.version}: system prompt {len(cap.system_prompt or ''):,} characters "
+             f"({cap.system_role}), {len(cap.tools)} tools, ~{capture.estimated_tokens(cap):,} tokens → {path}"
+             + "".join(f"\n  note: {n}" for n in cap.notes))
+        return 0
+    lines = []
+    for a in AGENTS.values():
+        cap = capture.load_latest(a.name)
+        lines.append(f"{a.name:8} {a.label:12} {a.package} (tested {a.version})  "
+                     + (f"captured {cap.version}" if cap else "not captured"))
+    _out("\n".join(lines))
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("agents", help="the agent CLIs: capture the system prompt and tools they send")
+    p.set_defaults(func=cmd_agents, agents_cmd="list")
+    s = p.add_subparsers(dest="agents_cmd", metavar="ACTION")
+    s.add_parser("list", help="the known agents and their captures")
+    c = s.add_parser("capture", help="run your installed agent once against a local stub model (in a temporary "
+                     "HOME) and keep the system prompt and tools it sends")
+    c.add_argument("agent", help="pi | codex | claude | qwen | cline | opencode")
+    c.add_argument("--binary", help="the agent's executable (default: found on PATH)")
+    c.add_argument("--project", help="the session's project folder, for the prompt's working-directory parts "
+                   "(default: an empty temporary folder)")

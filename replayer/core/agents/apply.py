@@ -1,0 +1,98 @@
+"""A session's missing system prompt and tools, filled from a capture of the agent that wrote it.
+
+A capture is keyed by agent and version; a session written by another version of the agent
+uses the nearest capture of that agent and says so, since prompts change between versions.
+Where no capture exists, the notes carry an estimate of the tokens the rebuilt request lacks
+(measured once per agent on the versions pinned in tests/agents, so a rough size only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from replayer.core.agents import capture
+from replayer.core.agents.registry import AGENTS, agent_of_format
+
+#: system prompt and tool schema characters each agent sent on a first request, measured with
+#: ``replayer agents capture`` on the versions pinned in tests/agents (OpenCode: issue #22's
+#: figure), for the estimate of what a rebuild without them lacks
+TYPICAL_CHARS = {"pi": (2478, 2950), "opencode": (9600, 14000), "codex": (16979, 7245),
+                 "claude": (6927, 31525), "qwen": (26971, 38761), "cline": (4279, 17253)}
+
+
+@dataclass
+class Parts:
+    system_prompt: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    system_role: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
+    """The captured prompt/tools for what the session lacks (nothing when it lacks nothing)."""
+    agent = agent_of_format(session.format)
+    if agent is None:
+        return Parts()
+    # a stored prompt wins, unless the agent is known to send another one
+    header = need_prompt and agent == "claude" and session.system_prompt is not None
+    need_prompt = need_prompt and (session.system_prompt is None or not AGENTS[agent].prompt_as_sent)
+    if not (need_prompt or need_tools or header):
+        return Parts()
+    cap = capture.load(agent, session.agent_version or "") or capture.load_latest(agent)
+    if cap is None:
+        return Parts()
+    if header and not need_prompt:
+        return _billing_header(session, cap)
+    out = Parts(system_role=cap.system_role)
+    prompt, tools = capture.personalised(cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
+    if need_prompt and prompt is not None:
+        out.system_prompt = prompt
+        if session.system_prompt is not None:
+            out.notes.append(f"the stored system prompt ({len(session.system_prompt):,} characters) is not what "
+                             f"{AGENTS[agent].label} sends; the captured one ({len(cap.system_prompt):,}) is used")
+    if need_tools and tools:
+        out.tools = tools
+    which = " and ".join(w for w, used in (("system prompt", out.system_prompt is not None),
+                                           (f"{len(cap.tools)} tools", out.tools is not None)) if used)
+    if which:
+        same = session.agent_version in (None, cap.version)
+        out.notes.append(f"{which} from the capture of {AGENTS[agent].label} {cap.version}"
+                         + ("" if same else f" (the session was written by {session.agent_version})"))
+    return out
+
+
+def missing_estimate(fmt: str, missing: list[str]) -> str:
+    """`` (~N tokens, an estimate)`` for what a rebuild lacks, or "" for an unknown agent."""
+    agent = agent_of_format(fmt)
+    if agent not in TYPICAL_CHARS:
+        return ""
+    prompt, tools = TYPICAL_CHARS[agent]
+    chars = (prompt if "system_prompt" in missing else 0) + (tools if "tools" in missing else 0)
+    return f" (~{chars // 4:,} tokens missing, an estimate)" if chars else ""
+
+
+BILLING = "x-anthropic-billing-header:"
+
+
+def _billing_header(session, cap: capture.Capture) -> Parts:
+    """Claude Code's stored request shape lacks the first system block it sends, a billing header
+    (``x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;``): taken from the capture."""
+    first = (cap.system_prompt or "").split("\n", 1)[0]
+    if not first.startswith(BILLING) or (session.system_prompt or "").startswith(BILLING):
+        return Parts()
+    return Parts(system_prompt=f"{first}\n{session.system_prompt}",
+                 notes=[f"the billing header Claude Code sends before its prompt is from the capture of {cap.version}"])
+
+
+def home_of(path: str, agent) -> str | None:
+    """The HOME a session file sits under, from the agent's session glob (``.qwen/projects/*/chats/*.jsonl``
+    is four folders and a file below HOME)."""
+    from pathlib import Path
+
+    depth = len(Path(agent.sessions).parts)
+    p = Path(path)
+    if len(p.parts) <= depth:
+        return None
+    home = p.parents[depth - 1]
+    return str(home) if (home / Path(agent.sessions).parts[0]).is_dir() else None

@@ -1,0 +1,155 @@
+"""The system prompt and tools an agent really sends, read from one of its requests.
+
+Agents store the conversation but not (or not as sent) the prompt around it, which is often
+most of the first request's tokens. The agent itself is the only reference: a request it sent
+to the stub model holds its prompt and tools, in its own wire format; this module takes them
+out of that request in replayer's chat shape and keeps them, keyed by agent and version, in
+the user's cache (never in the repository: the prompts are the agents' own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replayer.core.paths import cache_dir
+
+
+@dataclass
+class Capture:
+    agent: str
+    version: str
+    api: str  # chat | responses | anthropic
+    system_role: str = "system"  # pi and Codex send theirs as developer
+    system_prompt: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI chat ``tools``
+    notes: list[str] = field(default_factory=list)
+    project: str | None = None  # the working directory of the capture run (a session's own replaces it)
+    date: str | None = None  # the capture run's date, YYYY-MM-DD (a session's own replaces it)
+    home: str | None = None  # the capture run's temporary HOME (the session's own replaces it)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and "text" in b)
+    return ""
+
+
+def function_tool(name: str, description: Any, parameters: Any) -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": name}
+    if description:
+        fn["description"] = description
+    fn["parameters"] = parameters if isinstance(parameters, dict) else {"type": "object", "properties": {}}
+    return {"type": "function", "function": fn}
+
+
+def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Capture:
+    """The prompt and tools of one request the agent sent (its first: no history yet)."""
+    cap = Capture(agent, version, api)
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    if api == "chat":
+        msgs = body.get("messages") or []
+        if msgs and msgs[0].get("role") in ("system", "developer"):
+            cap.system_role, cap.system_prompt = msgs[0]["role"], _text(msgs[0].get("content"))
+        cap.tools = [t for t in tools if isinstance(t, dict)]
+    elif api == "responses":
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        if isinstance(body.get("instructions"), str):
+            cap.system_role, cap.system_prompt = "developer", body["instructions"]
+        elif items and isinstance(items[0], dict) and items[0].get("role") == "developer":
+            # Codex 0.171: the base instructions are the first developer input item
+            cap.system_role, cap.system_prompt = "developer", _text(items[0].get("content"))
+        other = [t.get("type") for t in tools if isinstance(t, dict) and t.get("type") != "function"]
+        cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("parameters"))
+                     for t in tools if isinstance(t, dict) and t.get("type") == "function"]
+        if other:
+            cap.notes.append(f"{len(other)} non-function tools not kept ({', '.join(sorted(set(map(str, other))))})")
+    else:  # anthropic: ``system`` is a string or text blocks
+        system = body.get("system")
+        if system:
+            blocks = system if isinstance(system, list) else [{"text": system}]
+            cap.system_prompt = "\n".join(_text([b]) for b in blocks)
+            if len(blocks) > 1:
+                cap.notes.append(f"system prompt sent as {len(blocks)} blocks, joined with newlines")
+        cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("input_schema"))
+                     for t in tools if isinstance(t, dict) and "name" in t]
+    return cap
+
+
+def cache_path(agent: str, version: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in ".-_@" else "_" for c in f"{agent}@{version}")
+    return agents_dir() / f"{safe}.json"
+
+
+def save(cap: Capture) -> Path:
+    p = cache_path(cap.agent, cap.version)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(orjson.dumps(asdict(cap), option=orjson.OPT_INDENT_2))
+    return p
+
+
+def personalised(cap: Capture, cwd: str | None, created: float | None,
+                 home: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """The capture's prompt and tools with the session's own working directory, HOME and date in
+    place of the capture run's (the agents write them into their prompts: Qwen Code its memory
+    folders, under HOME and named for the project as ``/`` → ``-``)."""
+    import datetime as _dt
+
+    subs: list[tuple[str, str]] = []
+    if cap.project and cwd and cap.project != cwd:
+        subs += [(cap.project.replace("/", "-"), cwd.replace("/", "-")), (cap.project, cwd)]
+    if cap.home and home and cap.home != home:
+        subs.append((cap.home, home))
+    if cap.date and created:
+        day = _dt.datetime.fromtimestamp(created, _dt.timezone.utc).strftime("%Y-%m-%d")
+        if day != cap.date:
+            subs.append((cap.date, day))
+    if not subs:
+        return cap.system_prompt, cap.tools
+    raw = orjson.dumps({"p": cap.system_prompt, "t": cap.tools}).decode()
+    for old, new in subs:
+        raw = raw.replace(orjson.dumps(old).decode()[1:-1], orjson.dumps(new).decode()[1:-1])
+    out = orjson.loads(raw)
+    return out["p"], out["t"]
+
+
+def load(agent: str, version: str) -> Capture | None:
+    """A capture made earlier for this agent and version, if the cache holds one."""
+    p = cache_path(agent, version)
+    try:
+        data = orjson.loads(p.read_bytes())
+        return Capture(**data)
+    except (OSError, orjson.JSONDecodeError, TypeError):
+        return None
+
+
+def estimated_tokens(cap_or_text: Capture | str | None) -> int:
+    """A rough token count (4 characters a token) of what a missing capture would have added."""
+    if cap_or_text is None:
+        return 0
+    if isinstance(cap_or_text, str):
+        return len(cap_or_text) // 4
+    return (len(cap_or_text.system_prompt or "") + len(orjson.dumps(cap_or_text.tools))) // 4
+
+
+def agents_dir() -> Path:
+    """Where captures live (``REPLAYER_AGENTS_DIR`` for tests, else the user cache)."""
+    import os
+
+    env = os.environ.get("REPLAYER_AGENTS_DIR")
+    return Path(env) if env else cache_dir() / "agents"
+
+
+def load_latest(agent: str) -> Capture | None:
+    """The most recently made capture of ``agent`` (any version)."""
+    found = sorted(agents_dir().glob(f"{agent}@*.json"), key=lambda p: p.stat().st_mtime)
+    for p in reversed(found):
+        cap = load(agent, p.stem.split("@", 1)[1])
+        if cap is not None:
+            return cap
+    return None

@@ -1,0 +1,69 @@
+"""``replayer agents capture``: the user's own installed agent, run once against the stub model.
+
+The agent runs in a temporary HOME (none of the user's configuration, keys or sessions are
+read or written) with a prompt the stub answers in text, so it calls no tool; its first
+request's system prompt and tools are kept in the capture cache, keyed by its version.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from replayer.core.agents import capture
+from replayer.core.agents.registry import AGENTS, Agent
+from replayer.core.agents.run import run
+from replayer.core.agents.stub_model import ModelServer
+from replayer.core.errors import ReplayerError
+
+PROMPT = "Reply with one word."
+
+
+def find_binary(agent: Agent, binary: str | None) -> Path:
+    found = binary or shutil.which(agent.binary)
+    if not found or not Path(found).exists():
+        raise ReplayerError(f"{agent.label} is not installed ({agent.binary} not on PATH); "
+                            f"install {agent.package} or pass --binary")
+    return Path(found)
+
+
+def agent_version(agent: Agent, binary: Path) -> str:
+    """The version the agent prints (the capture's key)."""
+    with tempfile.TemporaryDirectory(prefix="replayer-agent-") as home:
+        try:
+            r = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
+                               env={"HOME": home, "PATH": str(binary.parent) + ":/usr/bin:/bin"})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ReplayerError(f"{binary} --version failed: {exc}") from None
+    m = re.search(r"\d+\.\d+\.\d+[\w.+-]*", r.stdout + r.stderr)
+    if m is None:
+        raise ReplayerError(f"cannot tell the version of {binary} from its --version output")
+    return m.group(0)
+
+
+def capture_agent(name: str, *, binary: str | None = None, project: str | None = None) -> tuple[capture.Capture, Path]:
+    if name not in AGENTS:
+        raise ReplayerError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
+    agent = AGENTS[name]
+    exe = find_binary(agent, binary)
+    version = agent_version(agent, exe)
+    with tempfile.TemporaryDirectory(prefix="replayer-agent-") as tmp:
+        home = Path(tmp)
+        proj = Path(project).expanduser() if project else home / "project"
+        if not proj.is_dir():
+            proj.mkdir()
+        with ModelServer(str(proj / "README.md")) as m:
+            if agent.prepare:
+                run(agent, exe, agent.prepare(m.url), home=home, project=proj, url=m.url)
+            r = run(agent, exe, agent.prompt(PROMPT), home=home, project=proj, url=m.url)
+            first = next((q for q in m.log if q.body.get("tools")), None) or (m.log[0] if m.log else None)
+    if first is None:
+        raise ReplayerError(f"{agent.label} sent no request to the stub (exit {r.returncode}): "
+                            f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or ['no output']}")
+    cap = capture.from_request(agent.name, version, agent.api, first.body)
+    cap.project, cap.home, cap.date = str(proj), str(home), time.strftime("%Y-%m-%d", time.gmtime())
+    return cap, capture.save(cap)

@@ -1,0 +1,141 @@
+"""The agent CLIs replayer knows how to run headless: package, pinned version, wire API, setup.
+
+One table serves ``replayer agents capture`` (the user's installed agent, found on PATH) and
+the conformance suite (the pinned npm version, installed into the cache). Each agent is run
+in a temporary HOME, so nothing of the user's configuration or sessions is read or written;
+``setup`` writes the config that points the agent at the local stub model, and returns the
+environment it needs. Facts that hold for the pinned versions: Claude Code needs
+``IS_SANDBOX=1`` as root for ``--dangerously-skip-permissions``; Codex accepts only
+``wire_api = "responses"`` for a custom provider; pi sends its prompt as ``developer`` for a
+reasoning model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+MODEL = "scripted"
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str  # capture key and CLI argument
+    label: str
+    package: str  # npm package
+    version: str  # pinned for the conformance suite
+    binary: str
+    format: str  # replayer's importer for the files it writes
+    api: str  # chat | responses | anthropic
+    setup: Callable[[Path, str], dict[str, str]]  # (home, stub url) -> extra environment
+    prompt: Callable[[str], list[str]]  # one headless prompt
+    resume: Callable[[str], list[str]] | None  # a prompt continuing the last session (None: cannot)
+    sessions: str  # glob under HOME for the session files it writes
+    prompt_as_sent: bool = True  # False: the prompt the file stores is not the one sent (Codex)
+    prepare: Callable[[str], list[str]] | None = None  # a command run once before (stub url -> args)
+    compact: list[str] | None = None  # a headless compaction of the last session
+
+
+def _pi_setup(home: Path, url: str) -> dict[str, str]:
+    d = home / ".pi" / "agent"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "models.json").write_text(json.dumps({"providers": {"stub": {
+        "baseUrl": f"{url}/v1", "api": "openai-completions", "apiKey": "stub",
+        "models": [{"id": MODEL, "reasoning": True}]}}}))
+    return {"PI_OFFLINE": "1"}
+
+
+def _pi_args(text: str) -> list[str]:
+    return ["--provider", "stub", "--model", MODEL, "-p", text]
+
+
+def _codex_setup(home: Path, url: str) -> dict[str, str]:
+    d = home / ".codex"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.toml").write_text(
+        f'model = "{MODEL}"\nmodel_provider = "stub"\napproval_policy = "never"\n'
+        f'sandbox_mode = "danger-full-access"\n\n[model_providers.stub]\nname = "stub"\n'
+        f'base_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "STUB_API_KEY"\n')
+    return {"STUB_API_KEY": "stub", "CODEX_HOME": str(d)}
+
+
+def _codex_args(text: str) -> list[str]:
+    return ["exec", "--skip-git-repo-check", text]
+
+
+def _codex_resume(text: str) -> list[str]:
+    return ["exec", "--skip-git-repo-check", "resume", "--last", text]
+
+
+def _claude_setup(home: Path, url: str) -> dict[str, str]:
+    (home / ".claude").mkdir(parents=True, exist_ok=True)
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "stub", "IS_SANDBOX": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+            "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL}
+
+
+def _claude_args(text: str) -> list[str]:
+    return ["-p", text, "--dangerously-skip-permissions"]
+
+
+def _claude_resume(text: str) -> list[str]:
+    return ["-c", "-p", text, "--dangerously-skip-permissions"]
+
+
+def _qwen_setup(home: Path, url: str) -> dict[str, str]:
+    d = home / ".qwen"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "openai"}},
+                                                 "model": {"name": MODEL}}))
+    return {"OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "stub", "OPENAI_MODEL": MODEL}
+
+
+def _qwen_args(text: str) -> list[str]:
+    return ["-p", text, "--yolo", "--auth-type", "openai", "--model", MODEL]
+
+
+def _qwen_resume(text: str) -> list[str]:
+    return ["-c", *_qwen_args(text)]
+
+
+def _opencode_setup(home: Path, url: str) -> dict[str, str]:
+    d = home / ".config" / "opencode"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "opencode.json").write_text(json.dumps({
+        "autoupdate": False, "share": "disabled", "model": f"stub/{MODEL}", "small_model": f"stub/{MODEL}",
+        "permission": {"edit": "allow", "bash": "allow"},
+        "provider": {"stub": {"npm": "@ai-sdk/openai-compatible", "name": "stub",
+                              "options": {"baseURL": f"{url}/v1", "apiKey": "stub"},
+                              "models": {MODEL: {"name": MODEL, "tool_call": True, "reasoning": True}}}}}))
+    return {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
+
+
+def _cline_auth(url: str) -> list[str]:
+    """Cline configures its provider through its own ``auth`` command (a written providers.json
+    alone leaves it unable to connect)."""
+    return ["auth", "-p", "openai-compatible", "-k", "stub", "-m", MODEL, "-b", f"{url}/v1"]
+
+
+AGENTS: dict[str, Agent] = {a.name: a for a in (
+    Agent("pi", "pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi", "pi", "chat", _pi_setup, _pi_args,
+          lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl"),
+    Agent("codex", "Codex", "@openai/codex", "0.171.0", "codex", "codex", "responses", _codex_setup, _codex_args,
+          _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl", prompt_as_sent=False),
+    Agent("claude", "Claude Code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code", "anthropic",
+          _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl",
+          compact=_claude_resume("/compact")),
+    Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
+          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl"),
+    Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
+          lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
+    # Cline's CLI cannot continue a session headless
+    Agent("cline", "Cline", "cline", "3.0.65", "cline", "cline", "chat", lambda home, url: {},
+          lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth),
+)}
+
+
+def agent_of_format(fmt: str) -> str | None:
+    """The agent whose session files the importer ``fmt`` reads."""
+    return next((a.name for a in AGENTS.values() if a.format == fmt), None)

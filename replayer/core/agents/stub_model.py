@@ -1,0 +1,334 @@
+"""A scripted model on 127.0.0.1 for the real agent CLIs, logging every request they send.
+
+``replayer agents capture`` points the user's own agent at it to learn the system prompt and
+tools that agent sends; the conformance suite (tests/agents) drives each agent through tool
+rounds with it. The agents are the thing observed, so the model only has to be predictable: a user prompt
+holding ``TOOL`` is answered with one call of the agent's own shell (or, failing that, file)
+tool, found in the tools the request carries and filled from that tool's JSON schema; every
+other request is answered with a short text (and a short reasoning where the API has one).
+It speaks the three wire formats the agents use — chat completions, Responses and Anthropic
+Messages — streamed or not — and only on 127.0.0.1. What it logs is the agents' own prompts:
+they stay in memory or the user's cache, never in the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+#: the agents' shell tools, best first; a file-reading tool is the fallback
+SHELL_TOOLS = ("bash", "Bash", "shell", "shell_command", "exec_command", "run_shell_command",
+               "execute_command", "run_terminal_cmd", "run_commands")
+READ_TOOLS = ("read", "Read", "read_file", "view")
+SHELL_COMMAND = "ls"
+
+
+@dataclass
+class Logged:
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    reasoning: str = ""
+    call: tuple[str, str] | None = None  # (tool name, JSON arguments)
+
+
+def _tools(api: str, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Tool name → JSON schema of its parameters, from the request's own tool list."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in body.get("tools") or []:
+        if not isinstance(t, dict):
+            continue
+        if api == "chat" and isinstance(t.get("function"), dict):
+            out[t["function"].get("name", "")] = t["function"].get("parameters") or {}
+        elif api == "responses" and t.get("type") == "function":
+            out[t.get("name", "")] = t.get("parameters") or {}
+        elif api == "anthropic" and "name" in t:
+            out[t["name"]] = t.get("input_schema") or {}
+    return out
+
+
+def _value(key: str, schema: dict[str, Any], file_path: str) -> Any:
+    """A plausible value for one required parameter (a command, a path, a description)."""
+    kind = schema.get("type")
+    k = key.lower()
+    if kind == "array":
+        return [SHELL_COMMAND] if "command" in k or "cmd" in k else []
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return False
+    if kind == "object":
+        return {}
+    if "command" in k or k == "cmd":
+        return SHELL_COMMAND
+    if "path" in k or "file" in k:
+        return file_path
+    return "list the files"
+
+
+def tool_call(api: str, body: dict[str, Any], file_path: str) -> tuple[str, str] | None:
+    """One call of the agent's shell (else read) tool with arguments its schema requires."""
+    tools = _tools(api, body)
+    name = next((n for n in SHELL_TOOLS if n in tools), None) or next((n for n in READ_TOOLS if n in tools), None)
+    if name is None:
+        return None
+    schema = tools[name]
+    props = schema.get("properties") or {}
+    args = {k: _value(k, props.get(k) or {}, file_path) for k in schema.get("required") or list(props)[:1]}
+    return name, json.dumps(args)
+
+
+def _last_input(api: str, body: dict[str, Any]) -> tuple[str, str]:
+    """(kind, text) of what the request ends with: ``tool`` for a tool result, else ``user``."""
+    if api == "chat":
+        msgs = body.get("messages") or [{}]
+        last = msgs[-1]
+        if last.get("role") == "tool":
+            return "tool", ""
+        return "user", json.dumps(last.get("content"))
+    if api == "responses":
+        items = body.get("input") or [{}]
+        items = items if isinstance(items, list) else [{"content": items}]
+        last = items[-1]
+        if str(last.get("type", "")).endswith("_output"):
+            return "tool", ""
+        return "user", json.dumps(last.get("content"))
+    msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"] or [{}]  # Claude Code's mid-
+    content = msgs[-1].get("content")  # conversation system message (listings) is not the user's turn
+    if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        return "tool", ""
+    return "user", json.dumps(content)
+
+
+def script(api: str, body: dict[str, Any], file_path: str) -> Reply:
+    kind, text = _last_input(api, body)
+    if kind == "user" and "TOOL" in text:
+        call = tool_call(api, body, file_path)
+        if call is not None:
+            return Reply(reasoning="The user wants a tool run.", call=call)
+    if kind == "user" and "summar" in text.lower() and "TOOL" not in text:
+        return Reply(text="Summary: the user asked for files to be listed; they were.")
+    return Reply(text="Done." if kind == "tool" else "Hello from the scripted model.", reasoning="Short answer.")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._json({"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "test"}]})
+        else:
+            self._json({"status": "ok"})
+
+    def do_HEAD(self) -> None:
+        self._json({})
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(n) if n else b"{}"
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        path = self.path.split("?")[0]
+        with self.server.lock:
+            self.server.log.append(Logged(path, body, {k.lower(): v for k, v in self.headers.items()}))
+        if path.endswith("/count_tokens"):
+            return self._json({"input_tokens": len(raw) // 4})
+        if path.endswith("/chat/completions"):
+            api = "chat"
+        elif path.endswith("/responses"):
+            api = "responses"
+        elif path.endswith("/messages"):
+            api = "anthropic"
+        else:
+            return self._json({"error": {"message": f"no route {path}"}}, 404)
+        reply = script(api, body, self.server.file_path)
+        stream = bool(body.get("stream"))
+        getattr(self, f"_{api}")(reply, stream, body)
+
+    # -- transport ---------------------------------------------------------------------
+    def _json(self, obj: Any, status: int = 200) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse(self, events: list[tuple[str | None, Any]]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        for name, data in events:
+            chunk = (f"event: {name}\n" if name else "") + "data: " + (
+                data if isinstance(data, str) else json.dumps(data)) + "\n\n"
+            self.wfile.write(chunk.encode())
+        self.wfile.flush()
+        self.close_connection = True
+
+    # -- chat completions --------------------------------------------------------------
+    def _chat(self, r: Reply, stream: bool, body: dict) -> None:
+        cid, created = f"chatcmpl-{self.server.next_id()}", int(time.time())
+        usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+        calls = [{"index": 0, "id": f"call_{self.server.next_id()}", "type": "function",
+                  "function": {"name": r.call[0], "arguments": r.call[1]}}] if r.call else []
+        finish = "tool_calls" if calls else "stop"
+        if not stream:
+            msg: dict[str, Any] = {"role": "assistant", "content": r.text or None}
+            if r.reasoning:
+                msg["reasoning_content"] = r.reasoning
+            if calls:
+                msg["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
+            return self._json({"id": cid, "object": "chat.completion", "created": created, "model": "scripted",
+                               "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage})
+
+        def chunk(delta: dict, fin: str | None = None, **extra) -> tuple[None, dict]:
+            return None, {"id": cid, "object": "chat.completion.chunk", "created": created, "model": "scripted",
+                          "choices": [{"index": 0, "delta": delta, "finish_reason": fin}], **extra}
+
+        ev = [chunk({"role": "assistant", "content": ""})]
+        if r.reasoning:
+            ev.append(chunk({"reasoning_content": r.reasoning}))
+        if r.text:
+            ev.append(chunk({"content": r.text}))
+        if calls:
+            ev.append(chunk({"tool_calls": calls}))
+        ev.append(chunk({}, finish))
+        ev.append((None, {"id": cid, "object": "chat.completion.chunk", "created": created, "model": "scripted",
+                          "choices": [], "usage": usage}))
+        ev.append((None, "[DONE]"))
+        self._sse(ev)
+
+    # -- Responses ---------------------------------------------------------------------
+    def _responses(self, r: Reply, stream: bool, body: dict) -> None:
+        rid = f"resp_{self.server.next_id()}"
+        items: list[dict[str, Any]] = []
+        if r.reasoning:
+            items.append({"type": "reasoning", "id": f"rs_{self.server.next_id()}",
+                          "summary": [{"type": "summary_text", "text": r.reasoning}]})
+        if r.text:
+            items.append({"type": "message", "id": f"msg_{self.server.next_id()}", "role": "assistant",
+                          "status": "completed", "content": [{"type": "output_text", "text": r.text,
+                                                               "annotations": []}]})
+        if r.call:
+            items.append({"type": "function_call", "id": f"fc_{self.server.next_id()}", "status": "completed",
+                          "call_id": f"call_{self.server.next_id()}", "name": r.call[0], "arguments": r.call[1]})
+        usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110}
+        resp = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "completed",
+                "model": "scripted", "output": items, "usage": usage}
+        if not stream:
+            return self._json(resp)
+        ev: list[tuple[str | None, Any]] = [
+            ("response.created", {"type": "response.created", "response": {**resp, "status": "in_progress",
+                                                                             "output": []}})]
+        for k, it in enumerate(items):
+            ev.append(("response.output_item.added", {"type": "response.output_item.added", "output_index": k,
+                                                      "item": it}))
+            if it["type"] == "message":
+                ev.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": it["id"],
+                                                          "output_index": k, "content_index": 0, "delta": r.text}))
+            ev.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": k,
+                                                     "item": it}))
+        ev.append(("response.completed", {"type": "response.completed", "response": resp}))
+        self._sse(ev)
+
+    # -- Anthropic Messages ------------------------------------------------------------
+    def _anthropic(self, r: Reply, stream: bool, body: dict) -> None:
+        mid = f"msg_{self.server.next_id()}"
+        blocks: list[dict[str, Any]] = []
+        if r.reasoning and body.get("thinking"):
+            blocks.append({"type": "thinking", "thinking": r.reasoning, "signature": "sig"})
+        if r.text:
+            blocks.append({"type": "text", "text": r.text})
+        if r.call:
+            blocks.append({"type": "tool_use", "id": f"toolu_{self.server.next_id()}", "name": r.call[0],
+                           "input": json.loads(r.call[1])})
+        stop = "tool_use" if r.call else "end_turn"
+        usage = {"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 0,
+                 "cache_creation_input_tokens": 0}
+        msg = {"id": mid, "type": "message", "role": "assistant", "model": body.get("model", "scripted"),
+               "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+        if not stream:
+            return self._json(msg)
+        ev: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start",
+                                                               "message": {**msg, "content": [], "stop_reason": None}})]
+        for k, b in enumerate(blocks):
+            start = {**b, "input": {}} if b["type"] == "tool_use" else (
+                {"type": "text", "text": ""} if b["type"] == "text" else {"type": "thinking", "thinking": ""})
+            ev.append(("content_block_start", {"type": "content_block_start", "index": k, "content_block": start}))
+            if b["type"] == "text":
+                delta = {"type": "text_delta", "text": b["text"]}
+            elif b["type"] == "thinking":
+                ev.append(("content_block_delta", {"type": "content_block_delta", "index": k,
+                                                   "delta": {"type": "thinking_delta", "thinking": b["thinking"]}}))
+                delta = {"type": "signature_delta", "signature": b["signature"]}
+            else:
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(b["input"])}
+            ev.append(("content_block_delta", {"type": "content_block_delta", "index": k, "delta": delta}))
+            ev.append(("content_block_stop", {"type": "content_block_stop", "index": k}))
+        ev.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                     "usage": {"output_tokens": 10}}))
+        ev.append(("message_stop", {"type": "message_stop"}))
+        self._sse(ev)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, file_path: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.lock = threading.Lock()
+        self.log: list[Logged] = []
+        self.file_path = file_path
+        self._n = 0
+
+    def next_id(self) -> int:
+        with self.lock:
+            self._n += 1
+            return self._n
+
+
+@dataclass
+class ModelServer:
+    """``with ModelServer(file_path) as m:`` — ``m.url``, ``m.log`` (every request, in order)."""
+
+    file_path: str = "/tmp/hello.txt"
+    _srv: _Server | None = field(default=None, init=False)
+
+    def __enter__(self) -> "ModelServer":
+        self._srv = _Server(self.file_path)
+        threading.Thread(target=self._srv.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        assert self._srv is not None
+        self._srv.shutdown()
+        self._srv.server_close()
+
+    @property
+    def url(self) -> str:
+        assert self._srv is not None
+        return f"http://127.0.0.1:{self._srv.server_address[1]}"
+
+    @property
+    def log(self) -> list[Logged]:
+        assert self._srv is not None
+        with self._srv.lock:
+            return list(self._srv.log)

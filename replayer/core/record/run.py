@@ -1,0 +1,52 @@
+"""Running the proxy from a command line: bind, print where, serve until Ctrl-C, report the log."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+from replayer.core.errors import ReplayerError
+from replayer.core.record.proxy import RecordingProxy, Upstream, parse_listen
+from replayer.core.record.traffic_log import TrafficLog
+
+DEFAULT_LISTEN = "127.0.0.1:8081"
+
+
+def default_out() -> Path:
+    return Path(f"replayer-traffic-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+
+
+def open_log(path: Path) -> TrafficLog:
+    try:
+        return TrafficLog(path)
+    except OSError as exc:
+        raise ReplayerError(f"cannot write the traffic log {path}: {exc.strerror or exc}") from None
+
+
+def record(upstream: str, listen: str = DEFAULT_LISTEN, out: Path | None = None,
+           on_ready: Callable[[str, Path], None] | None = None) -> int:
+    """Serve until interrupted; returns the number of lines logged."""
+    up = Upstream.parse(upstream)
+    host, port = parse_listen(listen)
+    path = out or default_out()
+    log = open_log(path)
+    proxy = RecordingProxy(up, log, host, port)
+
+    async def main() -> None:
+        url = await proxy.start()
+        if on_ready is not None:
+            on_ready(url, path)
+        try:
+            await proxy.serve()
+        finally:
+            await proxy.close()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        log.close()
+    return log.lines

@@ -1,0 +1,81 @@
+"""``replay --mode session --server-args "…"``: the session's turns through the user's server setup.
+
+The one-slot session replay (``engine.cache``) walks every turn on one slot; with a server
+command line the turns go through ``ServerSim`` instead — its slots, host cache and idle-slot
+saves — and each turn's schedule is the chosen slot's. The rest of the session replay (events,
+records, the misses' explanations) is unchanged: it reads the same (prompt, common prefix,
+schedule, full re-processing) per turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+from replayer.core.engine.schedule import Schedule
+from replayer.core.engine.simulate import RunSpec
+from replayer.core.hardware import gguf_model
+from replayer.core.prompt.turn_layouts import TurnPrompt
+from replayer.core.runspec import DEFAULT_SESSION_CTX
+from replayer.core.server.help import help_for
+from replayer.core.server.setup import ServerSetup, parse_server_args
+from replayer.core.server.slots import ServerSim
+from replayer.core.server.state_size import from_gguf
+from replayer.core.server.traffic import requests_of
+
+__all__ = ["check_server_args", "server_setup", "server_slot_turns", "setup_notes"]
+
+_KNOBS = {"n_batch": "n_batch", "n_ubatch": "n_ubatch", "n_ctx_checkpoints": "n_ctx_checkpoints",
+          "checkpoint_min_step": "checkpoint_min_step"}
+
+
+def server_setup(server_args: str, spec: RunSpec) -> ServerSetup:
+    return parse_server_args(server_args, help_for(spec.build.effective_number))
+
+
+def server_slot_turns(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
+                      n_ctx: int | None) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool]]:
+    """Every turn through the user's server: (prompt, common prefix with the chosen slot,
+    its schedule — None when the prompt does not fit the slot — and full re-processing)."""
+    setup = server_setup(server_args, spec)
+    gguf = gguf_model.read(model) if model and gguf_model.is_gguf_path(model) else None
+    total = setup.n_ctx or n_ctx or (gguf.n_ctx_train if gguf else DEFAULT_SESSION_CTX)
+    per_slot = total if setup.kv_unified else total // max(1, setup.n_parallel)
+    knobs = dataclasses.replace(spec.knobs, n_ctx=per_slot,
+                                **{k: setup.given[g] for g, k in _KNOBS.items() if g in setup.given})
+    sim = ServerSim(setup, spec.build, knobs, from_gguf(gguf) if gguf else None, total)
+    for f, r in zip(sim.run(requests := requests_of(prompts)), requests):
+        yield r.prompt, f.common_prefix, f.schedule, f.full_reprocess
+
+
+def check_server_args(text: str, config) -> str:
+    """The command line (``@file``: read from that file), parsed for builds A and B now so that
+    an unknown flag is one line before anything runs."""
+    from pathlib import Path
+
+    from replayer.core.errors import ReplayerError
+    from replayer.core.replay import run_spec
+
+    if text.startswith("@"):
+        p = Path(text[1:]).expanduser()
+        try:
+            if p.stat().st_size > 100_000:
+                raise ReplayerError(f"{p}: a command line larger than 100 kB")
+            text = p.read_text(encoding="utf-8", errors="replace").replace("\\\n", " ")
+        except OSError as exc:
+            raise ReplayerError(f"--server-args {p}: {exc.strerror or exc}") from None
+    for run in ("A", "B"):
+        server_setup(text, run_spec(run, config))
+    return text
+
+
+def setup_notes(text: str, config) -> list[str]:
+    """What the report should say about the setup: the flags dropped, and a host-cache limit
+    that cannot be priced without the model's state sizes (no GGUF)."""
+    from replayer.core.replay import run_spec
+
+    setup = server_setup(text, run_spec("A", config))
+    notes = [f"server: {setup.label()} (b{setup.build}'s defaults from {setup.help_source})", *setup.notes]
+    if setup.cache_ram_mib > 0 and not (config.model and gguf_model.is_gguf_path(config.model)):
+        notes.append("server: --cache-ram's limit is not simulated without a GGUF --model (state sizes unknown)")
+    return notes

@@ -1,0 +1,127 @@
+"""Cline's sessions → chat messages: the CLI's ``<id>.messages.json`` and the VS Code extension's
+``tasks/<id>/api_conversation_history.json`` (also Roo Code and Kilo Code, which share it).
+
+Both hold Anthropic-shaped messages (``text``, ``thinking``, ``tool_use`` and ``tool_result``
+blocks), which read as an OpenAI body would lose every tool call. The CLI file also stores the
+system prompt. What Cline 3.0.65 sends differs from what it stores in two ways, both undone
+here: a user prompt stored as ``<user_input mode="act">…</user_input>`` is sent bare, and a
+tool result stored as a list of objects is sent as their compact JSON text.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replayer.core.session.model import ImportStats, Message, Session, ToolCall
+from replayer.core.session.reader import json_args, ms_to_s
+from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
+
+FORMAT = "cline"
+_USER_INPUT = re.compile(r'\A<user_input(?: mode="[^"]*")?>(.*)</user_input>\Z', re.S)
+_BLOCKS = {"text", "thinking", "redacted_thinking", "tool_use", "tool_result", "image", "document"}
+
+
+def _messages_of(doc: Any) -> list | None:
+    if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
+        return doc["messages"]
+    return doc if isinstance(doc, list) else None
+
+
+def detect(doc: Any) -> bool:
+    """Anthropic block lists under user/assistant roles (at least one block of a kind OpenAI lacks,
+    or the CLI's own header fields)."""
+    msgs = _messages_of(doc)
+    if not msgs or not all(isinstance(m, dict) and m.get("role") in ("user", "assistant") for m in msgs):
+        return False
+    if isinstance(doc, dict) and "system_prompt" in doc and ("origin" in doc or "agent" in doc):
+        return True
+    return any(isinstance(m.get("content"), list) and any(
+        isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking") for b in m["content"])
+        for m in msgs)
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
+        return "\n".join(b.get("text", "") for b in content)
+    return orjson.dumps(content).decode()
+
+
+def _user(m: dict, ts: float | None) -> list[Message]:
+    content = m.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    out: list[Message] = []
+    texts: list[str] = []
+    for b in content if isinstance(content, list) else []:
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "tool_result":
+            out.append(Message(role="tool", content=_result_text(b.get("content")),
+                               tool_call_id=str(b.get("tool_use_id", "")), timestamp=ts))
+        elif b.get("type") == "text":
+            t = b.get("text", "")
+            hit = _USER_INPUT.match(t)
+            texts.append(hit.group(1) if hit else t)
+        elif b.get("type") == "image":
+            texts.append("(image omitted: model does not support images)")
+    if texts:
+        out.append(Message(role="user", content="\n".join(texts), timestamp=ts))
+    return out
+
+
+def _assistant(m: dict, ts: float | None) -> Message | None:
+    content = m.get("content")
+    if isinstance(content, str):
+        return Message(role="assistant", content=content, timestamp=ts)
+    texts, thinking, calls = [], [], []
+    for b in content if isinstance(content, list) else []:
+        if not isinstance(b, dict):
+            continue
+        if b.get("type") == "text":
+            texts.append(b.get("text", ""))
+        elif b.get("type") == "thinking":
+            thinking.append(b.get("thinking", ""))
+        elif b.get("type") == "tool_use":
+            calls.append(ToolCall(id=str(b.get("id", "")), name=str(b.get("name", "")),
+                                  arguments=json_args(b.get("input", {}))))
+    if not (texts or thinking or calls):
+        return None
+    return Message(role="assistant", content="".join(texts) or None, reasoning="\n".join(thinking) or None,
+                   tool_calls=calls, timestamp=ts)
+
+
+def load(path: Path) -> Session:
+    doc = read_doc(path, detect, "a Cline session")
+    msgs = _messages_of(doc) or []
+    header = doc if isinstance(doc, dict) else {}
+    out: list[Message] = []
+    stats = ImportStats(entries_total=len(msgs), branch_length=len(msgs))
+    for m in msgs:
+        ts = ms_to_s(m.get("ts"))
+        if m.get("role") == "assistant":
+            a = _assistant(m, ts)
+            if a is not None:
+                out.append(a)
+        else:
+            out.extend(_user(m, ts))
+    origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
+    model = next((m["modelInfo"].get("id") for m in reversed(msgs) if isinstance(m.get("modelInfo"), dict)), None)
+    times = [t for t in (ms_to_s(m.get("ts")) for m in msgs) if t]
+    sp = header.get("system_prompt")
+    return Session(format=FORMAT, agent_version=origin.get("version"), path=str(path),
+                   session_id=header.get("sessionId"), model=model, provider="cline",
+                   created=min(times) if times else None, updated=max(times) if times else None,
+                   messages=out, system_prompt=sp if isinstance(sp, str) else None, stats=stats)
+
+
+def detect_head(head: Head) -> float:
+    return doc_confidence(head, detect, 0.92)
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path))

@@ -1,0 +1,101 @@
+"""Qwen Code chats (``~/.qwen/projects/<cwd>/chats/<id>.jsonl``) → chat messages.
+
+Qwen Code (a Gemini CLI fork) writes one record a line, linked by ``parentUuid`` like Claude
+Code, but its messages are Gemini ``Content``: ``{"role": "user"|"model", "parts": [...]}``
+with ``text`` parts (``thought: true`` for reasoning), ``functionCall`` and
+``functionResponse`` parts. ``system`` records (telemetry, attribution snapshots) are not
+sent. What Qwen Code adds at send time (its system prompt, ``<system-reminder>`` parts with
+the skills listing and the date) is not stored; a capture supplies the prompt and tools.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from replayer.core.session.branch import path_to_root
+from replayer.core.session.model import Message, Session, ToolCall, Usage
+from replayer.core.session.reader import iso_to_s, json_args, read_records
+from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
+
+FORMAT = "qwen-code"
+TYPES = {"user", "assistant", "tool_result", "system"}
+
+
+def _parts(r: dict) -> list[dict]:
+    msg = r.get("message")
+    parts = msg.get("parts") if isinstance(msg, dict) else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def detect(objs: list[dict[str, Any]]) -> bool:
+    """Claude-Code-like records whose messages are Gemini ``parts`` (or that carry Qwen's own fields)."""
+    return any("sessionId" in o and "uuid" in o and is_one_of(o.get("type"), TYPES)
+               and (_parts(o) or "systemPayload" in o or o.get("type") == "tool_result") for o in objs)
+
+
+def _response_text(resp: Any) -> str:
+    if isinstance(resp, dict):
+        for k in ("output", "content", "result", "error"):
+            if isinstance(resp.get(k), str):
+                return resp[k]
+    return json_args(resp) if resp is not None else ""
+
+
+def _messages(r: dict, ts: float | None) -> list[Message]:
+    t = r.get("type")
+    parts = _parts(r)
+    if t == "assistant":
+        texts = [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
+        thoughts = [p["text"] for p in parts if isinstance(p.get("text"), str) and p.get("thought")]
+        calls = [ToolCall(id=str(fc.get("id", "")), name=str(fc.get("name", "")), arguments=json_args(fc.get("args", {})))
+                 for fc in (p.get("functionCall") for p in parts) if isinstance(fc, dict)]
+        if not (texts or calls or thoughts):
+            return []
+        return [Message(role="assistant", content="".join(texts) or None, reasoning="".join(thoughts) or None,
+                        tool_calls=calls, timestamp=ts)]
+    out = [Message(role="tool", content=_response_text(fr.get("response")), tool_call_id=str(fr.get("id", "")),
+                   name=fr.get("name"), timestamp=ts)
+           for fr in (p.get("functionResponse") for p in parts) if isinstance(fr, dict)]
+    texts = [p["text"] for p in parts if isinstance(p.get("text"), str)]
+    if texts:
+        out.append(Message(role="user", content="\n".join(texts), timestamp=ts))
+    return out
+
+
+def load(path: Path) -> Session:
+    records, stats, warnings = read_records(path, "Qwen Code")
+    by_uuid = {r["uuid"]: r for r in records if isinstance(r.get("uuid"), str)}
+    for r in records:
+        if not is_one_of(r.get("type"), TYPES):
+            stats.count_unknown(r.get("type"))
+    leaf = next((r for r in reversed(records) if isinstance(r.get("uuid"), str)), None)
+    chain = path_to_root(leaf, by_uuid, id_key="uuid", parent_key="parentUuid") if leaf else []
+    stats.branch_length = len(chain)
+    messages: list[Message] = []
+    usage = Usage()
+    for r in chain:
+        if r.get("type") == "system" and r.get("subtype") == "chat_compression":
+            stats.compactions_total += 1
+        if r.get("type") not in ("user", "assistant", "tool_result"):
+            continue
+        messages.extend(_messages(r, iso_to_s(r.get("timestamp"))))
+        u = r.get("usageMetadata")
+        if isinstance(u, dict):
+            usage = Usage(input_tokens=u.get("promptTokenCount"), output_tokens=u.get("candidatesTokenCount"),
+                          cache_read_tokens=u.get("cachedContentTokenCount"), context_tokens=u.get("promptTokenCount"))
+    times = [t for t in (iso_to_s(r.get("timestamp")) for r in chain) if t]
+    model = next((r.get("model") for r in reversed(chain) if r.get("model")), None)
+    warnings.append("Qwen Code adds <system-reminder> parts (skills listing, date) at send time; they are not stored")
+    return Session(format=FORMAT, agent_version=next((r.get("version") for r in reversed(chain) if r.get("version")), None),
+                   path=str(path), session_id=next((r.get("sessionId") for r in chain if r.get("sessionId")), None),
+                   cwd=next((r.get("cwd") for r in reversed(chain) if r.get("cwd")), None), provider="openai",
+                   model=model, created=min(times) if times else None, updated=max(times) if times else None,
+                   messages=messages, usage=usage, stats=stats, warnings=warnings)
+
+
+def detect_head(head: Head) -> float:
+    return jsonl_confidence(head, detect, 0.95)
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path))

@@ -1,0 +1,159 @@
+"""The requests an agent sent, and replayer's rebuild of them, in one comparable shape.
+
+Each wire request is reduced to what a chat template reads: per message its role, text,
+reasoning, tool calls (name, parsed arguments, id) and tool-result id, plus the system prompt
+and tool names. Only the comparison uses this reduction; it is not replayer's conversion of
+Responses or Anthropic bodies (the record proxy owns that).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Req:
+    system: str | None
+    system_role: str | None
+    tools: list[str]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    out = []
+    for b in content:
+        if isinstance(b, dict) and isinstance(b.get("text"), str):
+            out.append(b["text"])
+        elif isinstance(b, dict) and b.get("type") in ("image", "image_url", "input_image"):
+            out.append("<image>")
+    return "\n".join(out)
+
+
+def _args(a: Any) -> Any:
+    if isinstance(a, str):
+        try:
+            return json.loads(a)
+        except ValueError:
+            return a
+    return a
+
+
+def _msg(role: str, text: str = "", **kw: Any) -> dict[str, Any]:
+    m: dict[str, Any] = {"role": role, "text": text}
+    m.update({k: v for k, v in kw.items() if v})
+    return m
+
+
+def from_chat(body: dict[str, Any]) -> Req:
+    msgs = list(body.get("messages") or [])
+    system = role = None
+    if msgs and msgs[0].get("role") in ("system", "developer"):
+        role, system = msgs[0]["role"], _text(msgs[0].get("content"))
+        msgs = msgs[1:]
+    out = []
+    for m in msgs:
+        calls = [{"id": c.get("id"), "name": (c.get("function") or {}).get("name"),
+                  "args": _args((c.get("function") or {}).get("arguments"))} for c in m.get("tool_calls") or []]
+        out.append(_msg(m.get("role", ""), _text(m.get("content")),
+                        reasoning=m.get("reasoning_content") or m.get("reasoning"), calls=calls,
+                        call_id=m.get("tool_call_id")))
+    names = [(t.get("function") or {}).get("name") for t in body.get("tools") or []]
+    return Req(system, role, names, out)
+
+
+def from_responses(body: dict[str, Any]) -> Req:
+    items = body.get("input") or []
+    system, role = body.get("instructions"), "developer" if body.get("instructions") else None
+    if system is None and items and items[0].get("type") == "message" and items[0].get("role") == "developer":
+        system, role, items = _text(items[0].get("content")), "developer", items[1:]
+    out: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+    cur: dict[str, Any] | None = None
+    for it in items:
+        t = it.get("type")
+        if t == "reasoning":
+            reasoning += [s.get("text", "") for s in it.get("summary") or []]
+            continue
+        if t == "function_call" or (t == "message" and it.get("role") == "assistant"):
+            if cur is None:
+                cur = _msg("assistant", reasoning="\n".join(reasoning) or None)
+                cur.setdefault("text", "")
+                out.append(cur)
+                reasoning = []
+            if t == "function_call":
+                cur.setdefault("calls", []).append({"id": it.get("call_id"), "name": it.get("name"),
+                                                    "args": _args(it.get("arguments"))})
+            else:
+                cur["text"] += _text(it.get("content"))
+            continue
+        cur = None
+        if t == "function_call_output":
+            out.append(_msg("tool", _text(it.get("output")) if not isinstance(it.get("output"), str)
+                            else it["output"], call_id=it.get("call_id")))
+        elif t == "message":
+            out.append(_msg(it.get("role", ""), _text(it.get("content"))))
+    names = [t.get("name") for t in body.get("tools") or [] if t.get("type") == "function"]
+    return Req(system, role, names, out)
+
+
+def from_anthropic(body: dict[str, Any]) -> Req:
+    system = body.get("system")
+    if isinstance(system, list):
+        system = "\n".join(b.get("text", "") for b in system)
+    out = []
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        if m.get("role") == "assistant":
+            calls = [{"id": b.get("id"), "name": b.get("name"), "args": b.get("input")}
+                     for b in blocks if b.get("type") == "tool_use"]
+            out.append(_msg("assistant", "\n\n".join(b.get("text", "") for b in blocks if b.get("type") == "text"),
+                            reasoning="\n".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking"),
+                            calls=calls))
+            continue
+        if m.get("role") == "system":
+            out.append(_msg("system", "\n".join(_text([b]) for b in blocks)))
+            continue
+        texts = []
+        for b in blocks:
+            if b.get("type") == "tool_result":
+                out.append(_msg("tool", _text(b.get("content")), call_id=b.get("tool_use_id")))
+            elif b.get("type") in ("text", "image"):
+                texts.append(_text([b]))
+        if texts:
+            out.append(_msg("user", "\n".join(texts)))
+    return Req(system if system else None, "system" if system else None,
+               [t.get("name") for t in body.get("tools") or []], out)
+
+
+FROM = {"chat": from_chat, "responses": from_responses, "anthropic": from_anthropic}
+
+
+def diff(rebuilt: Req, sent: Req, *, reasoning: bool = True) -> list[str]:
+    """What differs, one line each ("" lists nothing when the rebuild is the request)."""
+    out = []
+    if rebuilt.system != sent.system:
+        out.append(f"system prompt: {len(rebuilt.system or '')} vs {len(sent.system or '')} characters sent")
+    elif rebuilt.system_role != sent.system_role:
+        out.append(f"system role: {rebuilt.system_role} vs {sent.system_role} sent")
+    if rebuilt.tools != sent.tools:
+        out.append(f"tools: {len(rebuilt.tools)} vs {len(sent.tools)} sent "
+                   f"(only rebuilt {sorted(set(rebuilt.tools) - set(sent.tools))[:5]}, "
+                   f"only sent {sorted(set(sent.tools) - set(rebuilt.tools))[:5]})")
+    a, b = rebuilt.messages, sent.messages
+    if not reasoning:
+        a = [{k: v for k, v in m.items() if k != "reasoning"} for m in a]
+        b = [{k: v for k, v in m.items() if k != "reasoning"} for m in b]
+    if len(a) != len(b):
+        out.append(f"messages: {len(a)} vs {len(b)} sent ({[m['role'] for m in a]} vs {[m['role'] for m in b]})")
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            out.append(f"message {k}: {json.dumps(x)[:300]} vs sent {json.dumps(y)[:300]}")
+            break
+    return out

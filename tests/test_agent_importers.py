@@ -1,0 +1,125 @@
+"""The importers of issue #22, on small hand-made files: Qwen Code, Cline, and the fixes to
+Claude Code, Codex, pi and Aider (each a defect found against the real agents or samples)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from replayer.core.session import build_request, detect_format, load_session
+
+
+def _jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _qwen(uuid: str, parent: str | None, type_: str, message: dict | None = None, **kw) -> dict:
+    r = {"uuid": uuid, "parentUuid": parent, "sessionId": "s1", "timestamp": "2026-12-02T10:00:00.000Z",
+         "type": type_, "cwd": "/p", "version": "0.24.4", **kw}
+    if message is not None:
+        r["message"] = message
+    return r
+
+
+def test_qwen_code_is_not_read_as_claude_code_and_keeps_its_tool_round(tmp_path):
+    f = _jsonl(tmp_path / "chat.jsonl", [
+        _qwen("u1", None, "user", {"role": "user", "parts": [{"text": "list files"}]}),
+        _qwen("s1", "u1", "system", subtype="ui_telemetry", systemPayload={"uiEvent": {}}),
+        _qwen("a1", "s1", "assistant", {"role": "model", "parts": [
+            {"text": "thinking", "thought": True},
+            {"functionCall": {"id": "c1", "name": "run_shell_command", "args": {"command": "ls"}}}]}, model="m"),
+        _qwen("t1", "a1", "tool_result", {"role": "user", "parts": [
+            {"functionResponse": {"id": "c1", "name": "run_shell_command", "response": {"output": "a.txt"}}}]}),
+        _qwen("a2", "t1", "assistant", {"role": "model", "parts": [{"text": "One file."}]}),
+    ])
+    assert detect_format(f) == "qwen-code"
+    s = load_session(f)
+    assert [m.role for m in s.messages] == ["user", "assistant", "tool", "assistant"]
+    assert s.messages[1].reasoning == "thinking"
+    assert s.messages[1].tool_calls[0].name == "run_shell_command"
+    assert json.loads(s.messages[1].tool_calls[0].arguments) == {"command": "ls"}
+    assert s.messages[2].content == "a.txt" and s.messages[2].tool_call_id == "c1"
+    assert s.agent_version == "0.24.4" and s.model == "m"
+
+
+def _cc(uuid: str, parent: str | None, type_: str, content, **kw) -> dict:
+    role = "assistant" if type_ == "assistant" else "user"
+    msg = {"role": role, "content": content}
+    if type_ == "assistant":
+        msg.update(id=kw.pop("mid", f"m_{uuid}"), model=kw.pop("model", "claude-x"))
+    return {"uuid": uuid, "parentUuid": parent, "sessionId": "s", "type": type_, "version": "2.1.6",
+            "timestamp": "2026-01-01T00:00:00Z", "message": msg, **kw}
+
+
+def _compacted(tmp_path, extra: list[dict], preserved: dict | None = None) -> Path:
+    meta = {"trigger": "manual", "preTokens": 1000}
+    if preserved:
+        meta["preservedSegment"] = preserved
+    return _jsonl(tmp_path / "cc.jsonl", [
+        _cc("u0", None, "user", "old question"),
+        _cc("a0", "u0", "assistant", [{"type": "text", "text": "old answer"}]),
+        {"uuid": "cb", "parentUuid": None, "logicalParentUuid": "a0", "sessionId": "s", "type": "system",
+         "subtype": "compact_boundary", "compactMetadata": meta},
+        _cc("cs", "cb", "user", "This session is being continued. Summary: old stuff.",
+            isCompactSummary=True, isVisibleInTranscriptOnly=True),
+        *extra,
+    ])
+
+
+def test_claude_code_keeps_the_compaction_summary_and_merges_it_with_the_next_prompt(tmp_path):
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next"), _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])])
+    msgs = build_request(load_session(f)).messages
+    assert [m["role"] for m in msgs] == ["user", "assistant"]
+    assert [p["text"] for p in msgs[0]["content"]] == ["This session is being continued. Summary: old stuff.", "next"]
+
+
+def test_claude_code_puts_the_preserved_segment_back_after_the_summary(tmp_path):
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next"), _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])],
+                   preserved={"headUuid": "u0", "anchorUuid": "cs", "tailUuid": "a0"})
+    s = load_session(f)
+    assert [m.text() for m in s.messages] == [  # summary and kept question are consecutive user records
+        "This session is being continued. Summary: old stuff.\nold question", "old answer", "next", "ok"]
+
+
+def test_claude_code_drops_synthetic_turns_and_flags_orphans_and_image_results(tmp_path):
+    f = _jsonl(tmp_path / "cc.jsonl", [
+        _cc("u1", None, "user", "look"),
+        _cc("a1", "u1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": "x.png"}}]),
+        _cc("r1", "a1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]),
+        _cc("r2", "r1", "user", [{"type": "tool_result", "tool_use_id": "gone", "content": "lost"}]),
+        _cc("a2", "r2", "assistant", [{"type": "text", "text": "No response requested."}], model="<synthetic>"),
+        _cc("u2", "a2", "user", "again"),
+        _cc("a3", "u2", "assistant", [{"type": "text", "text": "fine"}]),
+    ])
+    s = load_session(f)
+    assert "No response requested." not in [m.text() for m in s.messages] and s.stats.dropped_turns == 1
+    assert s.messages[2].content == "(image omitted: model does not support images)"
+    assert s.stats.image_placeholders == 1 and s.stats.orphan_results == 1
+    assert any("no call" in w for w in s.warnings) and any("placeholders" in w for w in s.warnings)
+
+
+def test_inspect_reports_counts_for_a_session_the_replay_must_refuse(tmp_path, capsys):
+    from replayer.cli import main
+
+    f = tmp_path / "body.json"
+    f.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "x", "arguments": "not json{"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]}))
+    assert main(["inspect", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "messages       5  (user 1, assistant 3, tool 1)" in out and "tool calls     1, results 1" in out
+    assert "replay refused: cannot have 2 or more assistant messages at the end of the list" in out
+
+
+def test_aider_restores_every_chat_session_of_the_file(tmp_path):
+    f = tmp_path / ".aider.chat.history.md"
+    f.write_text("# aider chat started at 2025-01-01 10:00:00\n\n#### first question\n\nfirst answer\n\n"
+                 "# aider chat started at 2025-01-02 10:00:00\n\n#### second question\n\nsecond answer\n")
+    s = load_session(f)
+    assert [m.text() for m in s.messages] == ["first question", "first answer", "second question", "second answer"]
+    assert any("2 aider chat sessions" in w for w in s.warnings)

@@ -1,0 +1,169 @@
+"""A traffic log is a session: the server's Anthropic and Responses conversions, the importer, the replay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import orjson
+import pytest
+
+from replayer.core.errors import ImportFailed
+from replayer.core.session import load_session
+from replayer.core.session.server_conversions import (ConversionError, anthropic_to_chat, normalize_billing_header,
+                                                      responses_to_chat)
+from replayer.core.session.turns import load_turns
+from tests.record_fakes import proxy_to, upstream
+
+TOOLS_A = [{"name": "read", "description": "Read a file", "input_schema": {"type": "object", "properties": {
+    "path": {"type": "string"}}}}]
+
+
+def anthropic_turns(n: int) -> list[dict]:
+    """An Anthropic Messages conversation growing by one tool round trip a request."""
+    msgs: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "fix the bug"}]}]
+    out = []
+    for i in range(n):
+        out.append({"model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "You are an agent."}],
+                    "tools": TOOLS_A, "messages": [dict(m) for m in msgs]})
+        msgs.append({"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"},
+                                                      {"type": "tool_use", "id": f"c{i}", "name": "read",
+                                                       "input": {"path": f"f{i}.py", "lines": [1, 2]}}]})
+        msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"c{i}",
+                                                  "content": [{"type": "text", "text": f"contents {i}"}]}]})
+    return out
+
+
+def test_anthropic_conversion_is_the_servers():
+    body = {"system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=a5145;You are"},
+                       {"type": "text", "text": " Claude."}, {"type": "image"}],
+            "messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant"},
+                         {"role": "assistant", "content": [{"type": "text", "text": "ok"},
+                                                           {"type": "tool_use", "id": "t1", "name": "read",
+                                                            "input": {"z": 1, "a": "é"}}]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+                             {"type": "text", "text": "a"}, {"type": "image", "source": {"type": "url", "url": "u"}},
+                             {"type": "text", "text": "b"}]}, {"type": "text", "text": "go on"}]}],
+            "tool_choice": {"type": "any"}, "stop_sequences": ["X"], "temperature": 0.2, "stream": True,
+            "thinking": {"type": "enabled"}, "metadata": {"user_id": "u_session_1"}}
+    new = anthropic_to_chat(body, 10001)
+    assert new["messages"] == [
+        {"role": "system", "content": "x-anthropic-billing-header: cc_version=2.1; cch=fffff;You are Claude."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}], "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "read", "arguments": '{"z":1,"a":"é"}'}}]},
+        {"role": "user", "content": [{"type": "text", "text": "go on"}]},
+        {"role": "tool", "tool_call_id": "t1", "content": [{"type": "text", "text": "a"}, {
+            "type": "image_url", "image_url": {"url": "u"}}, {"type": "text", "text": "b"}]}]
+    assert (new["tool_choice"], new["stop"], new["max_tokens"], new["temperature"], new["stream"]) == \
+        ("required", ["X"], 4096, 0.2, True)
+    assert new["thinking_budget_tokens"] == 10000 and new["__metadata_user_id"] == "u_session_1"
+    old = anthropic_to_chat(body, 9940)  # before 9981 a tool result's images were dropped, its text joined
+    assert old["messages"][4] == {"role": "tool", "tool_call_id": "t1", "content": "ab"}
+    assert normalize_billing_header("x-anthropic-billing-header: cch=abc;") == "x-anthropic-billing-header: cch=abc;"
+    with pytest.raises(ConversionError):
+        anthropic_to_chat({"system": "s"})
+
+
+def test_responses_conversion_is_the_servers():
+    body = {"instructions": "be brief", "model": "m", "max_output_tokens": 9, "reasoning": {"effort": "low"},
+            "tools": [{"type": "function", "name": "sh", "parameters": {}}, {"type": "web_search"}],
+            "input": [{"role": "user", "content": "hi"},
+                      {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+                      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+                      {"type": "function_call", "call_id": "c1", "name": "sh", "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": "c1", "output": "done"}]}
+    new = responses_to_chat(body, 10865)
+    assert new["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"text": "hi", "type": "text"}]},
+        {"role": "assistant", "content": [{"text": "ok", "type": "text"}], "reasoning_content": "think",
+         "tool_calls": [{"function": {"arguments": "{}", "name": "sh"}, "id": "c1", "type": "function"}]},
+        {"content": "done", "role": "tool", "tool_call_id": "c1"}]
+    assert new["tools"] == [{"type": "function", "function": {"name": "sh", "parameters": {}, "strict": True}}]
+    assert new["max_tokens"] == 9 and "max_output_tokens" not in new and new["reasoning_effort"] == "low"
+    assert "reasoning_effort" not in responses_to_chat(body, 10001) and "reasoning" in responses_to_chat(body, 10001)
+    assert responses_to_chat({"input": "x"})["messages"] == [{"role": "user", "content": "x"}]
+    for bad in ({"input": 3}, {"input": [{"type": "nope"}]}, {"input": "x", "previous_response_id": "r"}):
+        with pytest.raises(ConversionError):
+            responses_to_chat(bad)
+
+
+def _record(tmp_path, requests: list[tuple[str, dict]]) -> object:
+    log = tmp_path / "traffic.jsonl"
+    with upstream() as (url, _), proxy_to(url, log) as p:
+        for endpoint, body in requests:
+            httpx.post(f"{p.url}{endpoint}", json=body)
+        p.wait_lines(len(requests))
+    return log
+
+
+def test_a_recorded_log_imports_as_the_converted_requests_in_order(tmp_path):
+    turns = anthropic_turns(6)
+    reqs = [("/v1/messages", b) for b in turns]
+    reqs.insert(3, ("/v1/chat/completions", {"messages": [{"role": "system", "content": "Write a title."},
+                                                          {"role": "user", "content": "fix the bug"}]}))
+    reqs.append(("/completion", {"prompt": "raw"}))
+    log = _record(tmp_path, reqs)
+    st = load_turns(log)
+    assert st.session.format == "traffic-log" and st.exact
+    want = [anthropic_to_chat(b) for b in turns]
+    want.insert(3, reqs[3][1])
+    assert [t.body["messages"] for t in st.turns] == [w["messages"] for w in want]
+    assert st.turns[1].tools == want[1]["tools"]
+    assert any("/completion" in w for w in st.session.warnings)
+    assert any("2 threads" in w for w in st.session.warnings)
+
+
+def test_a_traffic_log_replays_as_a_session(tmp_path):
+    log = _record(tmp_path, [("/v1/messages", b) for b in anthropic_turns(5)])
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(log), "--mode", "session", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = orjson.loads(r.stdout)
+    assert doc["session"]["format"] == "traffic-log" and doc["session"]["turns"] == 5
+    for run in doc["runs"]:  # each request extends the last: the cache holds all but the new messages
+        assert all(t["cache_n"] > 0 for t in run["turns"][1:]) and not run["misses"]
+
+
+def test_a_log_with_nothing_replayable_is_a_one_line_error(tmp_path):
+    log = tmp_path / "traffic.jsonl"
+    line = {"v": 1, "seq": 1, "endpoint": "/v1/messages", "body": {"messages": []}, "body_sha256": "x",
+            "status": 502, "timings": None, "error": "upstream 127.0.0.1:1 unreachable: Connection refused"}
+    log.write_text(json.dumps(line) + "\n" + json.dumps({**line, "seq": 2}) + "\n")
+    with pytest.raises(ImportFailed, match="no replayable requests.*no server answered"):
+        load_session(log)
+
+
+def test_a_tool_call_without_a_content_key_is_rendered():
+    """The server's Responses conversion makes ``{"role": "assistant", "tool_calls": [...]}`` with no
+    content key; the server renders its tool call (seen on b9859), so the offline render must too."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.prompt.turn_layouts import turn_layouts
+    from replayer.core.session.turns import Turn
+
+    call = {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": '{"a": 1}'}}
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    with_null = [msgs[0], {**msgs[1], "content": None}, msgs[2]]
+    lay = turn_layouts([Turn(0, {"messages": msgs}), Turn(1, {"messages": with_null})], build=parse_build(9859))
+    assert '"sh"' in lay.prompts[0].text and lay.prompts[0].text == lay.prompts[1].text
+
+
+def test_a_prompt_log_folder_is_read_in_the_servers_order(tmp_path):
+    from replayer.core.session.prompt_log import is_prompt_log, read_prompt_log
+
+    d = tmp_path / "prompts"
+    d.mkdir()
+    for ms, text in ((20, "second"), (3, "first"), (1000, "third")):
+        (d / f"{ms:012d}.txt").write_text(text)
+    (d / "notes.md").write_text("mine")
+    assert is_prompt_log(d) and not is_prompt_log(tmp_path)
+    log = read_prompt_log(d)
+    assert log.prompts == ["first", "second", "third"]
+    assert log.warnings == ["skipped 1 entries not named as llama-server names its prompts"]
+    with pytest.raises(ImportFailed, match="no prompt files"):
+        read_prompt_log(tmp_path / "empty" if (tmp_path / "empty").mkdir() is None else None)
