@@ -60,3 +60,10 @@ def test_whole_session_has_no_caveat():
     assert "incomplete session" not in r.stdout
     first = orjson.loads(_replay(PI, "--jsonl").stdout.splitlines()[0])
     assert first["type"] == "run_started"
+
+
+def test_app_screenshot_verdict_carries_the_caveat(truncated, tmp_path):
+    svg = tmp_path / "cut.svg"
+    r = _replay(truncated, "--screenshot", str(svg))
+    assert r.returncode == 0, r.stderr
+    assert "incomplete&#160;session:&#160;1&#160;line(s)" in svg.read_text()
