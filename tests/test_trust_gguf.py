@@ -52,3 +52,18 @@ def test_impossible_head_counts_are_refused(tmp_path, heads, heads_kv):
 def test_sane_heads_still_read(tmp_path):
     m = gguf_model.read(_llama(tmp_path / "ok.gguf", 4, 2))
     assert m.n_head == (4, 4) and m.n_head_kv == (2, 2)
+
+
+def test_array_length_past_the_end_is_refused_before_allocating(tmp_path):
+    """The fuzz run's 83 s / 7.3 GB case: a string array's element count with a high bit flipped."""
+    from replayer.core.tiny_models import make_tiny
+
+    data = bytearray(make_tiny("llama", tmp_path / "tiny.gguf").read_bytes())
+    key = b"tokenizer.ggml.tokens"
+    at = data.index(key) + len(key) + 8  # the value type and the element type, then the count
+    count = struct.unpack("<Q", data[at:at + 8])[0]
+    data[at:at + 8] = struct.pack("<Q", count | (1 << 40))
+    f = tmp_path / "flipped.gguf"
+    f.write_bytes(bytes(data))
+    with pytest.raises(ReplayerError, match="runs past the end of the file"):
+        gguf_model.read(f)

@@ -199,6 +199,59 @@ def check_header_counts(path: str, size: int) -> None:
     if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
         raise ReplayerError(f"{path}: the GGUF header claims {n_kv:,} key-values and {n_tensors:,} tensors, "
                             f"more than {size:,} bytes can hold (damaged header)")
+    _check_kv_lengths(path, order, n_kv, size)
+
+
+#: bytes of each GGUF scalar type (gguf.cpp ``GGUF_TYPE_SIZE``); 8 is a string, 9 an array
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def _check_kv_lengths(path: str, order: str, n_kv: int, size: int) -> None:
+    """Every string and array length in the key-value section checked against the bytes left
+    before the reader allocates for it (a flipped length bit made it take 7 GB)."""
+    import struct
+
+    def bad(what: str) -> ReplayerError:
+        return ReplayerError(f"{path}: a GGUF {what} runs past the end of the file (damaged header)")
+
+    with open(path, "rb") as fh:
+        def take(n: int) -> bytes:
+            if fh.tell() + n > size:
+                raise bad("length")
+            return fh.read(n)
+
+        def u(fmt: str) -> int:
+            return struct.unpack(order + fmt, take(struct.calcsize(fmt)))[0]
+
+        def string() -> None:
+            n = u("Q")
+            if fh.tell() + n > size:
+                raise bad("string")
+            fh.seek(n, 1)
+
+        fh.seek(24)
+        for _ in range(n_kv):
+            string()
+            t = u("I")
+            if t == 8:
+                string()
+            elif t == 9:
+                et, count = u("I"), u("Q")
+                if et == 8:
+                    if fh.tell() + count * 8 > size:
+                        raise bad("array")
+                    for _ in range(count):
+                        string()
+                elif et in _SCALAR:
+                    if fh.tell() + count * _SCALAR[et] > size:
+                        raise bad("array")
+                    fh.seek(count * _SCALAR[et], 1)
+                else:
+                    return  # nested arrays or an unknown type: the reader decides
+            elif t in _SCALAR:
+                take(_SCALAR[t])
+            else:
+                return
 
 
 @lru_cache(maxsize=16)
