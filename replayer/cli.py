@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from replayer import __version__, cli_record
+from replayer import __version__, cli_inspect, cli_record
 from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
 from replayer.cli_args import out as _out, print_json as _json, progress_printer as _progress_printer
 from replayer.core.options import KNOBS, MODEL
@@ -22,92 +22,6 @@ from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
                "bisect", "advise", "record", "agents"}
-
-
-# -- inspect -------------------------------------------------------------------------------
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from replayer.core.session import load_session
-    from replayer.core.session.request import request_from_files
-    from replayer.core.session.turns import count_turns
-
-    s = load_session(args.session, args.format)
-    req = request_from_files(s, args.system_prompt, args.tools)
-    if args.request:
-        _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
-        return 0
-    n_tokens, n_starts, refused = _inspect_layout(req, s.n_chars)
-    info = {
-        "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
-        "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
-        "provider": s.provider,
-        "messages": len(s.messages), "roles": s.role_counts(), "tool_calls": s.n_tool_calls,
-        "tool_results": s.n_tool_results, "tool_calls_recovered": s.stats.recovered_tool_calls,
-        "tool_results_recovered": s.stats.recovered_tool_results, "compactions_applied": s.stats.compactions_applied,
-        "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
-        "entries": s.stats.entries_total, "dropped_turns": s.stats.dropped_turns,
-        "synthetic_results": s.stats.synthetic_results, "bad_lines": s.stats.bad_lines,
-        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": n_tokens,
-        "user_starts": n_starts, "system_prompt_stored": s.system_prompt is not None,
-        "orphan_results": s.stats.orphan_results, "image_placeholders": s.stats.image_placeholders,
-        "replay_refused": refused,
-        "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
-    }
-    if args.json:
-        _json(info)
-        return 0
-    _out(_inspect_text(s, info, req))
-    return 0
-
-
-def _inspect_text(s, info: dict[str, Any], req) -> str:
-    """``inspect``'s terminal lines, from the facts its ``--json`` prints."""
-    refused, n_tokens, n_starts = info["replay_refused"], info["estimated_tokens"], info["user_starts"]
-    roles = ", ".join(f"{k} {v}" for k, v in info["roles"].items())
-    lines = [
-        f"{s.path}",
-        f"  format         {s.format}{' v' + s.format_version if s.format_version else ''}"
-        f"{'  (agent ' + s.agent_version + ')' if s.agent_version else ''}",
-        f"  model          {s.provider or '?'} / {s.model or '?'}",
-        f"  messages       {len(s.messages)}  ({roles})",
-        f"  turns          {info['turns']}  (requests the agent sent; replay --mode session)",
-        f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}" + (
-            f"  ({s.stats.recovered_tool_calls} calls and {s.stats.recovered_tool_results} results recovered "
-            "from parallel branches)" if s.stats.recovered_tool_calls or s.stats.recovered_tool_results else ""),
-        f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
-        f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
-        f"  characters     {s.n_chars:,}",
-        f"  tokens (est.)  {n_tokens:,}  with {n_starts} user/tool-result starts (chatml)" if refused is None
-        else f"  tokens (est.)  ~{n_tokens:,}  (characters / 4: the template cannot render this request)",
-    ]
-    if s.stats.dropped_turns:
-        lines.append(f"  dropped        {s.stats.dropped_turns} aborted/errored assistant turns")
-    for w in s.warnings + req.notes:
-        lines.append(f"  note: {w}")
-    if refused is not None:
-        lines.append(f"  replay refused: {refused.removeprefix('llama-server refuses this request: ')}")
-    return "\n".join(lines)
-
-
-def _inspect_layout(req: Any, n_chars: int) -> tuple[int, int, str | None]:
-    """Estimated tokens and user starts of the resume request; for a request llama-server would
-    refuse, characters / 4, no starts and the reason (inspect still reports the file's counts)."""
-    from replayer.core.prompt import templates
-    from replayer.core.prompt.layout import compute_layout
-
-    try:
-        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
-    except ReplayerError as exc:
-        return n_chars // 4, 0, str(exc)
-    return lay.n_tokens, len(lay.user_starts), None
-
-
-def _text_masked(obj: Any) -> Any:
-    """Message text replaced by its length when ``--redact-text`` asks for it."""
-    from replayer.core import redact
-
-    return redact.mask_message_text(obj) if redact.policy().text else obj
 
 
 # -- layout -------------------------------------------------------------------------------
@@ -126,8 +40,12 @@ def cmd_layout(args: argparse.Namespace) -> int:
     req = request_from_files(s, args.system_prompt, args.tools)
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build,
                          keep_text=args.text)
-    if args.text:  # the prompt exactly as rendered, to diff against a server's /apply-template
-        sys.stdout.write(lay.text or "")
+    if args.text:  # the prompt as rendered, to diff against a server's /apply-template: keys and
+        # the home folder masked like every output (``--no-redact`` for the exact bytes)
+        from replayer.core import redact
+
+        text = redact.redact(lay.text or "")
+        sys.stdout.write(redact.mask_text(text) if redact.policy().text else text)
         sys.stdout.flush()
         return 0
     if args.json:
@@ -236,6 +154,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     rp.prepare()
     if args.app or args.screenshot:
         return _replay_app(args, rp.prepared)
+    if args.jsonl:
+        _jsonl_notes(rp.prepared.meta())
     done = rp.run(on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
                   speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
     for note in done.notes:
@@ -248,6 +168,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not args.jsonl:
         _out(done.report("json" if args.json else "md" if args.markdown else "text").decode())
     return 1 if done.failed else 0
+
+
+def _jsonl_notes(meta: dict[str, Any]) -> None:
+    """The stream's first record when the session was read in part (otherwise the stream starts
+    with ``run_started``, as before): a consumer sees it before any event of the replay."""
+    if meta["incomplete"]:
+        _out(orjson.dumps({"type": "session_notes", "notes": meta["notes"], "incomplete": meta["incomplete"]}))
 
 
 # -- bisect -------------------------------------------------------------------------------
@@ -413,6 +340,8 @@ def cmd_builds(args: argparse.Namespace) -> int:
 
     if args.builds_cmd == "list":
         recs = manager.list_builds()
+        for line in manager.damaged_records():
+            print(f"note: {line}", file=sys.stderr)
         if args.json:
             _json([r.model_dump() for r in recs])
         elif not recs:
@@ -528,7 +457,7 @@ def _parse_inspect(sub: Any) -> None:
     _common_session(p)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     p.add_argument("--request", action="store_true", help="print the rebuilt request body")
-    p.set_defaults(func=cmd_inspect)
+    p.set_defaults(func=cli_inspect.cmd_inspect)
 
 
 def _parse_layout(sub: Any) -> None:

@@ -43,7 +43,8 @@ class SessionPrepared:
         s = self.turns.session
         return {"session": s.path, "format": s.format, "turns": len(self.turns.turns),
                 "turns_exact": self.turns.exact, "what_if": self.what_if,
-                "notes": self.turns.notes + self.turns.request.notes
+                "incomplete": s.incomplete,
+                "notes": s.notes + self.turns.notes + self.turns.request.notes
                 + [f for lay in {id(v): v for v in self.layouts.values()}.values() for f in lay.fallbacks]}
 
 
@@ -182,7 +183,9 @@ def verdict(a: SessionRun, b: SessionRun) -> str:
 
 
 def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = True) -> dict[str, Any]:
-    return {"mode": "session", "session": prep.meta(), "verdict": verdict(a, b),
+    caveat = prep.turns.session.incomplete  # a verdict on part of the session says so
+    return {"mode": "session", "session": prep.meta(),
+            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""),
             "runs": [run_dict(a, turns), run_dict(b, turns)]}
 
 

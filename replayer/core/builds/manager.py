@@ -37,8 +37,8 @@ from replayer.core.builds import index, source, source_rules, toolchain
 from replayer.core.builds.cache_files import extract_sdist, locked, sdist_models_dir  # noqa: F401
 from replayer.core.builds.catalog import parse_build
 from replayer.core.builds.records import (  # noqa: F401  (callers find the records through the manager)
-    BuildRecord, find_build, find_source_build, installed_backends, list_builds, named_build, read_record,
-    source_build, write_record)
+    BuildRecord, damaged_records, find_build, find_source_build, installed_backends, list_builds, named_build,
+    read_record, source_build, write_record)
 from replayer.core.engine import processes
 from replayer.core.errors import BuildError, did_you_mean
 

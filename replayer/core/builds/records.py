@@ -69,6 +69,21 @@ def list_builds() -> list[BuildRecord]:
     return sorted((r for r in recs if r is not None), key=lambda r: (r.build, r.backend, r.source))
 
 
+def damaged_records() -> list[str]:
+    """One line per cache entry whose ``build.json`` exists but does not read as a record, so
+    ``builds list`` can say so instead of leaving the build out without a word."""
+    root = paths.builds_dir()
+    if not root.is_dir():
+        return []
+    out = []
+    for entry in sorted(root.iterdir()):
+        f = record_path(entry)
+        if entry.is_dir() and f.is_file() and read_record(entry) is None:
+            out.append(f"{entry.name}: its build record {f} is damaged; the build is left out "
+                       f"(remove {entry} and install it again)")
+    return out
+
+
 def installed_backends() -> dict[int, list[str]]:
     """Installed build numbers → their backends; empty when the cache cannot be read (a damaged
     build cache must not keep the app from starting)."""
