@@ -210,6 +210,8 @@ def _miss_line(t) -> str:
         line += f" — {c['where']}: `{c['old_text'].strip()[:70]}` → `{c['new_text'].strip()[:70]}`"
     if c.get("checkpoint"):
         line += f" [{c['checkpoint']}]"
+    if c["cause"] == "thread_switch":
+        line += f" — {c['detail']}"
     return line
 
 
