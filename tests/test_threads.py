@@ -58,3 +58,38 @@ def test_the_default_server_keeps_every_thread(log):
     assert [t.turn for t in run.turns if t.cause] == [len(_stream()) - 1]
     _, one = _run(log, "-np 1 --cache-ram 0")
     assert [t.turn for t in one.turns if t.cause and t.cause["cause"] == "thread_switch"] == [3, 6, 10]
+
+
+def _doc(log, server_args):
+    prep = sr.prepare_session(log, ReplayConfig(a="9859", b="10001"))
+    prep.server_args = server_args
+    runs = (sr.simulated_session_run(prep, "A"), sr.simulated_session_run(prep, "B"))
+    doc = sr.report(prep, *runs)
+    return doc, {fmt: sr.session_report(doc, runs, fmt).decode() for fmt in sr.SESSION_FORMATS}
+
+
+def test_why_each_thread_kept_or_lost_its_cache_in_every_output(log):
+    doc, out = _doc(log, "-np 1 --cache-ram 0")
+    for r in json.loads(out["json"])["runs"]:
+        why = {w["request"]: w for w in r["why"]}
+        assert sorted(why) == [1, 3, 5, 6, 7, 9, 10, 11]  # every request but each thread's first
+        lost = doc["runs"][0]["turns"][3]
+        assert (why[3]["slot"], why[3]["kept"], why[3]["cause"], why[3]["fix"]) == (
+            0, "", "slot 0 taken by title (lru)", "-np 2")
+        assert why[3]["lost_tokens"] == why[3]["shared"] - lost["cache_n"] > 0
+        assert (why[5]["kept"], why[5]["lost_tokens"]) == ("slot 0", 0)  # the subagent's second, back to back
+        assert why[6]["cause"] == "slot 0 taken by subagent-1 (lru)"
+    line = (f"request 3 (main, slot 0): nothing kept; lost {why[3]['lost_tokens']:,} tokens: "
+            "slot 0 taken by title (lru) (would keep it: -np 2)")
+    assert f"\n  {line}\n" in out["text"] and "\n  thread main: 7 requests, " in out["text"]
+    assert f"\n- {line}\n" in out["md"] and "threads:" in out["md"]
+    # the default server clears idle slots into the host cache and brings main back from it
+    doc, out = _doc(log, "")
+    why = {w["request"]: w for w in doc["runs"][0]["why"]}
+    assert (why[3]["kept"], why[3]["lost_tokens"], why[10]["kept"], why[10]["lost_tokens"]) == (
+        "host cache", 0, "host cache", 0)
+    assert f"\n  request 3 (main, slot {why[3]['slot']}): kept in the host cache\n" in out["text"]
+    assert "nothing kept" not in out["text"] and "would keep it" not in out["md"]
+    # without a server setup the report has no why
+    doc, out = _doc(log, None)
+    assert "why" not in doc["runs"][0] and "thread main" not in out["text"]

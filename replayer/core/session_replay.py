@@ -182,8 +182,14 @@ def verdict(a: SessionRun, b: SessionRun) -> str:
 
 
 def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = True) -> dict[str, Any]:
-    return {"mode": "session", "session": prep.meta(), "verdict": verdict(a, b),
-            "runs": [run_dict(a, turns), run_dict(b, turns)]}
+    runs = [run_dict(a, turns), run_dict(b, turns)]
+    if turns and prep.server_args is not None:  # why each thread kept or lost its cache (server.why)
+        from replayer.core.server.session import server_why
+
+        for r, run in zip(runs, ("A", "B")):
+            r["why"] = server_why(prep.server_args, run_spec(run, prep.config), prep.layouts[run].prompts,
+                                  prep.config.model, prep.n_ctx)
+    return {"mode": "session", "session": prep.meta(), "verdict": verdict(a, b), "runs": runs}
 
 
 SESSION_FORMATS = ("json", "md", "text")
@@ -215,6 +221,29 @@ def _miss_line(t) -> str:
     return line
 
 
+def _why_lines(r: dict[str, Any]) -> list[str]:
+    """The ``why`` of a run with a server setup: a line per thread, then each request that came
+    back to its thread after another thread ran (where its state was found, or what took it)."""
+    why = r.get("why")
+    if not why:
+        return []
+    per: dict[str, list[dict]] = {}
+    for w in why:
+        per.setdefault(w["thread"], []).append(w)
+    lines = [f"thread {th}: {len(ws) + 1} requests, {sum(w['lost_tokens'] for w in ws):,} shared tokens "
+             f"re-processed" for th, ws in per.items()]
+    for w in why:
+        if w.get("cause") or w["kept"] == "host cache":
+            line = (f"request {w['request']} ({w['thread']}, slot {w['slot']}): "
+                    + (f"kept in the {w['kept']}" if w["kept"] == "host cache" else
+                       f"kept in {w['kept']}" if w["kept"] else "nothing kept"))
+            if w.get("cause"):
+                line += f"; lost {w['lost_tokens']:,} tokens: {w['cause']}"
+                line += f" (would keep it: {w['fix']})" if w.get("fix") else ""
+            lines.append(line)
+    return lines
+
+
 def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
     lines = [f"session replay: {doc['session']['turns']} turns"
              + (f" (what-if: {', '.join(doc['session']['what_if'])})" if doc["session"]["what_if"] else "")]
@@ -223,6 +252,7 @@ def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
                      f"{r['prompt_ms'] / 1000:.2f} s, {r['n_batches']} batches, {r['n_checkpoints']} checkpoints, "
                      f"{len(r['misses'])} misses")
         lines += ["  " + _miss_line(t) for t in sr.turns if t.cause][:20]
+        lines += ["  " + line for line in _why_lines(r)[:20]]
     lines.append(doc["verdict"])
     lines += [f"note: {n}" for n in doc["session"]["notes"]]
     return "\n".join(lines)
@@ -240,6 +270,8 @@ def to_markdown(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str
         missed = [t for t in sr.turns if t.cause]
         if missed:
             out += ["", f"**{r['label']}** misses:", ""] + [f"- {_miss_line(t)}" for t in missed[:30]]
+        if r.get("why"):
+            out += ["", f"**{r['label']}** threads:", ""] + [f"- {line}" for line in _why_lines(r)[:30]]
     if doc["session"]["notes"]:
         out += [""] + [f"> {n}" for n in doc["session"]["notes"]]
     return "\n".join(out)
