@@ -110,14 +110,12 @@ def simulated_session_run(prep: SessionPrepared, run: str) -> SessionRun:
 def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     """One run's events on the config's engine: the one place the CLI and the app choose it."""
     cfg = prep.config
-    if cfg.engine == "live" and prep.server_args is not None:
-        raise ReplayerError("--server-args is simulated only in session replays for now: the live session engine "
-                            "starts -np 1 --cache-ram 0 (benchmarks/slots_matrix.py runs setups live)")
     if cfg.engine == "live":
         from replayer.core.engine.live_session import live_session_events  # httpx: only for live runs
 
         return live_session_events(prep, run, Path(cfg.model).expanduser(), backend=cfg.backend or "cpu",
-                                   ctx_size=cfg.ctx_size or DEFAULT_SESSION_CTX, request_timeout=cfg.timeout)
+                                   ctx_size=cfg.ctx_size or DEFAULT_SESSION_CTX, request_timeout=cfg.timeout,
+                                   server_args=prep.server_args)
     return simulated_session_events(prep, run)
 
 
