@@ -184,9 +184,12 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
     if turns and prep.server_args is not None:  # why each thread kept or lost its cache (server.why)
         from replayer.core.server.session import server_why
 
+        # a live run's why is the simulated server's on the prompts that server laid out; the
+        # simulation reads the model's memory kind from its GGUF (the live config assumes checkpoints)
+        cfg = dataclasses.replace(prep.config, engine="simulated") if prep.config.engine == "live" else prep.config
         for r, run in zip(runs, ("A", "B")):
-            r["why"] = server_why(prep.server_args, run_spec(run, prep.config), prep.layouts[run].prompts,
-                                  prep.config.model, prep.n_ctx)
+            r["why"] = server_why(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
+                                  prep.n_ctx)
     return {"mode": "session", "session": prep.meta(), "verdict": verdict(a, b), "runs": runs}
 
 
