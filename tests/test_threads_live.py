@@ -1,5 +1,5 @@
 """``replay --mode session --engine live --server-args``: the real server in the user's setup,
-per request the same slot, ``cache_n`` and ``prompt_n`` as the simulated run on the prompts the
+per request the same slot, ``cache_n``, ``prompt_n`` and batches as the simulated run on the prompts the
 server laid out. A short 3-thread request log (main, a title request, a subagent burst) on real
 b10001 with a tiny llama, with llama-server's defaults and with ``-np 1 --cache-ram 0``."""
 
@@ -44,7 +44,8 @@ def test_live_session_in_the_users_setup_equals_the_simulation(tiny, tmp_path, a
     assert live.failed is None, live.failed
     # the simulated engine on the server's own prompts (the live run laid them out), the model read from its GGUF
     sim = sr.simulated_session_run(dataclasses.replace(prep, config=dataclasses.replace(cfg, engine="simulated")), "A")
-    facts = [[(t.turn, t.slot, t.cache_n, t.prompt_n) for t in r.turns] for r in (sim, live)]
+    facts = [[(t.turn, t.slot, t.cache_n, t.prompt_n, [(b.start, b.n_tokens, b.reason) for b in t.batches],
+               t.full_reprocess) for t in r.turns] for r in (sim, live)]
     assert len(facts[1]) == len(bodies) == 13
     assert facts[0] == facts[1]
     back = [i for i in range(1, len(bodies)) if bodies[i]["thread"] == "main" and bodies[i - 1]["thread"] != "main"]
