@@ -1,6 +1,6 @@
 """``replay --mode session --engine live --server-args``: the real server in the user's setup,
 per request the same slot, ``cache_n``, ``prompt_n`` and batches as the simulated run on the prompts the
-server laid out. A short 3-thread request log (main, a title request, a subagent burst) on real
+server laid out. A short request log on four threads (main, a title request, two subagent bursts) on real
 b10001 with a tiny llama, with llama-server's defaults and with ``-np 1 --cache-ram 0``."""
 
 from __future__ import annotations
