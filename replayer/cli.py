@@ -13,109 +13,15 @@ from typing import Any, Sequence
 
 import orjson
 
-from replayer import __version__, cli_record
+from replayer import __version__, cli_inspect, cli_record
 from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
+from replayer.cli_args import out as _out, print_json as _json, progress_printer as _progress_printer
 from replayer.core.options import KNOBS, MODEL
 from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
                "bisect", "advise", "record", "agents"}
-
-
-def _out(data: bytes | str) -> None:
-    """Everything the CLI prints goes through here, so through the redaction policy."""
-    from replayer.core.redact import redact, redact_bytes
-
-    data = redact_bytes(data) if isinstance(data, bytes) else redact(data)
-    try:
-        if isinstance(data, bytes):
-            sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
-        else:
-            sys.stdout.write(data if data.endswith("\n") else data + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:  # a full disk, /dev/full
-        raise ReplayerError(stdout_failed(exc)) from None
-
-
-def _json(obj: Any) -> None:
-    _out(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
-
-
-# -- inspect -------------------------------------------------------------------------------
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from replayer.core.prompt.layout import compute_layout
-    from replayer.core.prompt import templates
-    from replayer.core.session import load_session
-    from replayer.core.session.request import request_from_files
-    from replayer.core.session.turns import count_turns
-
-    s = load_session(args.session, args.format)
-    req = request_from_files(s, args.system_prompt, args.tools)
-    if args.request:
-        _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
-        return 0
-    refused = None
-    try:
-        lay = compute_layout(req.messages, req.body.get("tools"), template=templates.bundled("chatml"))
-        n_tokens, n_starts = lay.n_tokens, len(lay.user_starts)
-    except ReplayerError as exc:  # a request llama-server would refuse: the counts are still the file's
-        refused, n_tokens, n_starts = str(exc), s.n_chars // 4, 0
-    info = {
-        "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
-        "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
-        "provider": s.provider,
-        "messages": len(s.messages), "roles": s.role_counts(), "tool_calls": s.n_tool_calls,
-        "tool_results": s.n_tool_results, "tool_calls_recovered": s.stats.recovered_tool_calls,
-        "tool_results_recovered": s.stats.recovered_tool_results, "compactions_applied": s.stats.compactions_applied,
-        "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
-        "entries": s.stats.entries_total, "dropped_turns": s.stats.dropped_turns,
-        "synthetic_results": s.stats.synthetic_results, "bad_lines": s.stats.bad_lines,
-        "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": n_tokens,
-        "user_starts": n_starts, "system_prompt_stored": s.system_prompt is not None,
-        "orphan_results": s.stats.orphan_results, "image_placeholders": s.stats.image_placeholders,
-        "replay_refused": refused,
-        "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
-    }
-    if args.json:
-        _json(info)
-        return 0
-    roles = ", ".join(f"{k} {v}" for k, v in info["roles"].items())
-    lines = [
-        f"{s.path}",
-        f"  format         {s.format}{' v' + s.format_version if s.format_version else ''}"
-        f"{'  (agent ' + s.agent_version + ')' if s.agent_version else ''}",
-        f"  model          {s.provider or '?'} / {s.model or '?'}",
-        f"  messages       {len(s.messages)}  ({roles})",
-        f"  turns          {info['turns']}  (requests the agent sent; replay --mode session)",
-        f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}" + (
-            f"  ({s.stats.recovered_tool_calls} calls and {s.stats.recovered_tool_results} results recovered "
-            "from parallel branches)" if s.stats.recovered_tool_calls or s.stats.recovered_tool_results else ""),
-        f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
-        f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
-        f"  characters     {s.n_chars:,}",
-        f"  tokens (est.)  {n_tokens:,}  with {n_starts} user/tool-result starts (chatml)" if refused is None
-        else f"  tokens (est.)  ~{n_tokens:,}  (characters / 4: the template cannot render this request)",
-    ]
-    if s.stats.dropped_turns:
-        lines.append(f"  dropped        {s.stats.dropped_turns} aborted/errored assistant turns")
-    for w in s.warnings + req.notes:
-        lines.append(f"  note: {w}")
-    if refused is not None:
-        lines.append(f"  replay refused: {refused.removeprefix('llama-server refuses this request: ')}")
-    _out("\n".join(lines))
-    return 0
-
-
-def _text_masked(obj: Any) -> Any:
-    """Message text replaced by its length when ``--redact-text`` asks for it."""
-    from replayer.core import redact
-
-    return redact.mask_message_text(obj) if redact.policy().text else obj
 
 
 # -- layout -------------------------------------------------------------------------------
@@ -134,8 +40,12 @@ def cmd_layout(args: argparse.Namespace) -> int:
     req = request_from_files(s, args.system_prompt, args.tools)
     lay = compute_layout(req.messages, req.body.get("tools"), template=tpl, tokenizer=args.tokenizer, build=args.build,
                          keep_text=args.text)
-    if args.text:  # the prompt exactly as rendered, to diff against a server's /apply-template
-        sys.stdout.write(lay.text or "")
+    if args.text:  # the prompt as rendered, to diff against a server's /apply-template: keys and
+        # the home folder masked like every output (``--no-redact`` for the exact bytes)
+        from replayer.core import redact
+
+        text = redact.redact(lay.text or "")
+        sys.stdout.write(redact.mask_text(text) if redact.policy().text else text)
         sys.stdout.flush()
         return 0
     if args.json:
@@ -219,7 +129,7 @@ def _calibration_flags(args: argparse.Namespace) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.engine import events as ev
-    from replayer.core.replay import prepare, replay, report
+    from replayer.core.pipeline import Replay
 
     _calibration_flags(args)
     cfg = _config(args)
@@ -230,28 +140,41 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise ReplayerError("--repro writes the requests of a session replay: use it with --mode session, "
                                 "without --app or --screenshot")
         check_destination(args.repro)  # before the replay, not after an hour of it
-    if args.mode == "session":
-        return cmd_replay_session(args, cfg)
-    if args.freeze_system_prompt or args.keep_reasoning:
+    if args.mode == "resume" and (args.freeze_system_prompt or args.keep_reasoning):
         flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
         raise ReplayerError(f"{flag} is a what-if of --mode session")
-    if args.server_args is not None:
+    if args.mode == "resume" and args.server_args is not None:
         raise ReplayerError("--server-args goes with --mode session (the resume is one request on one slot)")
     if args.screenshot and (args.json or args.jsonl or args.markdown):
         raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
-    prep = prepare(args.session, cfg)
+    if args.mode == "session" and (args.app or args.screenshot):
+        return _replay_session_app(args, cfg)
+    rp = Replay(args.session, cfg, mode=args.mode, freeze_system=args.freeze_system_prompt,
+                keep_reasoning=args.keep_reasoning, server_args=getattr(args, "server_args", None))
+    rp.prepare()
     if args.app or args.screenshot:
-        return _replay_app(args, prep)
-    out = replay(prep, on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
-                 speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
-    for note in out.notes:
-        print(note, file=sys.stderr)
-    code = 1 if out.failed else 0
+        return _replay_app(args, rp.prepared)
     if args.jsonl:
-        return code
-    fmt = "json" if args.json else "md" if args.markdown else "text"
-    _out(report(prep, out.comparison, fmt, calibration=out.calibration).decode())
-    return code
+        _jsonl_notes(rp.prepared.meta())
+    done = rp.run(on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
+                  speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
+    for note in done.notes:
+        print(note, file=sys.stderr)
+    if args.repro:
+        from replayer.core.repro import write_bundle
+
+        print(f"reproduction written to {write_bundle(args.repro, rp.prepared, dict(zip('AB', done.runs)))}",
+              file=sys.stderr)
+    if not args.jsonl:
+        _out(done.report("json" if args.json else "md" if args.markdown else "text").decode())
+    return 1 if done.failed else 0
+
+
+def _jsonl_notes(meta: dict[str, Any]) -> None:
+    """The stream's first record when the session was read in part (otherwise the stream starts
+    with ``run_started``, as before): a consumer sees it before any event of the replay."""
+    if meta["incomplete"]:
+        _out(orjson.dumps({"type": "session_notes", "notes": meta["notes"], "incomplete": meta["incomplete"]}))
 
 
 # -- bisect -------------------------------------------------------------------------------
@@ -280,7 +203,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from replayer.core import bisect
 
     if args.source:
-        return _bisect_commits(args)
+        from replayer.cli_source import bisect_commits
+
+        return bisect_commits(args)
     m = bisect.metric(args.metric)
     good, bad = _build_number(args.good, "--good"), _build_number(args.bad, "--bad")
     thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
@@ -315,36 +240,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
              f"{bd['batches'][0]:.0f} → {bd['batches'][1]:.0f} batches, "
              f"{bd['prompt_ms'][0] / 1000:,.1f} → {bd['prompt_ms'][1] / 1000:,.1f} s  [{names}]")
     return 0 if res.found else 1
-
-
-def _bisect_commits(args: argparse.Namespace) -> int:
-    """``bisect --source DIR --good C1 --bad C2``: by commit, live, each step built from source."""
-    from replayer.core import bisect, bisect_commits
-
-    if args.engine != "live":
-        raise ReplayerError("bisect --source builds and runs each commit: add --engine live (and --model GGUF)")
-    if args.builds:
-        raise ReplayerError("--builds lists release builds; with --source the candidates are the commits")
-    m = bisect.metric(args.metric)
-    thr = bisect.Threshold(band=args.band, max_samples=args.max_samples).validate()
-    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else _out
-    progress: dict[int, Any] = {}
-
-    def on_progress(i: int, stage: str, frac: float) -> None:
-        progress.setdefault(i, _progress_printer(f"commit {i}"))(stage, frac)
-
-    def on_step(step) -> None:
-        say(f"commit {step.build:<4} {m.name} {step.value:,.4g} {m.unit}  → {step.decision}  ({step.why})")
-
-    cfg = _config(args)
-    res = bisect_commits.live(args.session, cfg, args.source, args.good, args.bad, m, Path(args.model),
-                              backend=cfg.backend or "cpu", thr=thr, ctx_size=args.ctx_size, timeout=args.timeout,
-                              on_step=on_step, on_progress=on_progress)
-    if args.json:
-        _json(res.to_dict())
-    else:
-        _out("\n".join(res.summary_lines()))
-    return 0 if res.result.found else 1
 
 
 # -- advise -------------------------------------------------------------------------------
@@ -395,52 +290,15 @@ def _replay_app(args: argparse.Namespace, target) -> int:
     return run_replay_app(target, speed, screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
 
 
-def cmd_replay_session(args: argparse.Namespace, cfg) -> int:
-    """``replay --mode session``: every turn on A and B, simulated or live, with each miss explained."""
-    from replayer.core.engine import events as ev
-    from replayer.core import session_replay as sr
+def _replay_session_app(args: argparse.Namespace, cfg) -> int:
+    """``replay --mode session --app/--screenshot``: the session screen lays the turns out itself."""
+    from replayer.core.session import load_session
+    from replayer.ui.screens.session import SessionSpec
 
-    if args.app or args.screenshot:
-        from replayer.core.session import load_session
-        from replayer.ui.screens.session import SessionSpec
-
-        # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
-        session = load_session(args.session, cfg.format, images=cfg.images)
-        return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
-                                             keep_reasoning=args.keep_reasoning, session=session))
-    prep = sr.prepare_session(args.session, cfg, freeze_system=args.freeze_system_prompt, n_ctx=args.ctx_size,
-                              keep_reasoning=args.keep_reasoning)
-    if getattr(args, "server_args", None) is not None:
-        from replayer.core.server.session import check_server_args, setup_notes
-        prep.server_args = check_server_args(args.server_args, cfg)
-        prep.turns.notes.extend(setup_notes(prep.server_args, cfg))
-    runs = {}
-    try:
-        for run in ("A", "B"):
-            if cfg.engine != "live" and not args.jsonl:  # nobody reads the stream: the records alone
-                runs[run] = sr.simulated_session_run(prep, run)
-                continue
-            evs = []
-            for e in sr.session_events(prep, run):
-                evs.append(e)
-                if args.jsonl:
-                    _out(ev.to_json(e))
-            runs[run] = sr.session_run(prep, run, evs)
-    except KeyboardInterrupt:
-        from replayer.core.engine.live import stop_all
-
-        stop_all()
-        raise
-    failed = any(r.failed for r in runs.values())
-    if args.repro:
-        from replayer.core.repro import write_bundle
-
-        print(f"reproduction written to {write_bundle(args.repro, prep, runs)}", file=sys.stderr)
-    if args.jsonl:
-        return 1 if failed else 0
-    fmt = "json" if args.json else "md" if args.markdown else "text"
-    _out(sr.session_report(sr.report(prep, runs["A"], runs["B"]), (runs["A"], runs["B"]), fmt))
-    return 1 if failed else 0
+    # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
+    session = load_session(args.session, cfg.format, images=cfg.images)
+    return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
+                                         keep_reasoning=args.keep_reasoning, session=session))
 
 
 # -- presets / builds / models -------------------------------------------------------------
@@ -477,20 +335,23 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_builds(args: argparse.Namespace) -> int:
+    from replayer.cli_source import build_name, install_source
     from replayer.core.builds import manager
 
     if args.builds_cmd == "list":
         recs = manager.list_builds()
+        for line in manager.damaged_records():
+            print(f"note: {line}", file=sys.stderr)
         if args.json:
             _json([r.model_dump() for r in recs])
         elif not recs:
             _out("no builds installed (replayer builds install 10001 --backend cpu)")
         else:
             _out("\n".join([f"{'build':<16} {'backend':<7} {'source':<6} binary"] +
-                            [f"{_build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
+                            [f"{build_name(r):<16} {r.backend:<7} {r.source:<6} {r.binary}" for r in recs]))
         return 0
     if args.builds_cmd == "install" and (args.source or args.git or args.patch):
-        return _install_source(args, manager)
+        return install_source(args, manager)
     if args.builds_cmd == "install":
         from replayer.core.builds.catalog import parse_build
 
@@ -514,52 +375,6 @@ def cmd_builds(args: argparse.Namespace) -> int:
     raise ReplayerError("usage: replayer builds install|list|add|remove")
 
 
-def _build_name(rec) -> str:
-    return rec.label if rec.source == "source" and rec.label else f"b{rec.build}"
-
-
-def _install_source(args: argparse.Namespace, manager) -> int:
-    """``builds install --source DIR | --git URL --ref REF | N --patch FILE…``."""
-    from replayer.core.builds.catalog import parse_build
-    from replayer.core.builds.source import SourceSpec
-
-    patches = tuple(Path(p) for p in args.patch or ())
-    if args.source and args.git:
-        raise ReplayerError("give --source DIR or --git URL, not both")
-    if (args.source or args.git) and args.build:
-        raise ReplayerError("a build number goes with --patch only, not with --source or --git")
-    if args.git and not args.ref:
-        raise ReplayerError("--git needs --ref (a branch, tag, commit or pull/N/head)")
-    if args.source:
-        spec = SourceSpec(tree=Path(args.source), patches=patches)
-    elif args.git:
-        spec = SourceSpec(url=args.git, ref=args.ref, patches=patches)
-    else:
-        if len(args.build) != 1:
-            raise ReplayerError("--patch applies over one release: give exactly one build number")
-        b = parse_build(args.build[0])
-        if b.number is None:
-            raise ReplayerError(f"--patch needs a build number, not a generation ({args.build[0]})")
-        spec = SourceSpec(release=b.number, patches=patches)
-    rec = manager.install_source(spec, args.backend, _progress_printer(spec.describe()))
-    rules = rec.generation or "no known generation: live runs only"
-    _out(f"{rec.label} {rec.backend} (rules: {rules}): {rec.binary}")
-    return 0
-
-
-def _progress_printer(prefix: str):
-    """Build progress on stderr: each stage, then every 10 %."""
-    state = {"stage": None, "pct": -1}
-
-    def progress(stage: str, frac: float) -> None:
-        pct = int(frac * 100)
-        if stage != state["stage"] or pct >= state["pct"] + 10 or stage == "done":
-            state.update(stage=stage, pct=pct)
-            print(f"{prefix} {stage} {pct}%", file=sys.stderr, flush=True)
-
-    return progress
-
-
 def cmd_models(args: argparse.Namespace) -> int:
     if getattr(args, "models_cmd", None) is None:
         raise ReplayerError("usage: replayer models make-tiny --arch llama|gemma2|lfm2 OUT.gguf")
@@ -575,7 +390,13 @@ def cmd_app(args: argparse.Namespace) -> int:
         from replayer.ui.app import run_app
     except ImportError as exc:  # pragma: no cover - the app ships with the package
         raise ReplayerError(f"the app could not start: {exc}") from None
-    return run_app(session=getattr(args, "session", None), demo=getattr(args, "demo", False))
+    session = getattr(args, "session", None)
+    if session is not None:
+        from replayer.cli_open import check_session_arg
+
+        loaded = check_session_arg(session, SUBCOMMANDS)  # a typo or a bad file: one line, exit 2
+        return run_app(session=session, loaded=loaded)
+    return run_app(session=session, demo=getattr(args, "demo", False))
 
 
 # -- parser -------------------------------------------------------------------------------
@@ -636,7 +457,7 @@ def _parse_inspect(sub: Any) -> None:
     _common_session(p)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     p.add_argument("--request", action="store_true", help="print the rebuilt request body")
-    p.set_defaults(func=cmd_inspect)
+    p.set_defaults(func=cli_inspect.cmd_inspect)
 
 
 def _parse_layout(sub: Any) -> None:

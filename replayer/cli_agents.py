@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
+def _out(text: str) -> None:
+    """Through the redaction policy, as every CLI output (replayer.cli imports this module)."""
+    from replayer.core.redact import redact
+
+    sys.stdout.write(redact(text) + "\n")
+    sys.stdout.flush()
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
-    from replayer.cli import _out
     from replayer.core.agents import capture
     from replayer.core.agents.registry import AGENTS
 

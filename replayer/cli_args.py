@@ -12,7 +12,10 @@ import os
 import sys
 from typing import Any, Callable, Iterable, NoReturn
 
+import orjson
+
 from replayer.core import options
+from replayer.core.errors import ReplayerError
 from replayer.core.options import MAX_TOKENS  # noqa: F401  (re-exported)
 
 
@@ -67,3 +70,39 @@ def stdout_failed(exc: OSError) -> str:
     except (OSError, ValueError):
         pass
     return f"cannot write to standard output: {exc.strerror or exc}"
+
+
+# -- what the CLI prints ---------------------------------------------------------------
+
+def out(data: bytes | str) -> None:
+    """Everything the CLI prints goes through here, so through the redaction policy."""
+    from replayer.core.redact import redact, redact_bytes
+
+    data = redact_bytes(data) if isinstance(data, bytes) else redact(data)
+    try:
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data + (b"" if data.endswith(b"\n") else b"\n"))
+        else:
+            sys.stdout.write(data if data.endswith("\n") else data + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # a full disk, /dev/full
+        raise ReplayerError(stdout_failed(exc)) from None
+
+
+def print_json(obj: Any) -> None:
+    out(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+
+
+def progress_printer(prefix: str):
+    """Build progress on stderr: each stage, then every 10 %."""
+    state = {"stage": None, "pct": -1}
+
+    def progress(stage: str, frac: float) -> None:
+        pct = int(frac * 100)
+        if stage != state["stage"] or pct >= state["pct"] + 10 or stage == "done":
+            state.update(stage=stage, pct=pct)
+            print(f"{prefix} {stage} {pct}%", file=sys.stderr, flush=True)
+
+    return progress

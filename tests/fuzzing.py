@@ -123,3 +123,138 @@ def check_loading(path: Path, fmt: str) -> None:
         load_session(path, fmt)
     except ReplayerError:
         pass
+
+
+# -- OpenCode storage folders, GGUF headers, templates (issue 24) ---------------------------
+
+#: ids a hostile storage folder may hold: traversal, absolute, over-long, odd characters
+HOSTILE_IDS = ["../../outside", "/etc", "..", ".", "", "a/b", "s" * 5000, "ses_\x00x", "msg_ü", "../outside/leak",
+               None, 5, ["x"]]
+#: what a traversal would read: a file beside the storage folder whose text must never be imported
+PLANTED = "PLANTED-OUTSIDE-SECRET"
+
+
+def storage_files() -> dict[str, bytes]:
+    root = FIXTURES / "opencode" / "storage"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.json"))}
+
+
+@st.composite
+def mutated_storage(draw, files: dict[str, bytes]) -> dict[str, bytes]:
+    """The storage fixture with one record mutated, or one id replaced by a hostile one."""
+    out = dict(files)
+    name = draw(st.sampled_from(sorted(files)))
+    if draw(st.booleans()):
+        doc = orjson.loads(files[name])
+        doc["id"] = draw(st.sampled_from(HOSTILE_IDS))
+        out[name] = orjson.dumps(doc)
+    else:
+        out[name] = draw(mutated_sessions([(name, files[name])]))[1]
+    return out
+
+
+def write_storage(work: Path, files: dict[str, bytes]) -> Path:
+    """The folder ``work/data/storage`` holding ``files``, with the planted file beside it."""
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    root = work / "data" / "storage"
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (work / "outside").mkdir(exist_ok=True)
+    (work / "outside" / "leak.json").write_bytes(orjson.dumps({"id": "msg_x", "role": "user", "text": PLANTED}))
+    return root
+
+
+def check_storage(root: Path) -> None:
+    """A storage folder imports (never with text from outside it) or raises one ``ReplayerError``."""
+    try:
+        s = load_session(root)
+    except ReplayerError:
+        return
+    assert PLANTED not in s.model_dump_json(), "read a file outside the storage folder"
+
+
+@st.composite
+def mutated_gguf(draw, data: bytes) -> bytes:
+    """A GGUF with its header damaged: a count set huge, bytes flipped in the first KB, or cut."""
+    import struct
+
+    kind = draw(st.sampled_from(["count", "flip", "cut"]))
+    if kind == "count":
+        off = draw(st.sampled_from([8, 16]))
+        value = draw(st.sampled_from([0, 1, 10**6, 2**32, 2**63]) | st.integers(0, 2**64 - 1))
+        return data[:off] + struct.pack("<Q", value) + data[off + 8:]
+    if kind == "cut":
+        return data[:draw(st.integers(0, min(len(data), 8192)))]
+    pos = draw(st.integers(0, min(len(data), 1024) - 1))
+    return data[:pos] + bytes([data[pos] ^ draw(st.integers(1, 255))]) + data[pos + 1:]
+
+
+def check_gguf(path: Path) -> None:
+    from replayer.core.hardware import gguf_model
+
+    gguf_model._read.cache_clear()
+    try:
+        gguf_model.read(path)
+    except ReplayerError:
+        pass
+
+
+def template_sources() -> list[str]:
+    root = Path(__file__).resolve().parent.parent / "replayer" / "data" / "templates"
+    return [p.read_text() for p in sorted(root.glob("*.jinja"))]
+
+
+@st.composite
+def mutated_templates(draw, sources: list[str]) -> str:
+    """A bundled template with characters flipped, inserted or cut, or a hostile construct inserted."""
+    src = draw(st.sampled_from(sources))
+    pos = draw(st.integers(0, len(src)))
+    kind = draw(st.sampled_from(["insert", "delete", "cut", "hostile"]))
+    if kind == "cut":
+        return src[:pos]
+    if kind == "delete":
+        return src[:pos] + src[pos + draw(st.integers(1, 32)):]
+    if kind == "hostile":
+        n = draw(st.integers(1, 3000))
+        piece = draw(st.sampled_from(["{{ " + "(" * n + "1" + ")" * n + " }}", "{{ " + "[" * n + " }}",
+                                      "{% for i in range(99999999) %}x{% endfor %}", "{{ ''.__class__ }}",
+                                      "{{ 'a' * 999999999 }}", "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}"]))
+        return src[:pos] + piece + src[pos:]
+    return src[:pos] + draw(st.text(max_size=8)) + src[pos:]
+
+
+MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+
+
+def check_template(source: str) -> None:
+    """An untrusted template renders or raises one ``ReplayerError``."""
+    from replayer.core.prompt import templates
+
+    try:
+        templates.render(templates.Template(name="fuzz.jinja", source=source), MSGS)
+    except ReplayerError:
+        pass
+
+
+def check_incomplete_note(path: Path, fmt: str) -> bool | None:
+    """For a loaded session read in part: does the replay's text report carry the caveat?
+    None when the session loads whole (or not at all)."""
+    from replayer.core.compare import compare
+    from replayer.core.replay import ReplayConfig, all_simulated, prepare, report
+
+    try:
+        s = load_session(path, fmt)
+    except ReplayerError:
+        return None
+    if s.incomplete is None:
+        return None
+    try:
+        prep = prepare(str(path), ReplayConfig(format=fmt))
+    except ReplayerError:
+        return None
+    text = report(prep, compare(all_simulated(prep)), "text").decode()
+    return s.incomplete in text

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from replayer.core.session import build_request, detect_format, load_session
 
 
@@ -123,3 +125,26 @@ def test_aider_restores_every_chat_session_of_the_file(tmp_path):
     s = load_session(f)
     assert [m.text() for m in s.messages] == ["first question", "first answer", "second question", "second answer"]
     assert any("2 aider chat sessions" in w for w in s.warnings)
+
+
+def test_a_capture_takes_the_sessions_folder_home_and_date():
+    from replayer.core.agents.capture import Capture, personalised
+
+    cap = Capture("qwen", "1", "chat", system_prompt="cwd /tmp/cap_x1/project, memory /tmp/cap_x1/.qwen/projects/"
+                  "-tmp-cap-x1-project/memory, today 2026-12-02", tools=[{"d": "in /tmp/cap_x1/project"}],
+                  project="/tmp/cap_x1/project", home="/tmp/cap_x1", date="2026-12-02")
+    prompt, tools = personalised(cap, "/home/u/my.proj", 1767225600.0, "/home/u")  # 2026-01-01
+    assert prompt == "cwd /home/u/my.proj, memory /home/u/.qwen/projects/-home-u-my-proj/memory, today 2026-01-01"
+    assert tools == [{"d": "in /home/u/my.proj"}]
+
+
+@pytest.mark.samples
+def test_the_public_claude_code_samples_keep_the_summary_and_have_no_orphans():
+    from conftest import SAMPLES, need_shared
+
+    folder = need_shared(SAMPLES / "claude-code")
+    sessions = {f.name: load_session(f) for f in sorted(folder.glob("*.jsonl"))}
+    assert len(sessions) == 6 and all(s.stats.orphan_results == 0 for s in sessions.values())
+    compacted = sessions["daaain-claude-code-log_FIXTURE_dag_compact_after_rewind.jsonl"]
+    assert compacted.messages[0].text().startswith("This session is being continued")
+    assert compacted.messages[0].text().endswith("After compaction")  # the next prompt, merged

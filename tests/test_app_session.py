@@ -269,3 +269,24 @@ async def test_the_apps_session_json_export_is_the_clis_redacted(changed_log, tm
         assert str(home).encode() not in data and b"~/work/log.jsonl" in data
     assert str(home).encode() not in md.read_bytes()
     assert exported.read_bytes() + b"\n" == cli_bytes
+
+
+async def test_x_writes_the_reproduction_bundle_of_the_replay_on_screen(changed_log, tmp_path, monkeypatch):
+    """After the verdict, `x` writes the same bundle as ``replay --mode session --repro``: every
+    request, and per run the numbers the screen's runs reported."""
+    import orjson
+
+    monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(tmp_path / "exports"))
+    app = session_app(changed_log, ReplayConfig())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.screen.comparison is not None)
+        await pilot.press("x")
+        await pilot.pause()
+        runs = app.screen.runs
+    (bundle,) = (tmp_path / "exports").glob("*-repro")
+    assert (bundle / "repro.py").is_file() and (bundle / "ISSUE.md").is_file()
+    exp = orjson.loads((bundle / "expected.json").read_bytes())["runs"]
+    for name, run in zip("AB", runs):
+        assert [(r["cache_n"], r["prompt_n"]) for r in exp[name]["requests"]] == \
+            [(t.cache_n, t.prompt_n) for t in run.turns]
+    assert len((bundle / "requests.jsonl").read_bytes().splitlines()) == len(runs[0].turns) == 23

@@ -182,3 +182,65 @@ def test_no_function_is_longer_than_the_limit():
     too_long = [f"{path.relative_to(PKG.parent)}::{name} ({n} lines)"
                 for path in sorted(MODULES.values()) for name, n in long_functions(path.read_text())]
     assert not too_long, f"split into named stages (≤ {MAX_FUNCTION_LINES} lines): {too_long}"
+
+
+# -- issue 20: size limits and the pipeline's layering, as ratchets --------------------------
+# Each rule is checked over the whole package. What broke a rule when it was written is listed
+# here, by name, with its size: a listed file may not grow, nothing else may break the rule, and
+# an entry that no longer breaks it fails too (delete it), so the lists only shrink.
+
+MODULE_LINES, CLASS_LINES = 500, 300
+OVER_LONG_MODULES = {"replayer.cli": 683, "replayer.core.engine.live": 579, "replayer.core.prompt.templates": 590,
+                     "replayer.ui.screens.replay": 546}
+OVER_LONG_CLASSES = {"replayer.ui.screens.replay.ReplayScreen": 485}
+ORCHESTRATION = {"replayer.core.compare", "replayer.core.replay", "replayer.core.pipeline",
+                 "replayer.core.session_replay"}
+KNOWN_LAYER_BREAKS = {("replayer.core.builds.manager", "replayer.core.engine.processes"),
+                      ("replayer.core.engine.cache", "replayer.core.compare")}
+KNOWN_PRIVATE_IMPORTS = {
+    ("replayer.core.tiny_models", "_field"), ("replayer.core.tiny_models", "_QWEN2"),
+    ("replayer.core.engine.live_session", "_Recording"), ("replayer.core.engine.live_session", "_server_memory"),
+    ("replayer.core.engine.live_session", "_stream"), ("replayer.core.engine.misses", "_scan_text"),
+    ("replayer.core.prompt.sandbox_worker", "_HEADROOM_MIN"),
+    ("replayer.core.prompt.sandbox_worker", "_HEADROOM_PER_OUTPUT"), ("replayer.core.prompt.sandbox_worker", "_READY"),
+    ("replayer.core.prompt.sandbox_worker", "_receive"), ("replayer.core.prompt.sandbox_worker", "_send"),
+    ("replayer.core.prompt.kept_reasoning", "_marks"), ("replayer.core.hardware.gguf_model", "_field"),
+    ("replayer.core.server.agreement", "_server_memory"),
+    ("replayer.core.server.live_slots", "_turn_prompt"), ("replayer.core.server.logfacts", "_ANSI"),
+    ("replayer.core.server.slots", "_run"), ("replayer.core.server.slots", "_shared_prefix"),
+}
+
+
+def _ratchet(found: dict, known: dict) -> list[str]:
+    """What breaks a rule beyond the known list (new, or grown), and known entries now fixed."""
+    worse = [f"{k}: {v}" for k, v in found.items() if k not in known or v > known[k]]
+    fixed = [f"{k}: fixed, delete it from the list" for k in known if k not in found]
+    return worse + fixed
+
+
+def test_no_module_over_500_lines_and_no_class_over_300():
+    modules, classes = {}, {}
+    for m, path in MODULES.items():
+        src = path.read_text(encoding="utf-8")
+        if len(src.splitlines()) > MODULE_LINES:
+            modules[m] = len(src.splitlines())
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES:
+                classes[f"{m}.{node.name}"] = node.end_lineno - node.lineno + 1
+    assert _ratchet(modules, OVER_LONG_MODULES) == [] and _ratchet(classes, OVER_LONG_CLASSES) == []
+
+
+def test_the_engine_never_imports_the_orchestration_nor_the_builds_the_engine():
+    found = {(m, d) for m, deps in GRAPH.items() for d in deps
+             if (m.startswith("replayer.core.engine") and d in ORCHESTRATION)
+             or (m.startswith("replayer.core.builds") and d.startswith("replayer.core.engine"))}
+    assert _ratchet(dict.fromkeys(found, 0), dict.fromkeys(KNOWN_LAYER_BREAKS, 0)) == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = set()
+    for m, path in MODULES.items():
+        for node in _walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module != m:
+                found |= {(m, a.name) for a in node.names if a.name.startswith("_") and not a.name.startswith("__")}
+    assert _ratchet(dict.fromkeys(found, 0), dict.fromkeys(KNOWN_PRIVATE_IMPORTS, 0)) == []

@@ -47,6 +47,7 @@ async def test_bisect_screen_from_setup_shows_the_cores_steps_and_answer():
         assert "first bad: b9771" in shown and "PR #24176" in shown and "threshold:" in shown
         # bad input: a visible message, no crash
         screen.query_one("#bisect-bad", Input).value = "G1"
+        screen.query_one("#bisect-bad", Input).focus()  # Enter in a field starts the bisection
         await pilot.press("enter")
         await pilot.pause()
         assert "build number" in str(screen.query_one("#bisect-result", Static).render())

@@ -34,6 +34,11 @@ def installed(tmp_path_factory):
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", REPO], cwd=tmp)
     wheels = list((tmp / "dist").glob("replayer-*.whl"))
     assert len(wheels) == 1
+    import zipfile
+
+    names = zipfile.ZipFile(wheels[0]).namelist()  # the top-level themes/ files, each in the wheel
+    shipped = sorted(Path(n).name for n in names if "/share/replayer/themes/" in n)
+    assert shipped == sorted(p.name for p in (REPO / "themes").glob("*.toml")) and len(shipped) == 3
     _run([sys.executable, "-m", "venv", tmp / "venv"], cwd=tmp)
     py = tmp / "venv" / "bin" / "python"
     if os.environ.get("REPLAYER_WHEEL_FULL_INSTALL"):
@@ -72,7 +77,7 @@ def test_installed_wheel_lists_its_themes_and_renders_the_demo_in_each(installed
         _run([tmp / "venv" / "bin" / "replayer", "replay", facts["demo"], "--screenshot", shot], cwd=tmp, env=env)
         svg = shot.read_text()
         background = next(line.split('"')[1] for line in
-                          (REPO / "replayer" / "themes" / f"{theme}.toml").read_text().splitlines()
+                          (REPO / "themes" / f"{theme}.toml").read_text().splitlines()
                           if line.startswith("background"))
         assert background.lower() in svg.lower(), theme
         assert "b9859" in svg and "b10001" in svg and "faster" in svg

@@ -81,7 +81,7 @@ class Threshold:
         mid, gap = (good_ref + bad_ref) / 2, abs(good_ref - bad_ref)
         return (f"nearer {good_ref:,.4g} is good, nearer {bad_ref:,.4g} is bad; a median within "
                 f"{self.band:.0%} of the gap ({mid - self.band * gap:,.4g} … {mid + self.band * gap:,.4g}) "
-                f"is too close to call and is measured again (at most {self.max_samples} samples)")
+                f"is too close to call and is measured again (at most {self.max_samples} {'sample' if self.max_samples == 1 else 'samples'})")
 
     def validate(self) -> "Threshold":
         if not 0 <= self.band < 0.5:

@@ -117,8 +117,12 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         return {
             "label": self.label, "run": self.run, "build": self.build, "generation": self.generation,
-            "engine": self.engine, "n_tokens": self.n_tokens, "n_past": self.n_past,
-            "prompt_ms": round(self.prompt_ms, 3), "tokens_per_s": round(self.tokens_per_s, 3),
+            # a run that did not finish its prefill reports what it measured: the tokens its
+            # batches processed (the prompt's size beside it), and no throughput
+            "engine": self.engine, "n_past": self.n_past, "n_tokens_prompt": self.n_tokens,
+            "n_tokens": self.n_tokens if self.prefill_complete else sum(b.n_tokens for b in self.batches),
+            "prompt_ms": round(self.prompt_ms, 3),
+            "tokens_per_s": round(self.tokens_per_s, 3) if self.prefill_complete else None,
             "n_batches": self.n_batches, "n_ubatches": self.n_ubatches,
             "mean_batch": round(self.mean_batch, 1), "median_batch": self.median_batch,
             "breaks": self.breaks(), "settings": self.settings,

@@ -39,11 +39,14 @@ def redacted(text: str) -> bytes:
     return redact(text).encode()
 
 
-def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = (), advice: Sequence[str] = ()) -> str:
-    """The verdict, the comparison table and the verdict's advice for a terminal."""
+def to_text(cmp: Comparison, notes: list[str] | tuple[str, ...] = (), advice: Sequence[str] = (),
+            incomplete: str | None = None) -> str:
+    """The verdict (with its caveat when the session was read in part), the comparison table
+    and the verdict's advice for a terminal."""
     rows = cmp.rows()
     w = max(len(m) for m, _, _ in rows)
-    lines = [cmp.verdict(), "", f"{'':{w}}  {'A':>22}  {'B':>22}"]
+    lines = [cmp.verdict()] + ([f"warning: {incomplete}"] if incomplete else [])
+    lines += ["", f"{'':{w}}  {'A':>22}  {'B':>22}"]
     lines += [f"{m:{w}}  {x:>22}  {y:>22}" for m, x, y in rows]
     if advice:  # the same lines as the app's verdict and the Markdown report
         lines += [""] + [f"• {line}" for line in advice]
@@ -60,6 +63,7 @@ def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None, advice: Seq
         "",
         f"**{cmp.verdict()}**",
         "",
+        *([f"> **Warning:** {meta['incomplete']}", ""] if meta.get("incomplete") else []),
         f"- session: `{meta.get('session', '?')}` ({meta.get('format', '?')}, {a.n_tokens:,} prompt tokens"
         f"{', ' + str(meta['user_starts']) + ' user/tool-result starts' if 'user_starts' in meta else ''})",
         f"- engine: {a.engine}; " + ", ".join(f"{k} = {v}" for k, v in s.items() if v is not None),
@@ -72,6 +76,8 @@ def to_markdown(cmp: Comparison, meta: dict[str, Any] | None = None, advice: Seq
     lines += [f"| {m} | {x} | {y} |" for m, x, y in cmp.rows()]
     if advice:  # advise.advice_for: the same lines as the app's verdict
         lines += ["", "### Advice", ""] + [f"- {line}" for line in advice]
+    if meta.get("notes"):  # what the importer noticed
+        lines += ["", "### Notes", ""] + [f"- {n}" for n in meta["notes"]]
     lines += ["", "<details><summary>First batches of A and B</summary>", "",
               "| # | A start | A tokens | A reason | B start | B tokens | B reason |",
               "|---:|---:|---:|---|---:|---:|---|"]

@@ -224,7 +224,8 @@ class Prepared:
     def meta(self) -> dict[str, Any]:
         """What a report says about the session (CLI output and the app's exports)."""
         meta = {"session": self.session.path, "format": self.session.format,
-                "user_starts": len(self.layouts["A"].user_starts), "notes": self.request.notes}
+                "user_starts": len(self.layouts["A"].user_starts), "notes": self.session.notes + self.request.notes,
+                "incomplete": self.session.incomplete}
         mp = self.config.model_preset()
         if mp is not None and mp.gguf is not None:
             meta["model"] = mp.gguf.summary()  # what the header said: memory kind, window, experts…

@@ -39,7 +39,14 @@ _URL_CRED_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@:\"'<>]+:[^\s/@\"'
 #: the keyword (``n_tokens``, ``tokenizer`` are not secrets) and the value is not a number
 _ASSIGN_RE = re.compile(
     r"(?i)\b([A-Za-z0-9_]*(?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|passw(?:or)?d|passwd))\b"
-    r"(\\?\"?\s*[:=]\s*\\?\"?)(?![0-9.eE+-]+(?:[\s\"',;&\\]|$))([^\s\"',;&\\]{8,})")
+    r"(\\?[\"']?\s*[:=]\s*\\?[\"']?)(?![0-9.eE+-]+(?:[\s\"',;&\\]|$))([^\s\"',;&\\]{8,})")
+#: the same secrets as command-line options (``--aws-secret-access-key VALUE``)
+_FLAG_RE = re.compile(r"(?i)(--[a-z0-9-]*(?:api-key|access-key|secret|token|password)[a-z0-9-]*)(\s+|=)"
+                      r"(?![0-9.eE+-]+(?:\s|$))(?!--)([^\s\"',;&\\]{8,})")
+#: an AWS key id written next to its secret (``AKIA…:wJalr…``, ``AKIA… = wJalr…``): the pair
+#: masked whole, since once the id is masked the secret has no name left to be found by
+_AWS_PAIR_RE = re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b[\"']?(?:\s*[:=,]\s*|\s+)[\"']?"
+                          r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 
 
 @dataclass
@@ -75,10 +82,12 @@ def redact(text: str, pol: Policy | None = None) -> str:
     """Keys and the home folder masked, as the policy says."""
     pol = pol or _policy
     if pol.keys:
+        text = _AWS_PAIR_RE.sub(MASK, text)
         text = _KEY_RE.sub(MASK, text)
         text = _URL_CRED_RE.sub(lambda m: f"{m.group(1)}{MASK}@", text)
         text = _AUTH_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
         text = _ASSIGN_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+        text = _FLAG_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     if pol.paths and (home_re := _home_re(os.path.expanduser("~"))) is not None:
         text = home_re.sub("~", text)
     return text

@@ -134,7 +134,7 @@ def report(prep: Prepared, cmp: Comparison, fmt: str, advice: Sequence[str] | No
     if fmt in ("md", "markdown"):
         return export.to_markdown(cmp, meta, advice=advice or ()).encode()
     if fmt == "text":
-        return export.to_text(cmp, prep.request.notes, advice=advice or ()).encode()
+        return export.to_text(cmp, meta["notes"], advice=advice or (), incomplete=meta["incomplete"]).encode()
     raise ValueError(f"unknown report format {fmt!r}; known: {', '.join(REPORT_FORMATS)}")
 
 

@@ -43,7 +43,8 @@ class SessionPrepared:
         s = self.turns.session
         return {"session": s.path, "format": s.format, "turns": len(self.turns.turns),
                 "turns_exact": self.turns.exact, "what_if": self.what_if,
-                "notes": self.turns.notes + self.turns.request.notes
+                "incomplete": s.incomplete,
+                "notes": s.notes + self.turns.notes + self.turns.request.notes
                 + [f for lay in {id(v): v for v in self.layouts.values()}.values() for f in lay.fallbacks]}
 
 
@@ -190,7 +191,9 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
         for r, run in zip(runs, ("A", "B")):
             r["why"] = server_why(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
                                   prep.n_ctx)
-    return {"mode": "session", "session": prep.meta(), "verdict": verdict(a, b), "runs": runs}
+    caveat = prep.turns.session.incomplete  # a verdict on part of the session says so
+    return {"mode": "session", "session": prep.meta(),
+            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""), "runs": runs}
 
 
 SESSION_FORMATS = ("json", "md", "text")

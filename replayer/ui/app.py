@@ -6,6 +6,7 @@ import gc
 from pathlib import Path
 from typing import Any, Iterable
 
+from rich.text import Text
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -25,8 +26,9 @@ class ReplayerApp(App):
     def __init__(self, session: str | Path | None = None, demo: bool = False, default_speed: float = 1.0,
                  config: ReplayConfig | None = None, theme_dirs: list[Path] | None = None,
                  deterministic: bool = False, replay: Prepared | Any = None,
-                 screenshot: Path | None = None) -> None:
+                 screenshot: Path | None = None, loaded: Any = None) -> None:
         super().__init__()
+        self.loaded = loaded  # ``session`` already imported (the CLI checked it opens)
         self.replay = replay  # open straight on this replay (``replayer replay … --app``; a SessionSpec too)
         self.screenshot_to = screenshot  # headless: save the finished replay here, then exit
         self.shot_error: str | None = None
@@ -110,18 +112,30 @@ class ReplayerApp(App):
 
     # -- flow -------------------------------------------------------------------------------
     def open_session(self, path: Path) -> None:
+        """The setup of the session at ``path``; when it cannot be imported, the picker stays
+        with the reason under the path field, which holds the path to fix."""
         try:
-            session = load_session(path)
+            loaded, self.loaded = self.loaded, None
+            session = loaded if loaded is not None and Path(loaded.path) == Path(path).expanduser() else load_session(path)
         except ReplayerError as exc:
-            self.notify(str(exc), title="cannot open session", severity="error", timeout=10)
-            try:
-                self.screen.query_one("#picker-error").update(f"[b red]{exc}[/]")
-            except Exception:
-                pass
+            text = str(exc).replace("; force one with --format", "")  # the CLI's option, not the app's
+            self.notify(text, title="cannot open session", severity="error", timeout=10, markup=False)
+            self.call_after_refresh(self._show_open_error, path, text)  # the picker may not be up yet
             return
         for w in session.warnings:
             self.notify(w, severity="warning")
         self.push_screen(self.setup_screen(session, self.config))
+
+    def _show_open_error(self, path: Path, text: str) -> None:
+        from textual.widgets import Input
+
+        try:
+            self.screen.query_one("#picker-error").update(Text(text, style="bold red"))
+            field = self.screen.query_one("#path", Input)
+        except Exception:
+            return  # not on the picker
+        field.value = str(path)
+        field.focus()
 
     def setup_screen(self, session, config: ReplayConfig, **choices) -> Screen:
         """The setup screen of a session (the replay screen goes back to it without importing it);
@@ -182,6 +196,9 @@ class ReplayerApp(App):
             yield SystemCommand("Bisect builds A…B", "find the build where this session changed",
                                 screen.action_bisect)
         yield SystemCommand("Help", "keys and colours", self.action_help)
+        from replayer.ui.palette import screen_commands
+
+        yield from screen_commands(screen, {"help", "quit", "builds", "replay again", "swap builds a and b"})
 
 
 def _swap(screen) -> None:
@@ -191,12 +208,12 @@ def _swap(screen) -> None:
     a.value, b.value = b.value, a.value
 
 
-def run_app(session: str | None = None, demo: bool = False) -> int:
+def run_app(session: str | None = None, demo: bool = False, loaded: Any = None) -> int:
     if session is not None:
         p = Path(session).expanduser()
         if not p.exists():
             raise ReplayerError(f"no such file: {p}")
-    ReplayerApp(session=session, demo=demo, default_speed=DEFAULT_APP_SPEED).run()
+    ReplayerApp(session=session, demo=demo, default_speed=DEFAULT_APP_SPEED, loaded=loaded).run()
     return 0
 
 

@@ -1,11 +1,13 @@
 """Theme files (TOML) → Textual themes, validated with pydantic; bad files become a message.
 
-Built-in themes ship inside the package (``replayer/themes/``, package data, so an installed
-wheel has them); a user's own go in the config dir's ``themes/``. A file that fails validation is skipped and reported, never fatal.
+Built-in themes are the checkout's top-level ``themes/`` (the files users copy to make their
+own); the wheel installs them as data files under ``<prefix>/share/replayer/themes``. A user's own go in the config dir's ``themes/``. A file that fails validation is skipped and reported, never fatal.
 """
 
 from __future__ import annotations
 
+import site
+import sys
 import tomllib
 from pathlib import Path
 
@@ -16,7 +18,20 @@ from textual.theme import Theme
 from replayer.core import paths
 from replayer.core.reasons import REASONS
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "themes"
+def bundled_dir() -> Path:
+    """The built-in themes: a checkout's ``themes/`` (an editable install), else where the
+    installed wheel put them (its data files: the environment's prefix, or the user base)."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "themes").is_dir():
+        return checkout / "themes"
+    for prefix in (sys.prefix, site.getuserbase()):
+        d = Path(prefix) / "share" / "replayer" / "themes"
+        if d.is_dir():
+            return d
+    return Path(sys.prefix) / "share" / "replayer" / "themes"
+
+
+BUNDLED_DIR = bundled_dir()
 REASON_VARS = {r.theme_var: r.colour for r in REASONS}
 
 

@@ -27,6 +27,8 @@ class Parts:
     tools: list[dict[str, Any]] | None = None
     system_role: str | None = None
     notes: list[str] = field(default_factory=list)
+    first_user_prefix: list[str] = field(default_factory=list)
+    later_user_prefix: list[str] = field(default_factory=list)
 
 
 def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
@@ -53,6 +55,11 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
                              f"{AGENTS[agent].label} sends; the captured one ({len(cap.system_prompt):,}) is used")
     if need_tools and tools:
         out.tools = tools
+    if AGENTS[agent].reminders and (cap.first_user_prefix or cap.later_user_prefix):
+        out.first_user_prefix, out.later_user_prefix = capture.user_prefixes(
+            cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
+        out.notes.append(f"the <system-reminder> parts {AGENTS[agent].label} adds before user prompts at send "
+                         f"time are from the capture of {cap.version}")
     which = " and ".join(w for w, used in (("system prompt", out.system_prompt is not None),
                                            (f"{len(cap.tools)} tools", out.tools is not None)) if used)
     if which:
@@ -96,3 +103,21 @@ def home_of(path: str, agent) -> str | None:
         return None
     home = p.parents[depth - 1]
     return str(home) if (home / Path(agent.sessions).parts[0]).is_dir() else None
+
+
+def add_user_prefixes(messages: list[dict[str, Any]], parts: Parts) -> None:
+    """Put the captured send-time parts before each user prompt of a rebuilt request, in place
+    (the first prompt gets the first prefix, every later one the later prefix)."""
+    if not (parts.first_user_prefix or parts.later_user_prefix):
+        return
+    k = 0
+    for m in messages:
+        if m.get("role") != "user":
+            continue
+        prefix = parts.first_user_prefix if k == 0 else parts.later_user_prefix
+        k += 1
+        if not prefix:
+            continue
+        c = m.get("content")
+        body = c if isinstance(c, list) else [{"type": "text", "text": c or ""}]
+        m["content"] = [{"type": "text", "text": t} for t in prefix] + body

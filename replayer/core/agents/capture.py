@@ -30,6 +30,8 @@ class Capture:
     project: str | None = None  # the working directory of the capture run (a session's own replaces it)
     date: str | None = None  # the capture run's date, YYYY-MM-DD (a session's own replaces it)
     home: str | None = None  # the capture run's temporary HOME (the session's own replaces it)
+    first_user_prefix: list[str] = field(default_factory=list)  # text parts sent before the first prompt
+    later_user_prefix: list[str] = field(default_factory=list)  # … before each later prompt (Qwen Code)
 
 
 def _text(content: Any) -> str:
@@ -97,18 +99,25 @@ def personalised(cap: Capture, cwd: str | None, created: float | None,
                  home: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
     """The capture's prompt and tools with the session's own working directory, HOME and date in
     place of the capture run's (the agents write them into their prompts: Qwen Code its memory
-    folders, under HOME and named for the project as ``/`` → ``-``)."""
+    folders, under HOME and named for the project with every non-alphanumeric character as ``-``)."""
     import datetime as _dt
 
+    import os.path
+
     subs: list[tuple[str, str]] = []
+    if cap.home and home and cap.project and cwd:  # Qwen Code names context files relative to the project
+        rel_cap, rel_own = os.path.relpath(cap.home, cap.project), os.path.relpath(home, cwd)
+        if rel_cap != rel_own:
+            subs.append((rel_cap + "/", rel_own + "/"))
     if cap.project and cwd and cap.project != cwd:
-        subs += [(cap.project.replace("/", "-"), cwd.replace("/", "-")), (cap.project, cwd)]
+        subs += [(_slug(cap.project), _slug(cwd)), (cap.project, cwd)]
     if cap.home and home and cap.home != home:
         subs.append((cap.home, home))
     if cap.date and created:
-        day = _dt.datetime.fromtimestamp(created, _dt.timezone.utc).strftime("%Y-%m-%d")
-        if day != cap.date:
-            subs.append((cap.date, day))
+        then = _dt.datetime.strptime(cap.date, "%Y-%m-%d")
+        day = _dt.datetime.fromtimestamp(created, _dt.timezone.utc)
+        if day.strftime("%Y-%m-%d") != cap.date:
+            subs += [(cap.date, day.strftime("%Y-%m-%d")), (_long_date(then), _long_date(day))]
     if not subs:
         return cap.system_prompt, cap.tools
     raw = orjson.dumps({"p": cap.system_prompt, "t": cap.tools}).decode()
@@ -116,6 +125,38 @@ def personalised(cap: Capture, cwd: str | None, created: float | None,
         raw = raw.replace(orjson.dumps(old).decode()[1:-1], orjson.dumps(new).decode()[1:-1])
     out = orjson.loads(raw)
     return out["p"], out["t"]
+
+
+def _long_date(d) -> str:
+    """``Wednesday, December 2, 2026``: the date as Qwen Code's reminders write it."""
+    return f"{d.strftime('%A, %B')} {d.day}, {d.year}"
+
+
+def user_prefixes(cap: Capture, cwd: str | None, created: float | None,
+                  home: str | None = None) -> tuple[list[str], list[str]]:
+    """The send-time text parts before the first and before each later prompt, personalised."""
+    probe = Capture(cap.agent, cap.version, cap.api, system_prompt=None,
+                    tools=[{"first": cap.first_user_prefix, "later": cap.later_user_prefix}],
+                    project=cap.project, home=cap.home, date=cap.date)
+    _, tools = personalised(probe, cwd, created, home)
+    return tools[0]["first"], tools[0]["later"]
+
+
+def prefix_parts(body: dict[str, Any], prompt: str) -> list[str]:
+    """The text parts a chat request's last user message carries before ``prompt``."""
+    users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+    content = users[-1].get("content") if users else None
+    if not isinstance(content, list):
+        return []
+    texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    return texts[:texts.index(prompt)] if prompt in texts else []
+
+
+def _slug(path: str) -> str:
+    """A project folder as Claude Code and Qwen Code name it (``/tmp/a_b`` → ``-tmp-a-b``)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9]", "-", path)
 
 
 def load(agent: str, version: str) -> Capture | None:

@@ -21,6 +21,7 @@ from replayer.core.agents.stub_model import ModelServer
 from replayer.core.errors import ReplayerError
 
 PROMPT = "Reply with one word."
+LATER = "And one more."
 
 
 def find_binary(agent: Agent, binary: str | None) -> Path:
@@ -61,9 +62,17 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
                 run(agent, exe, agent.prepare(m.url), home=home, project=proj, url=m.url)
             r = run(agent, exe, agent.prompt(PROMPT), home=home, project=proj, url=m.url)
             first = next((q for q in m.log if q.body.get("tools")), None) or (m.log[0] if m.log else None)
+            later = None
+            if agent.reminders and agent.resume and first is not None:
+                n = len(m.log)
+                run(agent, exe, agent.resume(LATER), home=home, project=proj, url=m.url)
+                later = next((q for q in m.log[n:] if q.body.get("tools")), None)
     if first is None:
         raise ReplayerError(f"{agent.label} sent no request to the stub (exit {r.returncode}): "
                             f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or ['no output']}")
     cap = capture.from_request(agent.name, version, agent.api, first.body)
+    if agent.reminders and agent.api == "chat":
+        cap.first_user_prefix = capture.prefix_parts(first.body, PROMPT)
+        cap.later_user_prefix = capture.prefix_parts(later.body, LATER) if later is not None else []
     cap.project, cap.home, cap.date = str(proj), str(home), time.strftime("%Y-%m-%d", time.gmtime())
     return cap, capture.save(cap)

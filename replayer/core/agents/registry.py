@@ -36,6 +36,8 @@ class Agent:
     prompt_as_sent: bool = True  # False: the prompt the file stores is not the one sent (Codex)
     prepare: Callable[[str], list[str]] | None = None  # a command run once before (stub url -> args)
     compact: list[str] | None = None  # a headless compaction of the last session
+    subagents: str | None = None  # glob under HOME for subagent threads' own files
+    reminders: bool = False  # adds text parts before user prompts at send time, stored nowhere (Qwen Code)
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -125,9 +127,9 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl", prompt_as_sent=False),
     Agent("claude", "Claude Code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code", "anthropic",
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl",
-          compact=_claude_resume("/compact")),
+          compact=_claude_resume("/compact"), subagents=".claude/projects/*/*/subagents/agent-*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
-          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl"),
+          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless

@@ -24,6 +24,8 @@ from typing import Any
 SHELL_TOOLS = ("bash", "Bash", "shell", "shell_command", "exec_command", "run_shell_command",
                "execute_command", "run_terminal_cmd", "run_commands")
 READ_TOOLS = ("read", "Read", "read_file", "view")
+#: the agents' subagent tools, for a prompt holding ``SUBAGENT``
+AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent")
 SHELL_COMMAND = "ls"
 
 
@@ -60,6 +62,10 @@ def _value(key: str, schema: dict[str, Any], file_path: str) -> Any:
     """A plausible value for one required parameter (a command, a path, a description)."""
     kind = schema.get("type")
     k = key.lower()
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    if k in ("subagent_type", "agent_type"):
+        return "general-purpose"
     if kind == "array":
         return [SHELL_COMMAND] if "command" in k or "cmd" in k else []
     if kind in ("integer", "number"):
@@ -75,10 +81,14 @@ def _value(key: str, schema: dict[str, Any], file_path: str) -> Any:
     return "list the files"
 
 
-def tool_call(api: str, body: dict[str, Any], file_path: str) -> tuple[str, str] | None:
-    """One call of the agent's shell (else read) tool with arguments its schema requires."""
+def tool_call(api: str, body: dict[str, Any], file_path: str, subagent: bool = False) -> tuple[str, str] | None:
+    """One call of the agent's shell (else read) tool, or its subagent tool, with arguments its
+    schema requires."""
     tools = _tools(api, body)
-    name = next((n for n in SHELL_TOOLS if n in tools), None) or next((n for n in READ_TOOLS if n in tools), None)
+    if subagent:
+        name = next((n for n in AGENT_TOOLS if n in tools), None)
+    else:
+        name = next((n for n in SHELL_TOOLS if n in tools), None) or next((n for n in READ_TOOLS if n in tools), None)
     if name is None:
         return None
     schema = tools[name]
@@ -111,8 +121,8 @@ def _last_input(api: str, body: dict[str, Any]) -> tuple[str, str]:
 
 def script(api: str, body: dict[str, Any], file_path: str) -> Reply:
     kind, text = _last_input(api, body)
-    if kind == "user" and "TOOL" in text:
-        call = tool_call(api, body, file_path)
+    if kind == "user" and ("TOOL" in text or "SUBAGENT" in text):
+        call = tool_call(api, body, file_path, subagent="SUBAGENT" in text)
         if call is not None:
             return Reply(reasoning="The user wants a tool run.", call=call)
     if kind == "user" and "summar" in text.lower() and "TOOL" not in text:

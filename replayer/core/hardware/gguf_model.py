@@ -170,10 +170,95 @@ def read(path: str | Path) -> GGUFModel:
     return _read(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
+#: far above any real model (~50 key-values; a few thousand tensors with unmerged experts):
+#: the reader builds Python objects per entry, so a million-entry header takes minutes and GBs
+MAX_KV, MAX_TENSORS = 65_536, 262_144
+#: the smallest encodings: a key-value (key length, one character, type, a one-byte value) and
+#: a tensor entry (name length, one character, n_dims, one dim, type, offset)
+_MIN_KV_BYTES, _MIN_TENSOR_BYTES = 14, 33
+
+
+def check_header_counts(path: str, size: int) -> None:
+    """The counts in a GGUF's fixed header checked against limits and the file's size before
+    the reader allocates for them (gguf.cpp reads the same three fields first: magic, version,
+    n_tensors, n_kv)."""
+    import struct
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(24)
+    except OSError as exc:
+        raise ReplayerError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(head) < 24 or head[:4] != b"GGUF":
+        return  # the reader names what is wrong
+    order = "<" if struct.unpack("<I", head[4:8])[0] < 0x10000 else ">"
+    n_tensors, n_kv = struct.unpack(order + "QQ", head[8:24])
+    if n_kv > MAX_KV or n_tensors > MAX_TENSORS:
+        raise ReplayerError(f"{path}: the GGUF header claims {n_kv:,} key-values and {n_tensors:,} tensors "
+                            f"(limits {MAX_KV:,} and {MAX_TENSORS:,}): not a model file")
+    if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
+        raise ReplayerError(f"{path}: the GGUF header claims {n_kv:,} key-values and {n_tensors:,} tensors, "
+                            f"more than {size:,} bytes can hold (damaged header)")
+    _check_kv_lengths(path, order, n_kv, size)
+
+
+#: bytes of each GGUF scalar type (gguf.cpp ``GGUF_TYPE_SIZE``); 8 is a string, 9 an array
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def _check_kv_lengths(path: str, order: str, n_kv: int, size: int) -> None:
+    """Every string and array length in the key-value section checked against the bytes left
+    before the reader allocates for it (a flipped length bit made it take 7 GB)."""
+    import struct
+
+    def bad(what: str) -> ReplayerError:
+        return ReplayerError(f"{path}: a GGUF {what} runs past the end of the file (damaged header)")
+
+    with open(path, "rb") as fh:
+        def take(n: int) -> bytes:
+            if fh.tell() + n > size:
+                raise bad("length")
+            return fh.read(n)
+
+        def u(fmt: str) -> int:
+            return struct.unpack(order + fmt, take(struct.calcsize(fmt)))[0]
+
+        def string() -> None:
+            n = u("Q")
+            if fh.tell() + n > size:
+                raise bad("string")
+            fh.seek(n, 1)
+
+        fh.seek(24)
+        for _ in range(n_kv):
+            string()
+            t = u("I")
+            if t == 8:
+                string()
+            elif t == 9:
+                et, count = u("I"), u("Q")
+                if et == 8:
+                    if fh.tell() + count * 8 > size:
+                        raise bad("array")
+                    for _ in range(count):
+                        string()
+                elif et in _SCALAR:
+                    if fh.tell() + count * _SCALAR[et] > size:
+                        raise bad("array")
+                    fh.seek(count * _SCALAR[et], 1)
+                else:
+                    return  # nested arrays or an unknown type: the reader decides
+            elif t in _SCALAR:
+                take(_SCALAR[t])
+            else:
+                return
+
+
 @lru_cache(maxsize=16)
 def _read(path: str, _mtime: int, _size: int) -> GGUFModel:
     import gguf
 
+    check_header_counts(path, _size)
     try:
         reader = gguf.GGUFReader(path, "r")
     except Exception as exc:  # bad magic, truncated header, tensor data past the end of the file
@@ -210,6 +295,7 @@ def _profile(path: str, reader: Any) -> GGUFModel:
     head_k = int(get(f"{arch}.attention.key_length", n_embd // h0 if h0 else 0) or 0)
     head_v = int(get(f"{arch}.attention.value_length", head_k) or 0)
     recurrent = _recurrent_layers(arch, get, n_layer, n_head_kv)
+    _check_heads(path, arch, n_head, n_head_kv, recurrent)
     n_swa, swa_layers = _sliding_window(arch, get, n_layer, recurrent)
     state = _state_floats(arch, get, n_embd) if any(recurrent) else 0
     t = _tensor_table(path, reader)
@@ -227,6 +313,18 @@ def _profile(path: str, reader: Any) -> GGUFModel:
         state_floats_per_layer=state, has_chat_template=get("tokenizer.chat_template") is not None,
         n_vocab=n_vocab,
     )
+
+
+def _check_heads(path: str, arch: str, n_head: tuple[int, ...], n_head_kv: tuple[int, ...],
+                 recurrent: tuple[bool, ...]) -> None:
+    """An attention layer needs heads (llama.cpp divides by them: ``n_embd_head_k = n_embd / n_head``,
+    llama-model.cpp); ``head_count = 0`` gave a model with no attention cost and absurd speeds."""
+    for i, (h, kv, rec) in enumerate(zip(n_head, n_head_kv, recurrent)):
+        if rec:
+            continue
+        if h <= 0 or kv <= 0 or kv > h:
+            raise ReplayerError(f"{path}: layer {i} has {arch}.attention.head_count {h} and head_count_kv {kv}: "
+                                "an attention layer needs 1 ≤ head_count_kv ≤ head_count (damaged header)")
 
 
 def _identity(path: str, reader: Any, get: Callable[..., Any]) -> tuple[str, int, int, int]:

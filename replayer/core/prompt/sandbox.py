@@ -252,10 +252,23 @@ class BoundedTemplate:
 def bounded_caps(source: str) -> dict[str, bool]:
     """The server's capability probe of an untrusted template, run in the worker on the render
     budget: the probe executes the template too, so a hostile one must not hang it in-process."""
-    reply = _worker.render(source, {}, _budget, op="caps")
+    reply = _worker.render(checked_source(source), {}, _budget, op="caps")
     if "caps" in reply:
         return reply["caps"]
     raise _exception(reply["kind"], reply["message"])
+
+
+#: far above any real chat template (the largest published are ~40 KB): the source of a GGUF's
+#: template is as untrusted as a ``--template`` file, which ``textfile`` already bounds
+MAX_SOURCE_CHARS = 1 << 20
+
+
+def checked_source(source: str) -> str:
+    """An untrusted template's source, refused before compiling when it is over the limit."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise TemplateError(f"the chat template is {len(source):,} characters, over the {MAX_SOURCE_CHARS:,} a "
+                            "template may have: refused before compiling")
+    return source
 
 
 def _exception(kind: str, message: str) -> Exception:
@@ -265,6 +278,8 @@ def _exception(kind: str, message: str) -> Exception:
 
     if kind == "raise_exception":
         return RaiseException(message)
+    if kind == "syntax":
+        return TemplateError(message)
     if kind == "budget":
         return TemplateBudgetError(f"chat template stopped: {message} (render budget {_budget.describe()}; "
                              "--template-timeout / --template-max-mb to change)")

@@ -62,6 +62,8 @@ def _render_one(request: dict[str, Any]) -> dict[str, Any]:
         return {"kind": "UndefinedError", "message": str(exc)}
     except RecursionError:
         return {"kind": "RecursionError", "message": "templates nested too deep"}
+    except jinja2.TemplateSyntaxError as exc:
+        return {"kind": "syntax", "message": f"chat template syntax error at line {exc.lineno}: {exc.message}"}
     except Exception as exc:  # noqa: BLE001 - every template error is reported, never raised here
         return {"kind": type(exc).__name__, "message": " ".join(str(exc).split())[:300]}
     finally:

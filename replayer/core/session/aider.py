@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replayer.core.errors import ImportFailed
+from replayer.core.errors import ImportFailed, ReplayerError
 from replayer.core.session.model import ImportStats, Message, Session
 from replayer.core.session.registry import Head, Importer
+from replayer.core.textfile import read_bytes
 
 FORMAT = "aider"
+MAX_HISTORY_BYTES = 256 << 20
 MAGIC = "# aider chat started at"
 
 
@@ -24,7 +26,11 @@ def detect_text(head: str) -> bool:
 
 
 def load(path: Path) -> Session:
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:  # bounded: a history grows over many sessions, never to this
+        data = read_bytes(path, "aider chat history", MAX_HISTORY_BYTES)
+    except ReplayerError as exc:
+        raise ImportFailed(str(exc)) from None
+    text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
     # --restore-chat-history reads the whole file: every chat session in it, not the last one
     lines = text.split("\n")
     n_sessions = sum(1 for ln in lines if ln.startswith(MAGIC))

@@ -46,7 +46,7 @@ def detect(objs: list[dict[str, Any]]) -> bool:
     return hits > 0 and any("sessionId" in o or "uuid" in o for o in objs)
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -129,10 +129,12 @@ def _as_sent(session: Session, sent: claude_wire.WireLog, records: list[dict], i
             if a is not None:
                 msgs.append(a)
         elif role == "system":
-            msgs.append(Message(role="system", content=_text_of(m.get("content")), origin="send-time"))
+            msgs.append(Message(role="system", content=text_of(m.get("content")), origin="send-time"))
         else:
             msgs.extend(_user({"message": m}, None, images))
-    reply = [r for r in records[sent.after + 1:] if r.get("type") == "assistant" and not r.get("isSidechain")]
+    # the reply on the same thread: the main one, or a subagent file's only (sidechain) thread
+    side = not any(not r.get("isSidechain") for r in records if r.get("type") in ("user", "assistant"))
+    reply = [r for r in records[sent.after + 1:] if r.get("type") == "assistant" and bool(r.get("isSidechain")) == side]
     if reply:
         ids = {(reply[0].get("message") or {}).get("id")}
         a = _assistant([r for r in reply if (r.get("message") or {}).get("id") in ids], None)
@@ -384,7 +386,7 @@ def _user(r: dict, ts: float | None, images: str, stats: ImportStats | None = No
         bt = b.get("type")
         if bt == "tool_result":
             inner = b.get("content")
-            text = _text_of(inner)
+            text = text_of(inner)
             n_img = sum(1 for x in inner if isinstance(x, dict) and x.get("type") == "image") \
                 if isinstance(inner, list) else 0
             if n_img and images != "keep":  # the image leaves its placeholder, not an empty result

@@ -42,7 +42,7 @@ def default_roots() -> list[tuple[str, Path, str]]:
     ]
 
 
-def discover(limit: int = 200) -> list[Found]:
+def discover(limit: int = 2000) -> list[Found]:
     found: list[Found] = []
     for agent, root, pattern in default_roots():
         if not root.is_dir():

@@ -130,6 +130,22 @@ class Session(BaseModel):
     stats: ImportStats = Field(default_factory=ImportStats)
     warnings: list[str] = Field(default_factory=list)
 
+    @property
+    def incomplete(self) -> str | None:
+        """The caveat every verdict carries when the replay is of part of what the file stored
+        (lines that did not parse, a cut last line); None for a whole session."""
+        st = self.stats
+        if not (st.bad_lines or st.partial_tail):
+            return None
+        cut = " (the last one cut off)" if st.partial_tail else ""
+        return (f"incomplete session: {st.bad_lines} line(s) of the file did not parse{cut} and are not in the "
+                "replay; the verdict is on the rest")
+
+    @property
+    def notes(self) -> list[str]:
+        """What the importer noticed, for every output: its warnings, then the caveat."""
+        return self.warnings + ([self.incomplete] if self.incomplete else [])
+
     # -- summaries ---------------------------------------------------------------------
     def role_counts(self) -> dict[str, int]:
         return dict(Counter(m.role for m in self.messages))

@@ -10,19 +10,21 @@ without writing beside it (``sqlite_ro``).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from replayer.core.errors import ImportFailed
+from replayer.core.errors import ImportFailed, ReplayerError
 from replayer.core.session.model import (
     IMAGE_OMITTED, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, LoadOptions
 from replayer.core.session.sqlite_ro import open_readonly
+from replayer.core.textfile import read_bytes
 
 FORMAT = "opencode"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -95,22 +97,71 @@ def load_storage(path: Path, *, images: str = "omit") -> Session:
     if path.is_file():
         info = _read_json(path)
     else:
-        files = sorted((root / "session").glob("*/*.json"), key=lambda p: p.stat().st_mtime)
+        files = sorted(_session_files(root), key=lambda p: p.stat().st_mtime)
         if not files:
             raise ImportFailed(f"{root} holds no sessions")
         info = _read_json(files[-1])
     sid = info.get("id")
-    msg_files = sorted((root / "message" / str(sid)).glob("*.json"))
-    messages = [_read_json(f) for f in msg_files]
-    messages.sort(key=lambda m: ((m.get("time") or {}).get("created") or 0, m.get("id", "")))
+    messages = [_read_json(f) for f in _stored_files(root, "message", sid, "session")]
+    messages.sort(key=lambda m: ((m.get("time") or {}).get("created") or 0, str(m.get("id", ""))))
     by_msg = {}
     for m in messages:
-        pfiles = sorted((root / "part" / str(m.get("id"))).glob("*.json"))
-        by_msg[m.get("id")] = [_read_json(f) for f in pfiles]
+        by_msg[m.get("id")] = [_read_json(f) for f in _stored_files(root, "part", m.get("id"), "message")]
     t = info.get("time") or {}
     revert = info.get("revert") if isinstance(info.get("revert"), dict) else {}
     return _build(path, messages, by_msg, sid, info.get("title"), info.get("directory"), info.get("version"),
                   ms_to_s(t.get("created")), ms_to_s(t.get("updated")), [], images, revert)
+
+
+#: OpenCode's ids (``ses_…``, ``msg_…``, ``prt_…``: a prefix and 26 base-62 characters), with room
+#: for other writers; anything else (``../x``, ``/etc``, 5,000 characters) is refused before it
+#: becomes part of a path
+_ID_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
+
+
+def _checked_id(value: Any, what: str) -> str:
+    """A stored id safe to use as one folder name, or a one-line refusal naming it."""
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value) or ".." in value:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else f"{shown[:40]}…' ({len(str(value)):,} characters)"
+        raise ImportFailed(f"the OpenCode storage holds an invalid {what} id {shown}: refused (ids are up to 128 "
+                           "letters, digits, '_', '-' or '.')")
+    return value
+
+
+def _session_files(root: Path) -> list[Path]:
+    """``root/session/<project>/*.json`` that are regular files inside ``root/session``."""
+    base = (root / "session").resolve()
+    out = []
+    for f in (root / "session").glob("*/*.json"):
+        try:
+            real = f.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # a broken link is no session
+        if real.is_relative_to(base) and real.is_file():
+            out.append(f)
+    return out
+
+
+def _stored_files(root: Path, kind: str, owner: Any, what: str) -> list[Path]:
+    """``root/kind/<owner id>/*.json``, each resolved and confined to ``root/kind``: the id comes
+    from the untrusted folder, and a symlinked file or folder must not reach the rest of the disk."""
+    folder = root / kind / _checked_id(owner, what)
+    base = (root / kind).resolve()
+    out = []
+    try:
+        files = sorted(folder.glob("*.json"))
+    except OSError as exc:
+        raise ImportFailed(f"cannot read {folder}: {exc.strerror or exc}") from None
+    for f in files:
+        try:
+            real = f.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise ImportFailed(f"cannot read {f}: a broken or looping link") from None
+        if not real.is_relative_to(base):
+            raise ImportFailed(f"{f} points outside the OpenCode storage folder ({kind}/): refused")
+        out.append(f)
+    return out
 
 
 def _loads(data: Any) -> dict:
@@ -121,11 +172,16 @@ def _loads(data: Any) -> dict:
     return obj if isinstance(obj, dict) else {}
 
 
+#: one stored message or part (a tool's output can be large, not this large)
+MAX_RECORD_BYTES = 64 << 20
+
+
 def _read_json(p: Path) -> dict:
+    """One stored object, read bounded and only from a regular file (a FIFO would block)."""
     try:
-        return _loads(p.read_bytes())
-    except OSError as exc:
-        raise ImportFailed(f"cannot read {p}: {exc.strerror}") from None
+        return _loads(read_bytes(p, "OpenCode record", MAX_RECORD_BYTES))
+    except ReplayerError as exc:
+        raise ImportFailed(str(exc)) from None
 
 
 def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, warnings: list[str]) -> list[dict]:

@@ -25,18 +25,20 @@ _BLOB_MIN = 2048
 
 
 def _strip_blobs(obj: Any) -> Any:
-    """Replace long base64-ish strings under known keys with a size marker, in place."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if isinstance(v, str):
-                if k in _BLOB_KEYS and len(v) > _BLOB_MIN and " " not in v[:200]:
-                    obj[k] = {"__blob_bytes__": (len(v) * 3) // 4}
-            elif isinstance(v, (dict, list)):
-                _strip_blobs(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            if isinstance(v, (dict, list)):
-                _strip_blobs(v)
+    """Replace long base64-ish strings under known keys with a size marker, in place. A walk
+    with its own stack: orjson parses 1,024 levels, deeper than Python's recursion limit."""
+    stack = [obj]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            for k, v in cur.items():
+                if isinstance(v, str):
+                    if k in _BLOB_KEYS and len(v) > _BLOB_MIN and " " not in v[:200]:
+                        cur[k] = {"__blob_bytes__": (len(v) * 3) // 4}
+                elif isinstance(v, (dict, list)):
+                    stack.append(v)
+        else:
+            stack.extend(v for v in cur if isinstance(v, (dict, list)))
     return obj
 
 
@@ -63,6 +65,8 @@ def check_readable_file(path: Path) -> Path:
         raise ImportFailed(f"cannot read {path}: {exc.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         raise ImportFailed(f"{path} is a directory, not a session file")
+    if not stat.S_ISREG(st.st_mode):  # reading a FIFO waits for a writer; a device never ends
+        raise ImportFailed(f"{path} is a FIFO, socket or device, not a regular file")
     if st.st_size == 0:
         raise ImportFailed(f"{path} is empty")
     if not os.access(path, os.R_OK):
@@ -105,6 +109,19 @@ def read_records(path: Path, agent: str):
 _CHUNK = 1 << 20
 #: lines longer than this are decoded and parsed by the standard library (see ``_big``)
 _BIG_LINE = 8 << 20
+#: no agent writes a line this long (a 50 MB pasted image is the largest seen); a longer one is
+#: refused when it is reached, so a 2 GB line without a newline costs this much memory, not 2 GB
+MAX_LINE = 64 << 20
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class LineTooLong(ImportFailed):
+    """A JSONL line over ``MAX_LINE``; the reader names the line and its size."""
+
+
+def _too_long(path: Path, lineno: int, size: int) -> LineTooLong:
+    return LineTooLong(f"{path}: line {lineno} is longer than {MAX_LINE >> 20} MB (over {size / (1 << 20):,.0f} MB "
+                       "read without a newline): not a session log line")
 
 
 def _big(line: bytearray) -> bytearray | str:
@@ -119,24 +136,32 @@ def _big(line: bytearray) -> bytearray | str:
         return line  # orjson refuses it: counted as a bad line
 
 
-def _lines(fh) -> Iterator[bytes | bytearray | str]:
+def _lines(fh, max_line: int | None = None) -> Iterator[bytes | bytearray | str]:
     """The file's lines with their ``\\n``. A line longer than a chunk grows in one
     ``bytearray`` (realloc moves pages, it does not copy them), where ``for line in file``
-    would hold its pieces and their join: twice a 50 MB message."""
+    would hold its pieces and their join: twice a 50 MB message. A line growing past
+    ``max_line`` (default ``MAX_LINE``) raises ``OverflowError`` with its size so far."""
+    limit = MAX_LINE if max_line is None else max_line
     buf = bytearray()
     while data := fh.read(_CHUNK):
         start = 0
         while (nl := data.find(b"\n", start)) >= 0:
             if buf:
                 buf += memoryview(data)[start:nl + 1]
+                if len(buf) > limit:
+                    raise OverflowError(len(buf))
                 line, buf = _big(buf), bytearray()
                 yield line
                 del line
             else:
+                if nl + 1 - start > limit:
+                    raise OverflowError(nl + 1 - start)
                 yield data[start:nl + 1]
             start = nl + 1
         buf += memoryview(data)[start:]
         del data
+        if len(buf) > limit:
+            raise OverflowError(len(buf))
     if buf:
         yield _big(buf)
 
@@ -145,14 +170,25 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
     """Yield each JSON object line; count and skip the rest (opened read-only)."""
     stats = stats if stats is not None else JsonlStats()
     last_bad_no_newline = False
+    lineno = 0
     with open(path, "rb") as fh:
-        for lineno, raw in enumerate(_lines(fh), 1):
-            if raw.isspace():
+        lines = _lines(fh)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                break
+            except OverflowError as exc:
+                raise _too_long(path, lineno + 1, exc.args[0]) from None
+            lineno += 1
+            if lineno == 1:  # a byte-order mark (Windows editors): UTF-8 all the same
+                raw = raw.removeprefix("\ufeff") if isinstance(raw, str) else raw.removeprefix(UTF8_BOM)
+            if raw.isspace() or not raw:
                 continue
             stats.lines += 1
             try:  # JSON allows the surrounding whitespace: no stripped copy
                 obj = json.loads(raw) if isinstance(raw, str) else orjson.loads(raw)
-            except ValueError:  # both parsers' errors
+            except (ValueError, RecursionError):  # both parsers' errors; json's on deep nesting
                 stats.bad_lines += 1
                 if len(stats.bad_line_numbers) < 20:
                     stats.bad_line_numbers.append(lineno)
@@ -172,10 +208,17 @@ HEAD_LINE_MAX = 1 << 20
 
 
 def _head_lines(fh) -> Iterator[bytes]:
+    first = True
     while raw := fh.readline(HEAD_LINE_MAX):
+        if first and raw.startswith(UTF8_BOM):
+            raw = raw[3:]
+        first = False
         if len(raw) == HEAD_LINE_MAX and not raw.endswith(b"\n"):
+            skipped = len(raw)
             while (rest := fh.readline(HEAD_LINE_MAX)) and not rest.endswith(b"\n"):
-                pass
+                skipped += len(rest)
+                if skipped > MAX_LINE:  # past what loading accepts: detection has read enough
+                    return
             continue
         yield raw
 

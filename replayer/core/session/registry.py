@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 import orjson
 
-from replayer.core.errors import FormatUnknown, ImportFailed, did_you_mean
+from replayer.core.errors import FormatUnknown, ImportFailed, ReplayerError, did_you_mean
 from replayer.core.session.model import Session
-from replayer.core.session.reader import check_readable_file, head_objects
+from replayer.core.session.reader import UTF8_BOM, check_readable_file, head_objects
 
 HEAD_BYTES = 65536
 HEAD_OBJECTS = 20
@@ -56,7 +56,7 @@ class Head:
         if not self.is_dir:
             check_readable_file(path)
             with open(path, "rb") as fh:
-                self.bytes = fh.read(HEAD_BYTES)
+                self.bytes = fh.read(HEAD_BYTES).removeprefix(UTF8_BOM)
 
     @cached_property
     def text(self) -> str:
@@ -106,8 +106,8 @@ class Head:
                 self.path.stat().st_size > WHOLE_JSON_LIMIT:
             return None
         try:
-            return orjson.loads(self.path.read_bytes())
-        except orjson.JSONDecodeError:
+            return whole_json(self.path)
+        except (orjson.JSONDecodeError, ImportFailed):
             return None
 
 
@@ -123,10 +123,21 @@ def doc_confidence(head: Head, detect: Callable[[Any], bool], confidence: float)
     return confidence if head.doc is not None and detect(head.doc) else 0.0
 
 
+def whole_json(path: Path) -> Any:
+    """A whole-document session read bounded (``WHOLE_JSON_LIMIT``), a byte-order mark allowed."""
+    from replayer.core.textfile import read_bytes
+
+    try:
+        data = read_bytes(path, "session", WHOLE_JSON_LIMIT)
+    except ReplayerError as exc:
+        raise ImportFailed(str(exc)) from None
+    return orjson.loads(data.removeprefix(UTF8_BOM))
+
+
 def read_doc(path: Path, detect: Callable[[Any], bool], what: str) -> Any:
     """The whole JSON document of a forced format, refused when it is not that format."""
     try:
-        doc = orjson.loads(path.read_bytes())
+        doc = whole_json(path)
     except orjson.JSONDecodeError as exc:
         raise ImportFailed(f"{path} is not valid JSON: {exc}") from None
     if not detect(doc):

@@ -85,7 +85,7 @@ def request_from_files(session: Session, system_prompt_path: str | None = None,
                        tools_path: str | None = None) -> ChatRequest:
     """``build_request`` with the user's ``--system-prompt FILE`` / ``--tools FILE``, when given,
     else with what ``replayer agents capture`` learnt from the user's own agent, when cached."""
-    from replayer.core.agents.apply import captured_parts
+    from replayer.core.agents.apply import add_user_prefixes, captured_parts
 
     sp = load_system_prompt(system_prompt_path) if system_prompt_path else None
     tl = load_tools(tools_path) if tools_path else None
@@ -93,6 +93,7 @@ def request_from_files(session: Session, system_prompt_path: str | None = None,
     req = build_request(session, system_prompt=sp if sp is not None else parts.system_prompt,
                         tools=tl if tl is not None else parts.tools, system_role=parts.system_role)
     req.notes.extend(parts.notes)
+    add_user_prefixes(req.body["messages"], parts)
     return req
 
 

@@ -26,7 +26,9 @@ from replayer.ui.widgets.key_footer import KeyFooter
 
 class BisectScreen(Screen):
     BINDINGS = [
-        Binding("enter", "start", "bisect", priority=True),
+        # not a priority binding: Enter on a dropdown opens it and chooses its highlighted
+        # option (a priority Enter restarted the bisection instead); in a field it starts
+        Binding("enter", "start", "bisect"),
         Binding("ctrl+x", "cancel", "cancel"),
         Binding("escape", "back", "setup"),
     ]
@@ -65,11 +67,11 @@ class BisectScreen(Screen):
                 yield Label("metric")
                 yield Select([(m.name, m.name) for m in bisect.METRICS.values()], value="prompt_tps",
                              allow_blank=False, id="bisect-metric")
+            with Horizontal():  # its own row: at 80 columns it was off the right edge
                 yield Label("engine")
-                yield Select([("simulated (catalog)", "simulated"), ("live (build + run)", "live")],
+                yield Select([("simulated", "simulated"), ("live (build+run)", "live")],
                              value="simulated", allow_blank=False, id="bisect-engine")
-            with Horizontal():
-                yield Label("GGUF (live)")
+                yield Label("GGUF")
                 yield Input(self.live_model or "", placeholder="path to a .gguf model for a live bisection",
                             id="bisect-gguf")
                 yield Button("Bisect  ⏎", variant="primary", id="bisect-start")
@@ -88,6 +90,10 @@ class BisectScreen(Screen):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "bisect-start":
             self.action_start()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_start()
 
     def _number(self, sel: str) -> int:
         from replayer.core.builds.catalog import parse_build
@@ -170,6 +176,8 @@ class BisectScreen(Screen):
         if not self.is_attached:  # left while the worker finished
             return
         self.result = res
+        self.query_one("#bisect-stage", Static).update(f"done: {len(res.steps)} step{'s' if len(res.steps) != 1 else ''}")
+        self.query_one("#bisect-progress", ProgressBar).update(progress=100)
         lines = res.summary_lines()
         if res.found is not None:
             lines.insert(0, "threshold: " + res.threshold.describe(*res.references()))

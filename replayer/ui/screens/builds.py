@@ -20,7 +20,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Header, Input, Label, Log, Select, Static
 
 from replayer.core.builds.catalog import GENERATIONS
-from replayer.core.errors import BuildError, ReplayerError
+from replayer.core.errors import ReplayerError
 from replayer.ui.widgets.key_footer import KeyFooter
 from replayer.ui.widgets.progress_line import ProgressLine
 
@@ -28,6 +28,9 @@ from replayer.ui.widgets.progress_line import ProgressLine
 STAGES = [("index", 0.02), ("download", 0.08), ("extract", 0.03), ("configure", 0.07), ("compile", 0.75),
           ("link", 0.05)]
 BACKEND_CHOICES = ["cpu", "vulkan", "cuda", "rocm"]
+#: the configure stage's bar after n output lines is 1 − DECAY**n: a bar that moves while cmake
+#: works (it stood still at the stage's start for the whole configure), and never claims the end
+CONFIGURE_LINE_DECAY = 0.98
 
 
 def overall(stage: str, frac: float) -> float:
@@ -40,10 +43,6 @@ def overall(stage: str, frac: float) -> float:
             return done + share * max(0.0, min(1.0, frac))
         done += share
     return done
-
-
-class InstallCancelled(BuildError):
-    pass
 
 
 class ConfirmInstall(ModalScreen[bool]):
@@ -109,6 +108,7 @@ class BuildsScreen(Screen):
         self.installing: tuple[int, str] | None = None
         self.stage = ("", 0.0)
         self.log_read = 0
+        self.last_install: tuple[int, str] | None = None  # what `l` shows once it finished
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -163,7 +163,9 @@ class BuildsScreen(Screen):
         gen = next(g for g in GENERATIONS if g.value == str(event.row_key.value))
         field = self.query_one("#install-number", Input)
         field.value = str(gen.representative_build)
-        field.focus()
+        # the Install button, not the number field: a field takes every letter, so `c`, `l`
+        # and `i` stopped working (and Enter here installs, as in the field)
+        self.query_one("#install", Button).focus()
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "install-backend":
@@ -209,6 +211,9 @@ class BuildsScreen(Screen):
         self.query_one("#install-progress", ProgressLine).reset()
         self.query_one("#cancel", Button).disabled = False
         self.query_one("#install", Button).disabled = True
+        self.last_install = self.installing
+        if self.focused is None or isinstance(self.focused, (Input, Button)):
+            self.query_one("#cancel", Button).focus()  # `c` or Enter cancels
         self.set_stage("starting", 0.0)
         self._install(*self.installing)
 
@@ -216,19 +221,26 @@ class BuildsScreen(Screen):
     def _install(self, number: int, backend: str) -> None:
         from replayer.core.builds import manager
 
+        lines: dict[str, int] = {}
+
         def progress(stage: str, frac: float) -> None:
             if self.cancel_event.is_set():
-                raise InstallCancelled("install cancelled")
+                raise manager.InstallCancelled("install cancelled")
+            lines[stage] = n = lines.get(stage, 0) + 1
+            if stage == "configure":  # cmake prints no percentage: each line moves the bar, never to its end
+                frac = max(frac, 1 - CONFIGURE_LINE_DECAY ** n)
             if (stage, round(frac, 2)) != self.stage:
                 self.stage = (stage, round(frac, 2))
                 self.app.call_from_thread(self.set_stage, stage, frac)
 
         try:
             rec = manager.install(number, backend, progress)
-        except InstallCancelled:
-            self.app.call_from_thread(self.finished, f"b{number} {backend}: cancelled", "warning")
-        except ReplayerError as exc:
-            self.app.call_from_thread(self.finished, f"b{number} {backend}: {exc}", "error")
+        except manager.InstallCancelled:
+            self.app.call_from_thread(self.finished, f"b{number} {backend}: cancelled (nothing kept)", "warning",
+                                      True)
+        except ReplayerError as exc:  # the manager's messages already name the build
+            text = str(exc) if f"b{number} " in str(exc) else f"b{number} {backend}: {exc}"
+            self.app.call_from_thread(self.finished, text, "error")
         except Exception as exc:  # shown, never a traceback
             self.app.call_from_thread(self.finished, f"b{number} {backend}: {type(exc).__name__}: {exc}", "error")
         else:
@@ -243,11 +255,12 @@ class BuildsScreen(Screen):
         self.tail_log()
 
     def tail_log(self) -> None:
-        if self.installing is None or not self.has_class("-show-log"):
+        shown = self.installing or self.last_install
+        if shown is None or not self.has_class("-show-log"):
             return
         from replayer.core.builds import manager
 
-        f = manager.log_path(*self.installing)
+        f = manager.log_path(*shown)
         try:
             with f.open("rb") as fh:
                 fh.seek(self.log_read)
@@ -259,13 +272,17 @@ class BuildsScreen(Screen):
             self.log_read += cut
             self.query_one("#build-log", Log).write_lines(chunk[:cut].decode(errors="replace").splitlines())
 
-    def finished(self, message: str, severity: str) -> None:
+    def finished(self, message: str, severity: str, cancelled: bool = False) -> None:
         self.installing_done = message
+        if cancelled:  # the manager removed what the install made: the bar starts from nothing again
+            self.query_one("#install-progress", ProgressLine).reset()
         self.query_one("#stage", Static).update(message)
         self.tail_log()
         self.installing = None
         self.query_one("#cancel", Button).disabled = True
         self.query_one("#install", Button).disabled = False
+        if self.focused is self.query_one("#cancel", Button) or self.focused is None:
+            self.query_one("#catalog", DataTable).focus()  # the disabled button lost it
         self.notify(message, severity=severity, timeout=10)  # type: ignore[arg-type]
         self.fill_catalog()
         if severity == "information":

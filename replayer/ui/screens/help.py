@@ -15,11 +15,16 @@ Replays the **prefill** of a resumed agent session on two llama-server builds.
 
 | key | does |
 |---|---|
+| ? · F1 | this help (esc, q or ? closes it) |
+| ctrl+q | quit |
+| ⏎ · / · s | sessions: open the highlighted one · filter as you type (⏎ back to the list, esc clears) · sort (newest, tokens, size, agent, title) |
+| o · d | sessions: type a path (→ completes) · open the bundled demo |
+| ↑↓ · PgUp PgDn · Home End | move in a list or table; Tab focuses the next list, then these scroll it |
 | Tab · shift+Tab | move between controls (setup, builds) |
 | ⏎ · space · ↓ | open a dropdown; ↑↓ then ⏎ chooses, esc closes |
 | ctrl+r | start the replay (setup; ⏎ on the Replay button or in a text field too) |
 | ctrl+b | builds: the catalog, what is installed, install one (i), cancel (c), its log (l) |
-| ctrl+g | bisect the builds between A and B on this session (setup screen) |
+| ctrl+g | bisect the builds between A and B on this session (setup screen); ctrl+x cancels it, esc goes back |
 | space | pause / resume; a live server keeps computing, its events wait until you resume |
 | 1 · 2 · 3 | speed ×1 · ×10 · instant (the ETA follows the current speed) |
 | a · b | cancel run A · run B (a live run's server stops); the run is marked partial |
@@ -27,13 +32,14 @@ Replays the **prefill** of a resumed agent session on two llama-server builds.
 | e | export a Markdown report (palette: JSON, CSV) |
 | s | save an SVG screenshot (the toast names the file) |
 | + − · < > | zoom · pan both timelines together |
+| ← → | scroll the focused timeline by tokens (Tab to it first) |
 | ctrl+p | command palette (themes, exports, swap builds, builds) |
 | escape | back |
 
 **Timeline rows:** ▼ user / tool-result starts · `·` assistant starts; a column with
 several starts is shaded by how many (░ 2–3, ▒ 4–9, ▓ 10–24, █ 25+);
-batches coloured by the rule that cut them — green `n_batch` (full), red `user_start`
-(the #25213 regression), yellow `checkpoint_offset` (N−516, N−4), blue `prompt_end`;
+batches coloured and marked by the rule that cut them — ┃ green `n_batch` (full), ╋ red `user_start`
+(the #25213 regression), ┇ yellow `checkpoint_offset` (N−516, N−4), ▐ blue `prompt_end`, ╎ other;
 ◆ a context checkpoint.
 
 **Session mode** (setup: mode → session; what-if: freeze the system prompt): each build's

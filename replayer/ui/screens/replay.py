@@ -22,6 +22,7 @@ from collections import deque
 from datetime import datetime
 from pathlib import Path
 
+from rich.markup import escape
 from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -419,7 +420,9 @@ class ReplayScreen(Screen):
     def _show_verdict(self, cmp: Comparison, advice: list[str]) -> None:
         self.comparison = cmp
         self.advice = advice
-        self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]")
+        caveat = self.prep.session.incomplete  # a verdict on part of the session says so
+        self.query_one("#verdict", Static).update(f"[b]{cmp.verdict()}[/b]"
+                                                  + (f"\n[b yellow]warning: {escape(caveat)}[/]" if caveat else ""))
         table = self.query_one("#comparison", ComparisonTable)
         table.statuses = (run_status(cmp.a), run_status(cmp.b))
         table.show(cmp.rows(), advice)

@@ -22,6 +22,7 @@ from typing import Any
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -56,6 +57,7 @@ class SessionSpec:
 
 class SessionScreen(ReplayScreen):
     PANE = SessionPane
+    BINDINGS = [Binding("x", "repro", "reproduction for a maintainer", show=False)]
 
     def __init__(self, spec: SessionSpec, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
@@ -216,6 +218,22 @@ class SessionScreen(ReplayScreen):
     def setup_screen(self) -> Screen:
         return self.app.setup_screen(self.session, self.spec.config, mode="session",
                                      what_if=self.spec.what_if)
+
+    def action_repro(self) -> None:
+        """The replay as a folder a maintainer runs with stock llama-server (``core/repro.py``),
+        beside the exports."""
+        from replayer.core.repro import write_bundle
+
+        if self.runs is None or self.prep is None or self.comparison is None:
+            self.notify("the runs have not finished yet", severity="warning")
+            return
+        stamp = self.export_path("x")
+        try:
+            dest = write_bundle(stamp.with_name(stamp.stem + "-repro"), self.prep, dict(zip("AB", self.runs)))
+        except (OSError, ReplayerError) as exc:
+            self.notify(f"reproduction not written: {exc}", severity="error")
+            return
+        self.notify(f"reproduction written to {dest.resolve()} (python3 repro.py --expect A)", timeout=10)
 
     def export_bytes(self, fmt: str) -> bytes:
         if fmt in SESSION_FORMATS:  # the CLI's documents, redacted by core/export.py

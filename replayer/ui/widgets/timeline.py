@@ -167,6 +167,7 @@ class Timeline(Widget, can_focus=True):
         cells = [(int(self.offset + i * tpc), int(self.offset + (i + 1) * tpc)) for i in range(width)]
         cells = [(a, max(a + 1, b)) for a, b in cells if a < self.n_tokens]
         colors = {r.name: self._color(r.theme_var, r.colour) for r in REASONS}
+        glyphs = {r.name: r.glyph for r in REASONS}  # the reason without colour too (NO_COLOR)
         c_user = colors["user_start"]
         c_ckpt = self._color("accent", "#F5A623")
         msgs, batches, ckpts = Row(), Row(), Row()
@@ -186,7 +187,8 @@ class Timeline(Widget, can_focus=True):
             # a cut inside this cell?
             i = bisect_left(self.ends, a)
             if i < len(self.ends) and self.ends[i] < b and self.ends[i] < self.n_tokens:
-                batches.append("┃", f"bold {colors.get(self.reasons[i], colors['other'])}")
+                reason = self.reasons[i]
+                batches.append(glyphs.get(reason, glyphs["other"]), f"bold {colors.get(reason, colors['other'])}")
             elif a < processed:
                 j = bisect_right(self.ends, a)
                 reason = self.reasons[j] if j < len(self.reasons) else "other"

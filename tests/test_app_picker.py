@@ -1,0 +1,119 @@
+"""The picker on a home with 300 Claude Code sessions: filter as you type, sort, clean titles,
+hidden non-sessions, tokens first, focus back on the list after a session."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from textual.widgets import DataTable, Input, Static
+
+from replayer.core.session.listing import clean_title
+from replayer.ui.app import ReplayerApp
+from replayer.ui.screens.picker import SORTS, PickerScreen
+from replayer.ui.screens.setup import SetupScreen
+
+from claude_home import write_home
+from helpers import wait_for
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    for var in ("PI_CODING_AGENT_SESSION_DIR", "PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME",
+                "XDG_DATA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    sessions = write_home(tmp_path)
+    yield sessions
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_clean_title_keeps_what_the_user_typed():
+    assert clean_title("<command-message>init is analyzing…</command-message>\n<command-name>/init</command-name>"
+                       "\n<command-args></command-args>") == "/init"
+    assert clean_title("fix it <system-reminder>be brief</system-reminder> <b>now</b>") == "fix it now"
+
+
+def _keys(t: DataTable) -> list:
+    return [t.coordinate_to_cell_key((i, 0)).row_key.value for i in range(t.row_count)]
+
+
+async def _listed(pilot, screen) -> DataTable:
+    t = screen.query_one("#sessions", DataTable)
+    await wait_for(pilot, lambda: bool(screen.hidden))
+    return t
+
+
+async def test_picker_hides_non_sessions_and_filters_as_you_type(home):
+    app = ReplayerApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, PickerScreen)
+        t = await _listed(pilot, screen)
+        assert t.row_count == 301  # the demo and 300 sessions: no agent-*.jsonl, no summary-only file
+        assert not any("agent-" in k or "summary-" in k for k in _keys(t))
+        status = str(screen.query_one("#picker-status", Static).render())
+        assert "300 sessions" in status and "10 hidden: 7 subagent, 3 summary-only" in status
+        assert [c.label.plain for c in t.ordered_columns][0] == "≈ tokens"
+        assert _keys(t)[1:4] == [str(p) for p in home[:3]]  # newest first
+        assert t.get_cell(str(home[3]), "title") == "/review session 3"
+        assert not any("<command" in str(t.get_cell(k, "title")) for k in _keys(t))
+        await pilot.press("slash")
+        assert app.focused is screen.query_one("#filter", Input)
+        await pilot.press(*"review")
+        assert t.row_count == 30 and all("/review" in t.get_cell(k, "title") for k in _keys(t))
+        assert "30 match “review”" in str(screen.query_one("#picker-status", Static).render())
+        await pilot.press("space", *"proj5")  # every word must match
+        assert {t.get_cell(k, "project") for k in _keys(t)} == {"proj5"} and 0 < t.row_count < 30
+        await pilot.press("enter")
+        assert app.focused is t
+        await pilot.press("slash", "escape")  # Esc clears the filter and returns to the list
+        assert t.row_count == 301 and app.focused is t
+
+
+async def test_picker_sorts_by_tokens_and_back_from_a_session_focuses_the_list(home):
+    app = ReplayerApp()
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        t = await _listed(pilot, screen)
+        await wait_for(pilot, lambda: t.get_cell(str(home[40]), "tokens") != "…")
+        await app.workers.wait_for_complete()
+        known = {k for k, r in screen.rows.items() if r["tokens_n"] >= 0}
+        await pilot.press("s")
+        assert "sorted by tokens" in str(screen.query_one("#picker-status", Static).render())
+        described = [k for k in _keys(t) if k in known]  # (the sort asks for the counts of the rows now first)
+        counts = [screen.rows[k]["tokens_n"] for k in described]
+        assert counts == sorted(counts, reverse=True) and len(counts) >= 50
+        await pilot.press(*"s" * (len(SORTS) - 1))
+        assert "sorted by newest" in str(screen.query_one("#picker-status", Static).render())
+        await pilot.press("down", "down")  # the second newest session highlighted
+        # open another session by its path, go back: the list has focus, the path field is empty
+        await pilot.press("o")
+        await pilot.press(*str(home[0]), "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+        await pilot.pause()
+        assert app.focused is t and screen.query_one("#path", Input).value == ""
+        await pilot.press("enter")  # the highlighted row, not the previous file
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        assert app.screen.session.path == str(home[1])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 45)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_picker_snapshot_with_a_filter(snap_compare, home, size):
+    async def run_before(pilot):
+        screen = pilot.app.screen
+        await _listed(pilot, screen)
+        await pilot.press("slash", *"review", "enter")
+        t = screen.query_one("#sessions", DataTable)
+        await wait_for(pilot, lambda: all(t.get_cell(k, "tokens") != "…" for k in _keys(t)))
+        await pilot.pause()
+
+    assert snap_compare(ReplayerApp(deterministic=True), terminal_size=size, run_before=run_before)

@@ -1,0 +1,48 @@
+"""Help (?) names every screen's keys; the palette (ctrl+p) lists the current screen's actions."""
+
+from __future__ import annotations
+
+from textual.widgets import Markdown
+
+from replayer.core.replay import demo_session_path
+from replayer.ui.app import ReplayerApp
+from replayer.ui.screens.bisect import BisectScreen
+from replayer.ui.screens.help import HELP, HelpScreen
+from replayer.ui.screens.picker import PickerScreen
+from replayer.ui.screens.setup import SetupScreen
+
+from helpers import wait_for
+
+
+def test_help_names_quit_help_picker_bisect_timeline_and_scrolling():
+    for needle in ("ctrl+q | quit", "? · F1 | this help", "filter as you type", "sort (newest", "ctrl+x cancels",
+                   "← → | scroll the focused timeline", "PgUp PgDn"):
+        assert needle in HELP, needle
+
+
+def _titles(app) -> list[str]:
+    return [c.title for c in app.get_system_commands(app.screen)]
+
+
+async def test_palette_has_the_current_screens_actions():
+    app = ReplayerApp(session=demo_session_path(), default_speed=0.0, deterministic=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        titles = _titles(app)
+        assert {"Replay", "Bisect A…B", "Sessions", "Swap builds A and B", "Quit", "Help"} <= set(titles)
+        assert len(titles) == len(set(titles))
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, BisectScreen))
+        assert {"Bisect", "Cancel", "Setup"} <= set(_titles(app))
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, PickerScreen))
+        assert {"Filter", "Sort", "Open file…", "Demo"} <= set(_titles(app))
+
+
+async def test_question_mark_opens_help_from_the_picker():
+    app = ReplayerApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.screen.query_one(Markdown)

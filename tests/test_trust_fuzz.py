@@ -1,0 +1,21 @@
+"""The fuzz harness of every untrusted input (benchmarks/fuzz_sessions.py) at a bounded size:
+sessions, OpenCode storage folders, GGUF headers and templates; no crash, and every session
+read in part carries its note in the replay's report."""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from fuzz_sessions import run_fuzz  # noqa: E402
+
+
+def test_bounded_fuzz_run(tmp_path):
+    res = run_fuzz(240, work=tmp_path)
+    c = res["counts"]
+    assert res["crashes"] == {}, res["examples"]
+    assert min(c.get(k, 0) for k in ("sessions", "storage", "gguf", "templates")) > 0, c
+    assert c.get("incomplete", 0) == c.get("incomplete_noted", 0)

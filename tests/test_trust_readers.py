@@ -1,0 +1,102 @@
+"""Bounded session readers (issue 24): line length, nesting depth, byte-order marks, FIFOs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from conftest import FIXTURES, REPO
+from replayer.core.errors import ImportFailed
+from replayer.core.session import load_session
+from replayer.core.session.reader import MAX_LINE, LineTooLong
+
+PI = FIXTURES / "pi" / "small-v3.jsonl"
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "replayer.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+
+
+def test_2gb_line_without_newline_is_refused_naming_line_and_size(tmp_path):
+    """A valid head, then a 2 GB line (sparse: no disk used). Memory and time are measured in
+    benchmarks/memory.py; here only the error."""
+    f = tmp_path / "huge.jsonl"
+    head = PI.read_bytes()
+    f.write_bytes(head)
+    with open(f, "r+b") as fh:
+        fh.truncate(len(head) + (2 << 30))
+    n_lines = head.count(b"\n")
+    with pytest.raises(LineTooLong) as err:
+        load_session(f)
+    msg = str(err.value)
+    assert f"line {n_lines + 1} is longer than {MAX_LINE >> 20} MB" in msg
+    r = _cli("inspect", str(f))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and f"line {n_lines + 1}" in r.stderr
+    assert f.stat().st_size == len(head) + (2 << 30)
+
+
+def _pi_with(tmp_path, extra: bytes, name="s.jsonl"):
+    f = tmp_path / name
+    f.write_bytes(PI.read_bytes() + extra)
+    return f
+
+
+def test_deep_nesting_line_over_8mb_is_a_skipped_line_not_a_traceback(tmp_path):
+    f = _pi_with(tmp_path, b'{"type":"custom","x":' + b"[" * (9 << 20) + b"\n")
+    s = load_session(f)
+    assert s.stats.bad_lines == 1 and any("did not parse" in w for w in s.warnings)
+    r = _cli("inspect", str(f))
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+
+
+def test_deep_but_valid_record_is_read(tmp_path):
+    """orjson parses 1,000 levels; the blob walk must not recurse into Python's limit."""
+    lines = PI.read_bytes().rstrip(b"\n").split(b"\n")
+    lines[-1] = lines[-1][:-1] + b',"x":' + b"[" * 1000 + b"]" * 1000 + b"}"
+    f = tmp_path / "deep.jsonl"
+    f.write_bytes(b"\n".join(lines) + b"\n")
+    s = load_session(f)
+    assert s.stats.bad_lines == 0 and len(s.messages) == len(load_session(PI).messages)
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    f = tmp_path / "bom.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + PI.read_bytes())
+    s = load_session(f)
+    assert s.format == "pi" and s.stats.bad_lines == 0
+    assert len(s.messages) == len(load_session(PI).messages)
+
+
+def test_utf8_bom_whole_document(tmp_path):
+    f = tmp_path / "bom.json"
+    src = FIXTURES / "openai" / "request.json"
+    f.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
+    assert load_session(f).format == "openai"
+
+
+def test_fifo_is_not_a_regular_file(tmp_path):
+    f = tmp_path / "pipe.jsonl"
+    os.mkfifo(f)
+    with pytest.raises(ImportFailed, match="FIFO, socket or device, not a regular file"):
+        load_session(f)
+
+
+def test_device_is_not_a_regular_file():
+    with pytest.raises(ImportFailed, match="not a regular file"):
+        load_session("/dev/zero")
+
+
+def test_one_bad_field_is_one_short_line(tmp_path):
+    doc = orjson.loads((FIXTURES / "openai" / "agent-45-rounds.json").read_bytes())
+    doc["messages"][2]["tool_calls"][0]["function"]["name"] = 5
+    f = tmp_path / "bad.json"
+    f.write_bytes(orjson.dumps(doc))
+    with pytest.raises(ImportFailed) as err:
+        load_session(f)
+    msg = str(err.value)
+    assert "field name: Input should be a valid string" in msg and "pydantic.dev" not in msg
