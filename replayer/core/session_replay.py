@@ -111,14 +111,12 @@ def simulated_session_run(prep: SessionPrepared, run: str) -> SessionRun:
 def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     """One run's events on the config's engine: the one place the CLI and the app choose it."""
     cfg = prep.config
-    if cfg.engine == "live" and prep.server_args is not None:
-        raise ReplayerError("--server-args is simulated only in session replays for now: the live session engine "
-                            "starts -np 1 --cache-ram 0 (benchmarks/slots_matrix.py runs setups live)")
     if cfg.engine == "live":
         from replayer.core.engine.live_session import live_session_events  # httpx: only for live runs
 
         return live_session_events(prep, run, Path(cfg.model).expanduser(), backend=cfg.backend or "cpu",
-                                   ctx_size=cfg.ctx_size or DEFAULT_SESSION_CTX, request_timeout=cfg.timeout)
+                                   ctx_size=cfg.ctx_size or DEFAULT_SESSION_CTX, request_timeout=cfg.timeout,
+                                   server_args=prep.server_args)
     return simulated_session_events(prep, run)
 
 
@@ -183,10 +181,19 @@ def verdict(a: SessionRun, b: SessionRun) -> str:
 
 
 def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = True) -> dict[str, Any]:
+    runs = [run_dict(a, turns), run_dict(b, turns)]
+    if turns and prep.server_args is not None:  # why each thread kept or lost its cache (server.why)
+        from replayer.core.server.session import server_why
+
+        # a live run's why is the simulated server's on the prompts that server laid out; the
+        # simulation reads the model's memory kind from its GGUF (the live config assumes checkpoints)
+        cfg = dataclasses.replace(prep.config, engine="simulated") if prep.config.engine == "live" else prep.config
+        for r, run in zip(runs, ("A", "B")):
+            r["why"] = server_why(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
+                                  prep.n_ctx)
     caveat = prep.turns.session.incomplete  # a verdict on part of the session says so
     return {"mode": "session", "session": prep.meta(),
-            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""),
-            "runs": [run_dict(a, turns), run_dict(b, turns)]}
+            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""), "runs": runs}
 
 
 SESSION_FORMATS = ("json", "md", "text")
@@ -213,7 +220,32 @@ def _miss_line(t) -> str:
         line += f" — {c['where']}: `{c['old_text'].strip()[:70]}` → `{c['new_text'].strip()[:70]}`"
     if c.get("checkpoint"):
         line += f" [{c['checkpoint']}]"
+    if c["cause"] == "thread_switch":
+        line += f" — {c['detail']}"
     return line
+
+
+def _why_lines(r: dict[str, Any]) -> list[str]:
+    """The ``why`` of a run with a server setup: a line per thread, then each request that came
+    back to its thread after another thread ran (where its state was found, or what took it)."""
+    why = r.get("why")
+    if not why:
+        return []
+    per: dict[str, list[dict]] = {}
+    for w in why:
+        per.setdefault(w["thread"], []).append(w)
+    lines = [f"thread {th}: {len(ws) + 1} requests, {sum(w['lost_tokens'] for w in ws):,} shared tokens "
+             f"re-processed" for th, ws in per.items()]
+    for w in why:
+        if w.get("cause") or w["kept"] == "host cache":
+            line = (f"request {w['request']} ({w['thread']}, slot {w['slot']}): "
+                    + (f"kept in the {w['kept']}" if w["kept"] == "host cache" else
+                       f"kept in {w['kept']}" if w["kept"] else "nothing kept"))
+            if w.get("cause"):
+                line += f"; lost {w['lost_tokens']:,} tokens: {w['cause']}"
+                line += f" (would keep it: {w['fix']})" if w.get("fix") else ""
+            lines.append(line)
+    return lines
 
 
 def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
@@ -224,6 +256,7 @@ def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
                      f"{r['prompt_ms'] / 1000:.2f} s, {r['n_batches']} batches, {r['n_checkpoints']} checkpoints, "
                      f"{len(r['misses'])} misses")
         lines += ["  " + _miss_line(t) for t in sr.turns if t.cause][:20]
+        lines += ["  " + line for line in _why_lines(r)[:20]]
     lines.append(doc["verdict"])
     lines += [f"note: {n}" for n in doc["session"]["notes"]]
     return "\n".join(lines)
@@ -241,6 +274,8 @@ def to_markdown(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str
         missed = [t for t in sr.turns if t.cause]
         if missed:
             out += ["", f"**{r['label']}** misses:", ""] + [f"- {_miss_line(t)}" for t in missed[:30]]
+        if r.get("why"):
+            out += ["", f"**{r['label']}** threads:", ""] + [f"- {line}" for line in _why_lines(r)[:30]]
     if doc["session"]["notes"]:
         out += [""] + [f"> {n}" for n in doc["session"]["notes"]]
     return "\n".join(out)

@@ -51,6 +51,7 @@ class TurnFinished:
     full_reprocess: bool  # "forcing full prompt re-processing"
     t_ms: float
     error: str | None = None
+    slot: int | None = None  # the slot the server chose (a server setup: ``server.session``; else not told)
 
 
 TURN_EVENTS = (TurnStarted, TurnFinished)
@@ -64,17 +65,18 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
     yield _run_started(spec, prompts, cost)
     t = 0.0
     n_batches = n_ckpt = processed = 0
-    for p, common, sched, full in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
+    for p, common, sched, full, slot in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
         yield TurnStarted(run, p.index, p.n_tokens, p.turn.n_messages, common, t)
         if sched is None:
-            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=context_full(p, n_ctx))
+            yield TurnFinished(run, p.index, p.n_tokens, 0, 0, 0.0, False, t, error=context_full(p, n_ctx), slot=slot)
             continue
         turn_ms = yield from prefill_events(spec, sched, cost, t)
         n_batches += len(sched.batches)
         n_ckpt += len(sched.created)
         processed += p.n_tokens - sched.n_past
         t += turn_ms
-        yield TurnFinished(run, p.index, p.n_tokens, sched.n_past, p.n_tokens - sched.n_past, turn_ms, full, t)
+        yield TurnFinished(run, p.index, p.n_tokens, sched.n_past, p.n_tokens - sched.n_past, turn_ms, full, t,
+                           slot=slot)
     yield run_finished(run, prompts[-1].n_tokens if prompts else 0, processed, t, n_batches, n_ckpt)
 
 
@@ -97,8 +99,8 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
     paused = gc.isenabled()
     gc.disable()
     try:
-        for p, common, sched, full in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
-            rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=held.alive[:])
+        for p, common, sched, full, slot in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
+            rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=held.alive[:], slot=slot)
             add_turn(rec)
             if sched is None:
                 rec.error = context_full(p, n_ctx)
@@ -121,20 +123,20 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
 
 
 def _slot_turns(spec: RunSpec, prompts: list[TurnPrompt], n_ctx: int | None
-                ) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool]]:
+                ) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool, None]]:
     """Every turn on one slot: (prompt, common prefix with the previous prompt, the slot's
-    schedule — None when the prompt does not fit ``n_ctx`` — and whether the server fell back
-    to a full re-processing)."""
+    schedule — None when the prompt does not fit ``n_ctx`` — whether the server fell back
+    to a full re-processing, and the slot: None, the one slot is not reported)."""
     slot = Slot(spec.build, spec.knobs)
     prev: TurnPrompt | None = None
     for p in prompts:
         common = shared_prefix(prev, p)[0] if prev is not None else 0  # Shared.n_tokens, by index
         if n_ctx is not None and p.n_tokens >= n_ctx:
-            yield p, common, None, False  # the server refuses the request before touching the slot
+            yield p, common, None, False, None  # the server refuses the request before touching the slot
             continue
         reusable = min(common, slot.cached)
         sched = _run(slot, p, common, reusable)
-        yield p, common, sched, reusable > 0 and sched.n_past == 0 and sched.restored is None
+        yield p, common, sched, reusable > 0 and sched.n_past == 0 and sched.restored is None, None
         prev = p
 
 
@@ -193,6 +195,7 @@ class TurnRecord:
     restored: ev.CheckpointRestored | None = None
     held: list[tuple[int, int, int]] = field(default_factory=list)  # checkpoints alive when the turn began
     cause: dict[str, Any] | None = None  # filled by misses.explain
+    slot: int | None = None  # the slot the server chose (with a server setup)
 
     @property
     def restore(self) -> str:
@@ -220,6 +223,8 @@ class TurnRecord:
         }
         if self.error:
             d["error"] = self.error
+        if self.slot is not None:
+            d["slot"] = self.slot
         if self.cause:
             d.update(self.cause)
         return d
@@ -315,7 +320,7 @@ class TurnReader:
             elif kind is TurnFinished:
                 if cur is not None:
                     cur.cache_n, cur.prompt_n, cur.prompt_ms = e.cache_n, e.prompt_n, e.prompt_ms
-                    cur.full_reprocess, cur.error = e.full_reprocess, e.error
+                    cur.full_reprocess, cur.error, cur.slot = e.full_reprocess, e.error, e.slot
             else:
                 out.apply(e)  # the run-level summary
         self.cur = cur

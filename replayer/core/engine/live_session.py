@@ -9,6 +9,12 @@ computes is the server's; what the server then did comes from its own reports â€
 the progress stream and the ``-lv 4`` log (checkpoints restored, erased, created, and
 "forcing full prompt re-processing"). They become the same events as the simulated run.
 
+With the user's server command line (``--server-args``) the server is started with those
+flags (``server.live_slots.SetupServer``: replayer adds only host, port and ``-lv 4``); each
+turn waits for its slot's release (the server saves idle slots and picks the next one then)
+and the slot the log says it chose goes into the turn's ``TurnFinished``, as the simulated
+server's does.
+
 A tiny random model sometimes answers a turn with an error after the prefill (the
 tool-call parser refuses the sampled token); the prefill facts of that turn stand.
 """
@@ -38,7 +44,8 @@ FULL_REPROCESS = "forcing full prompt re-processing"
 
 
 def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ctx_size: int = DEFAULT_SESSION_CTX,
-                        request_timeout: float = DEFAULT_TIMEOUT_S, binary: Path | None = None) -> Iterator[Any]:
+                        request_timeout: float = DEFAULT_TIMEOUT_S, binary: Path | None = None,
+                        server_args: str | None = None) -> Iterator[Any]:
     """One build's live session run; failures end it with ``RunFailed`` (never raised).
 
     The server's own per-turn layouts replace ``prep.layouts[run]``, so that misses are
@@ -63,16 +70,31 @@ def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ct
     opts = LiveOptions(binary=binary, model=model, ctx_size=ctx_size, request_timeout=request_timeout)
     t0 = time.monotonic()
     try:
-        yield from _session(run, build, knobs, opts, prep, settings)
+        setup = None
+        if server_args is not None:  # the user's flags: their batch sizes and checkpoints too
+            from replayer.core.server.help import help_for
+            from replayer.core.server.session import setup_knobs
+            from replayer.core.server.setup import parse_server_args
+
+            setup = parse_server_args(server_args, help_for(build.effective_number))
+            knobs = setup_knobs(setup, knobs)
+            settings.update(n_batch=knobs.n_batch, n_ubatch=knobs.n_ubatch, server=setup.label())
+        yield from _session(run, build, knobs, opts, prep, settings, setup)
     except (ReplayerError, httpx.HTTPError, OSError) as exc:
         msg = str(exc) if isinstance(exc, ReplayerError) else f"{type(exc).__name__}: {exc}"
         yield ev.RunFailed(run=run, error=msg, t_ms=(time.monotonic() - t0) * 1000)
 
 
-def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iterator[Any]:
-    """Start the server once, then send every turn on it in order; the run's totals at the end."""
+def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=None) -> Iterator[Any]:
+    """Start the server once (one slot, or the user's ``setup``), then send every turn on it in
+    order; the run's totals at the end."""
     turns = prep.turns.turns
-    server = LiveServer(opts, knobs, opts.ctx_size or DEFAULT_SESSION_CTX)
+    if setup is None:
+        server = LiveServer(opts, knobs, opts.ctx_size or DEFAULT_SESSION_CTX)
+    else:
+        from replayer.core.server.live_slots import SetupServer
+
+        server = SetupServer(opts, setup)
     # the whole session's wall clock: start-up and layout once, then every turn's prefill and token
     clock = Clock(opts.health_timeout + opts.layout_timeout
                   + len(turns) * (opts.request_timeout + opts.generation_timeout))
@@ -99,7 +121,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict) -> Iter
             if p.n_tokens >= n_ctx:
                 yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t, error=context_full(p, n_ctx))
                 continue
-            yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals)
+            yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals, setup is not None)
             prev = p
         if not server.alive():
             raise RunError(f"llama-server died during the session: {server.last_error()}")
@@ -129,15 +151,18 @@ def _turn_prompt(turn, st: ServerTokenizer, layouts: TurnLayouts, build) -> tupl
 
 
 def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, client: httpx.Client, knobs,
-               clock: Clock, guard: Guard, opts: LiveOptions, totals: _Totals) -> Iterator[Any]:
+               clock: Clock, guard: Guard, opts: LiveOptions, totals: _Totals,
+               observe_slot: bool = False) -> Iterator[Any]:
     """One turn's request on the running server: its batches and checkpoints on the session's
-    clock, then what the server reused and re-processed (its own timings, else the first progress)."""
+    clock, then what the server reused and re-processed (its own timings, else the first
+    progress) and, with ``observe_slot``, the slot its log says it chose."""
     while not server.lines.empty():  # what the previous turn logged after its prefill
         server.lines.get_nowait()
     first_line = len(server.all_lines)
     result = LiveResult(layout=lay)
     turn_ms = 0.0
-    for e in _stream(run, server.url, client, p.turn.body, knobs, lay, server.lines, server.alive,
+    body = {k: v for k, v in p.turn.body.items() if k != "thread"}  # a request log's own field
+    for e in _stream(run, server.url, client, body, knobs, lay, server.lines, server.alive,
                      server.last_error, server.all_lines, result, clock, guard,
                      (opts.request_timeout, opts.generation_timeout)):
         if isinstance(e, ev.RunFinished):
@@ -153,7 +178,14 @@ def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, c
     tm = result.timings
     cache_n = int(tm["cache_n"]) if "cache_n" in tm else (result.progress[0] if result.progress else 0)
     prompt_n = int(tm["prompt_n"]) if "prompt_n" in tm else p.n_tokens - cache_n
+    slot = None
+    if observe_slot:
+        from replayer.core.server.live_slots import wait_idle
+        from replayer.core.server.logfacts import read_request
+
+        wait_idle(server, first_line)
+        slot = read_request(server.all_lines[first_line:]).slot
     full = any(FULL_REPROCESS in line for line in server.all_lines[first_line:])
     totals.processed += prompt_n
     totals.t += turn_ms
-    yield TurnFinished(run, p.index, p.n_tokens, cache_n, prompt_n, turn_ms, full, totals.t)
+    yield TurnFinished(run, p.index, p.n_tokens, cache_n, prompt_n, turn_ms, full, totals.t, slot=slot)

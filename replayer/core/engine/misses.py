@@ -1,8 +1,11 @@
 """Why a turn re-processed more than its new messages: the first differing token, and the cause.
 
-A turn *misses* when the server reused fewer tokens than the previous prompt gave it
-(``cache_n < min(previous prompt, this prompt − 1)``; the −1 is the token the server
-always re-evaluates). The causes, checked in this order:
+A turn *misses* when the server reused fewer tokens than the previous prompt *of the same
+thread* gave it (``cache_n < min(previous prompt, this prompt − 1)``; the −1 is the token the
+server always re-evaluates). A thread is a conversation the agent keeps (``server.traffic``:
+the main thread, a subagent, side requests); a thread's first request is compared with
+nothing — a subagent's own system prompt is not a change of the main thread's. The causes,
+checked in this order:
 
 - ``context_full``: the prompt does not fit the slot; the server refused it.
 - ``compaction``: the request holds fewer messages than the previous one — the history was
@@ -14,6 +17,9 @@ always re-evaluates). The causes, checked in this order:
 - ``no_usable_checkpoint``: the prompts agree further than the server could reuse: SWA or
   recurrent memory can only roll back to a context checkpoint at or below the change, and
   none fitted (the checkpoints held are listed).
+- ``thread_switch``: the prompts agree as far as they could be reused, but other threads'
+  requests ran since this thread's previous one and the server no longer held its state
+  (one slot without a host cache; with ``--server-args``, ``server.why`` names what took it).
 
 The lost time of a miss is its share of the turn's prompt time: lost tokens / processed.
 """
@@ -26,8 +32,10 @@ from replayer.core.engine.cache import SessionRun, TurnRecord
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import _scan_text
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
+from replayer.core.server.traffic import thread_of
 
-CAUSES = ("client_changed", "template_dropped_reasoning", "compaction", "no_usable_checkpoint", "context_full")
+CAUSES = ("client_changed", "template_dropped_reasoning", "compaction", "no_usable_checkpoint", "context_full",
+          "thread_switch")
 _ROLE_NAMES = {"user": "user message", "assistant": "assistant message", "tool": "tool result", "system": "system prompt"}
 
 
@@ -92,44 +100,66 @@ def _checkpoint_detail(t: TurnRecord, change: int) -> str:
 
 def explain(run: SessionRun, prompts: list[TurnPrompt], delims: list[templates.Delimiter], start: int = 0) -> None:
     """Attach a ``cause`` (and the first differing token, where any) to every missed turn, from
-    ``run.turns[start]`` on (the app explains the turns that finished since its last repaint)."""
+    ``run.turns[start]`` on (the app explains the turns that finished since its last repaint).
+    Each turn is compared with the previous request of its own thread."""
     by_turn = {p.index: p for p in prompts}
-    prev: TurnPrompt | None = None
-    prev_n = 0
-    for t in reversed(run.turns[:start]):  # the turn each later one is compared with
-        if t.turn in by_turn and not t.error:
-            prev, prev_n = by_turn[t.turn], t.n_prompt
-            break
-    for t in run.turns[start:]:
+    prev: dict[str, tuple[TurnPrompt, int, int]] = {}  # thread → (prompt, n_prompt, position in run.turns)
+    for k, t in enumerate(run.turns[:start]):  # the turn each later one of its thread is compared with
+        p = by_turn.get(t.turn)
+        if p is not None and not t.error:
+            prev[thread_of(p.turn)] = (p, t.n_prompt, k)
+    for k, t in enumerate(run.turns[start:], start):
         p = by_turn.get(t.turn)
         if p is None:
             continue
         if t.error:
             t.cause = {"cause": "context_full", "detail": t.error, "lost_tokens": 0, "lost_ms": 0.0}
             continue
-        if prev is not None:
+        thread = thread_of(p.turn)
+        if thread in prev:
+            before, prev_n, at = prev[thread]
             ideal = min(prev_n, t.n_prompt - 1)
             lost = ideal - t.cache_n
             if lost > 0:
-                shared = shared_prefix(prev, p)
-                cause: dict[str, Any] = {"lost_tokens": lost,
-                                         "lost_ms": round(t.prompt_ms * lost / t.prompt_n, 3) if t.prompt_n else 0.0}
-                if shared.n_tokens < ideal:
-                    loc = locate(prev, p, shared.n_chars, delims)
-                    if p.turn.n_messages < prev.turn.n_messages:
-                        kind = "compaction"
-                    elif _dropped_reasoning(prev, p, shared.n_chars):
-                        kind = "template_dropped_reasoning"
-                    else:
-                        kind = "client_changed"
-                    cause.update(cause=kind, first_diff_token=shared.n_tokens, **loc)
-                    if t.cache_n < shared.n_tokens - 1:
-                        cause["checkpoint"] = _checkpoint_detail(t, shared.n_tokens)
-                else:
-                    cause.update(cause="no_usable_checkpoint", first_diff_token=None,
-                                 checkpoint=_checkpoint_detail(t, shared.n_tokens))
-                t.cause = cause
-        prev, prev_n = p, t.n_prompt
+                t.cause = _cause(t, before, p, ideal, lost, delims, _between(run, by_turn, at, k, thread))
+        prev[thread] = (p, t.n_prompt, k)
+
+
+def _between(run: SessionRun, by_turn: dict[int, TurnPrompt], a: int, b: int, thread: str) -> dict[str, int]:
+    """Requests of other threads between positions ``a`` and ``b`` of the run, per thread."""
+    out: dict[str, int] = {}
+    for t in run.turns[a + 1:b]:
+        p = by_turn.get(t.turn)
+        th = thread_of(p.turn) if p is not None else thread
+        if th != thread:
+            out[th] = out.get(th, 0) + 1
+    return out
+
+
+def _cause(t: TurnRecord, prev: TurnPrompt, p: TurnPrompt, ideal: int, lost: int,
+           delims: list[templates.Delimiter], others: dict[str, int]) -> dict[str, Any]:
+    shared = shared_prefix(prev, p)
+    cause: dict[str, Any] = {"lost_tokens": lost,
+                             "lost_ms": round(t.prompt_ms * lost / t.prompt_n, 3) if t.prompt_n else 0.0}
+    if shared.n_tokens < ideal:
+        loc = locate(prev, p, shared.n_chars, delims)
+        if p.turn.n_messages < prev.turn.n_messages:
+            kind = "compaction"
+        elif _dropped_reasoning(prev, p, shared.n_chars):
+            kind = "template_dropped_reasoning"
+        else:
+            kind = "client_changed"
+        cause.update(cause=kind, first_diff_token=shared.n_tokens, **loc)
+        if t.cache_n < shared.n_tokens - 1:
+            cause["checkpoint"] = _checkpoint_detail(t, shared.n_tokens)
+    elif others:
+        ran = ", ".join(f"{th} ({n} request{'s' if n != 1 else ''})" for th, n in others.items())
+        cause.update(cause="thread_switch", first_diff_token=None,
+                     detail=f"{ran} ran since this thread's previous request; its state was no longer held")
+    else:
+        cause.update(cause="no_usable_checkpoint", first_diff_token=None,
+                     checkpoint=_checkpoint_detail(t, shared.n_tokens))
+    return cause
 
 
 def lost_by_cause(run: SessionRun) -> dict[str, dict[str, float]]:

@@ -32,7 +32,7 @@ from replayer.core.server.logfacts import LiveRequestFacts, read_request
 from replayer.core.server.setup import ServerSetup
 from replayer.core.server.traffic import Request, thread_of
 
-__all__ = ["LiveRun", "run_live", "SetupServer"]
+__all__ = ["LiveRun", "run_live", "SetupServer", "wait_idle"]
 
 
 class SetupServer(LiveServer):
@@ -125,7 +125,7 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
                 body["model"] = router[1]
             body.pop("thread", None)
             r = client.post(server.url + "/v1/chat/completions", json=body)
-            _wait_idle(server, first)
+            wait_idle(server, first)
             lines = server.all_lines[first:]
             facts = read_request(lines)
             timings = r.json().get("timings", {}) if r.status_code == 200 else {}
@@ -169,7 +169,7 @@ def _load_model(server: LiveServer, client: httpx.Client, name: str, timeout: fl
     raise RunError(f"router: {name} did not load within {timeout:g} s")
 
 
-def _wait_idle(server: LiveServer, first: int, timeout: float = 5.0) -> None:
+def wait_idle(server: LiveServer, first: int, timeout: float = 5.0) -> None:
     """Until the request's slot is released ("all slots are idle" after it)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:

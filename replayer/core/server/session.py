@@ -21,9 +21,9 @@ from replayer.core.server.help import help_for
 from replayer.core.server.setup import ServerSetup, parse_server_args
 from replayer.core.server.slots import ServerSim
 from replayer.core.server.state_size import from_gguf
-from replayer.core.server.traffic import requests_of
+from replayer.core.server.traffic import Request, requests_of
 
-__all__ = ["check_server_args", "server_setup", "server_slot_turns", "setup_notes"]
+__all__ = ["check_server_args", "server_setup", "server_slot_turns", "server_why", "setup_notes"]
 
 _KNOBS = {"n_batch": "n_batch", "n_ubatch": "n_ubatch", "n_ctx_checkpoints": "n_ctx_checkpoints",
           "checkpoint_min_step": "checkpoint_min_step"}
@@ -33,19 +33,45 @@ def server_setup(server_args: str, spec: RunSpec) -> ServerSetup:
     return parse_server_args(server_args, help_for(spec.build.effective_number))
 
 
-def server_slot_turns(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
-                      n_ctx: int | None) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool]]:
-    """Every turn through the user's server: (prompt, common prefix with the chosen slot,
-    its schedule — None when the prompt does not fit the slot — and full re-processing)."""
+def setup_knobs(setup: ServerSetup, knobs, **extra):
+    """The run's knobs with the batch sizes and checkpoint flags the user's command line gives
+    (both engines: the simulation, and the live run's batch break reasons)."""
+    return dataclasses.replace(knobs, **extra, **{k: setup.given[g] for g, k in _KNOBS.items() if g in setup.given})
+
+
+def _server(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
+            n_ctx: int | None) -> tuple[ServerSetup, ServerSim, list[Request]]:
     setup = server_setup(server_args, spec)
     gguf = gguf_model.read(model) if model and gguf_model.is_gguf_path(model) else None
     total = setup.n_ctx or n_ctx or (gguf.n_ctx_train if gguf else DEFAULT_SESSION_CTX)
     per_slot = total if setup.kv_unified else total // max(1, setup.n_parallel)
-    knobs = dataclasses.replace(spec.knobs, n_ctx=per_slot,
-                                **{k: setup.given[g] for g, k in _KNOBS.items() if g in setup.given})
-    sim = ServerSim(setup, spec.build, knobs, from_gguf(gguf) if gguf else None, total)
-    for f, r in zip(sim.run(requests := requests_of(prompts)), requests):
-        yield r.prompt, f.common_prefix, f.schedule, f.full_reprocess
+    knobs = setup_knobs(setup, spec.knobs, n_ctx=per_slot)
+    return setup, ServerSim(setup, spec.build, knobs, from_gguf(gguf) if gguf else None, total), requests_of(prompts)
+
+
+def server_slot_turns(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
+                      n_ctx: int | None) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool, int]]:
+    """Every turn through the user's server: (prompt, common prefix with the chosen slot,
+    its schedule — None when the prompt does not fit the slot — full re-processing, the slot)."""
+    _, sim, requests = _server(server_args, spec, prompts, model, n_ctx)
+    for f, r in zip(sim.run(requests), requests):
+        yield r.prompt, f.common_prefix, f.schedule, f.full_reprocess, f.slot
+
+
+def server_why(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
+               n_ctx: int | None) -> list[dict]:
+    """Per request after a thread's first: its thread, the slot it ran on, where its state was
+    kept (``server.why``) and, when it lost tokens, what took them and the flag that keeps them.
+    A second walk of the same simulation (the report's, not the stream's: a few ms per 100 turns)."""
+    from replayer.core.server.why import explain
+
+    setup, sim, requests = _server(server_args, spec, prompts, model, n_ctx)
+    facts = list(sim.run(requests))
+    out = []
+    for r, f, w in zip(requests, facts, explain(setup, requests, facts)):
+        if w is not None:
+            out.append({**w.to_dict(), "request": r.prompt.index, "slot": f.slot})
+    return out
 
 
 def check_server_args(text: str, config) -> str:

@@ -114,11 +114,16 @@ def turns_of_request(request: ChatRequest) -> list[Turn]:
 
 
 def turns_of_bodies(bodies: list[dict[str, Any]]) -> list[Turn]:
+    from replayer.core.server.traffic import thread_of
+
     out = []
+    last: dict[str, int] = {}  # thread → messages in its previous request
     for k, b in enumerate(bodies):
         t = Turn(k, dict(b))
-        if k and len(b["messages"]) < len(bodies[k - 1]["messages"]):
+        th = thread_of(t)
+        if th in last and len(b["messages"]) < last[th]:
             t.notes.append("fewer messages than the previous request: history replaced (compaction or rewind)")
+        last[th] = len(b["messages"])
         out.append(t)
     return out
 

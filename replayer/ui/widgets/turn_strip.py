@@ -27,6 +27,7 @@ CAUSE_MARKS: dict[str, tuple[str, str, str, str]] = {
     "compaction": ("K", "warning", "#e5c07b", "compaction"),
     "no_usable_checkpoint": ("N", "accent", "#F5A623", "no usable checkpoint"),
     "context_full": ("F", "error", "#e5534b", "context full"),
+    "thread_switch": ("T", "primary", "#61afef", "another thread held the server"),
 }
 assert set(CAUSE_MARKS) == set(CAUSES), "every cause the core knows has a mark"
 BARS = "▁▂▃▄▅▆▇█"
