@@ -199,14 +199,14 @@ KNOWN_LAYER_BREAKS = {("replayer.core.builds.manager", "replayer.core.engine.pro
                       ("replayer.core.engine.cache", "replayer.core.compare")}
 KNOWN_PRIVATE_IMPORTS = {
     ("replayer.core.tiny_models", "_field"), ("replayer.core.tiny_models", "_QWEN2"),
-    ("replayer.core.engine.live_session", "_Recording"), ("replayer.core.engine.live_session", "_server_memory"),
+    ("replayer.core.engine.live_session", "_server_memory"),
     ("replayer.core.engine.live_session", "_stream"), ("replayer.core.engine.misses", "_scan_text"),
     ("replayer.core.prompt.sandbox_worker", "_HEADROOM_MIN"),
     ("replayer.core.prompt.sandbox_worker", "_HEADROOM_PER_OUTPUT"), ("replayer.core.prompt.sandbox_worker", "_READY"),
     ("replayer.core.prompt.sandbox_worker", "_receive"), ("replayer.core.prompt.sandbox_worker", "_send"),
     ("replayer.core.prompt.kept_reasoning", "_marks"), ("replayer.core.hardware.gguf_model", "_field"),
     ("replayer.core.server.agreement", "_server_memory"),
-    ("replayer.core.server.live_slots", "_turn_prompt"), ("replayer.core.server.logfacts", "_ANSI"),
+    ("replayer.core.server.logfacts", "_ANSI"),
     ("replayer.core.server.slots", "_run"), ("replayer.core.server.slots", "_shared_prefix"),
 }
 

@@ -36,9 +36,9 @@ from replayer.core.runspec import DEFAULT_SESSION_CTX, DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Clock, Guard
 from replayer.core.errors import ReplayerError, RunError
 from replayer.core.prompt import templates
-from replayer.core.prompt.layout import PromptLayout, layout_of_text
+from replayer.core.prompt.layout import PromptLayout
 from replayer.core.prompt.server_tokenizer import ServerTokenizer
-from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _Recording, shared_prefix
+from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, server_turn_prompt, shared_prefix
 
 FULL_REPROCESS = "forcing full prompt re-processing"
 
@@ -115,7 +115,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
         totals = _Totals()
         prev: TurnPrompt | None = None
         for turn in turns:
-            p, lay = _turn_prompt(turn, st, layouts, build)
+            p, lay = server_turn_prompt(turn, st, layouts, build)
             common = shared_prefix(prev, p).n_tokens if prev is not None else 0
             yield TurnStarted(run, turn.index, p.n_tokens, turn.n_messages, common, totals.t)
             if p.n_tokens >= n_ctx:
@@ -137,17 +137,6 @@ class _Totals:
     n_batches: int = 0
     n_ckpt: int = 0
     processed: int = 0
-
-
-def _turn_prompt(turn, st: ServerTokenizer, layouts: TurnLayouts, build) -> tuple[TurnPrompt, PromptLayout]:
-    """The turn's prompt as the server renders and tokenizes it, added to the run's layouts."""
-    text = st.apply_template(turn.messages, turn.tools)
-    rec = _Recording(st)
-    lay = layout_of_text(text, layouts.delimiters, rec, layouts.template.name, build)
-    ids = rec.ids or []
-    p = TurnPrompt(turn.index, lay.n_tokens, lay.prompt_spans(), turn, 0, text, len(text), "", ids, len(ids), [])
-    layouts.prompts.append(p)
-    return p, lay
 
 
 def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, client: httpx.Client, knobs,

@@ -329,3 +329,15 @@ def _shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     # token spanning the change is not counted as shared
     cut = max(b.rfind(" ", 0, d), b.rfind("\n", 0, d), 0)
     return Shared(min(counts_between(b, [cut])[0], old.n_tokens, new.n_tokens), d)
+
+
+def server_turn_prompt(turn, st, layouts: TurnLayouts, build) -> tuple[TurnPrompt, PromptLayout]:
+    """The turn's prompt as a live server renders and tokenizes it (``st``: its
+    ``ServerTokenizer``), added to the run's layouts: the live engines lay turns out this way."""
+    text = st.apply_template(turn.messages, turn.tools)
+    rec = _Recording(st)
+    lay = layout_of_text(text, layouts.delimiters, rec, layouts.template.name, build)
+    ids = rec.ids or []
+    p = TurnPrompt(turn.index, lay.n_tokens, lay.prompt_spans(), turn, 0, text, len(text), "", ids, len(ids), [])
+    layouts.prompts.append(p)
+    return p, lay

@@ -22,11 +22,10 @@ import httpx
 
 from replayer.core.builds.catalog import Build
 from replayer.core.engine.live import LiveOptions, LiveServer
-from replayer.core.engine.live_session import _turn_prompt
 from replayer.core.errors import RunError
 from replayer.core.prompt import templates
 from replayer.core.prompt.server_tokenizer import ServerTokenizer
-from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt
+from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, server_turn_prompt
 from replayer.core.runspec import Knobs
 from replayer.core.server.logfacts import LiveRequestFacts, read_request
 from replayer.core.server.setup import ServerSetup
@@ -117,7 +116,7 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
         out.n_ctx = st.n_ctx() or 0
         layouts = TurnLayouts([], tpl, templates.delimiters_for(tpl, build), "server", True)
         for turn in turns:
-            p, _ = _turn_prompt(turn, st, layouts, build)
+            p, _ = server_turn_prompt(turn, st, layouts, build)
             req = Request(p, thread_of(turn), int((turn.body or {}).get("id_slot", -1)))
             first = len(server.all_lines)
             body = {**turn.body, "max_tokens": 1, "cache_prompt": True, "stream": False}

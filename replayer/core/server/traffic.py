@@ -12,10 +12,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 from replayer.core.prompt.turn_layouts import TurnPrompt
+from replayer.core.session.turns import MAIN, thread_of
 
 __all__ = ["Request", "MAIN", "requests_of", "thread_of", "thread_counts"]
 
-MAIN = "main"
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,6 @@ class Request:
     prompt: TurnPrompt
     thread: str = MAIN
     id_slot: int = -1  # the body's ``id_slot`` (-1: the server chooses)
-
-
-def thread_of(turn) -> str:
-    """The thread a turn belongs to: its ``thread`` attribute (importers), its body's field, else main."""
-    t = getattr(turn, "thread", None)
-    if not t:
-        body = getattr(turn, "_body", None) or {}
-        t = body.get("thread") if isinstance(body, dict) else None
-    return str(t) if t else MAIN
 
 
 def _id_slot(turn) -> int:

@@ -27,6 +27,19 @@ from replayer.core.session import Session, load_session
 from replayer.core.session.request import ChatRequest, request_from_files
 
 
+#: the thread of a request that names none: the main conversation
+MAIN = "main"
+
+
+def thread_of(turn) -> str:
+    """The thread a turn belongs to: its ``thread`` attribute (importers), its body's field, else main."""
+    t = getattr(turn, "thread", None)
+    if not t:
+        body = getattr(turn, "_body", None) or {}
+        t = body.get("thread") if isinstance(body, dict) else None
+    return str(t) if t else MAIN
+
+
 class Turn:
     """One request of the session: its body (messages, tools and any stored request fields).
 
@@ -114,7 +127,6 @@ def turns_of_request(request: ChatRequest) -> list[Turn]:
 
 
 def turns_of_bodies(bodies: list[dict[str, Any]]) -> list[Turn]:
-    from replayer.core.server.traffic import thread_of
 
     out = []
     last: dict[str, int] = {}  # thread → messages in its previous request
