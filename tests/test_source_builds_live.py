@@ -138,3 +138,24 @@ def test_bisect_by_commit_names_the_fix(source_builds, fix_repo, tiny, tmp_path)
     assert res["first_good"]["commit"] == head and res["first_good"]["pr"] == 25420
     assert res["last_bad"]["rules"] == "G1" and res["first_good"]["rules"] == "G2a"
     assert set(res["built"]) <= {head, _git(repo, "rev-parse", "HEAD~1").strip()}
+
+
+def test_a_source_that_does_not_compile_is_one_line_and_publishes_nothing(tmp_path):
+    """A tree with llama.cpp's markers whose CMake configure fails: one line naming the step and
+    the log, no entry, the installed builds as they were (the work folder and log are kept to be
+    read, as for a release build that fails)."""
+    tree = tmp_path / "broken"
+    (tree / "include").mkdir(parents=True)
+    (tree / "tools" / "server").mkdir(parents=True)
+    (tree / "include" / "llama.h").write_text("")
+    (tree / "tools" / "server" / "server-context.cpp").write_text("")
+    (tree / "CMakeLists.txt").write_text('cmake_minimum_required(VERSION 3.14)\nproject(x)\n'
+                                         'message(FATAL_ERROR "this tree does not build")\n')
+    before = [r.entry for r in manager.list_builds()]
+    proc = subprocess.run([sys.executable, "-m", "replayer.cli", "builds", "install", "--source", str(tree)],
+                          capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("replayer: error:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == 1
+    assert "configure failed" in errors[0]
+    assert [r.entry for r in manager.list_builds()] == before
+    assert not list(paths.builds_dir().glob(".tmp-*"))
