@@ -431,10 +431,14 @@ def bench_calib() -> list[tuple]:
 
 def main(argv: list[str]) -> None:
     which = argv or ["core", "app", "live", "session"]
+    benches = {"core": bench_core, "app": bench_app, "stall": bench_stall, "live": bench_live,
+               "session": bench_session, "calib": bench_calib}
+    unknown = [w for w in which if w not in benches]
+    if unknown:
+        sys.exit(f"usage: benchmarks/run.py [{'|'.join(benches)} …]; unknown: {', '.join(unknown)}")
     print(f"machine: {machine()}\n")
     for name in which:
-        rows = {"core": bench_core, "app": bench_app, "stall": bench_stall, "live": bench_live,
-                "session": bench_session, "calib": bench_calib}[name]()
+        rows = benches[name]()
         print(f"## {name}")
         w = max(len(r[0]) for r in rows)
         for k, v in rows:
