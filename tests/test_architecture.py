@@ -206,7 +206,6 @@ KNOWN_PRIVATE_IMPORTS = {
     ("replayer.core.prompt.sandbox_worker", "_receive"), ("replayer.core.prompt.sandbox_worker", "_send"),
     ("replayer.core.prompt.kept_reasoning", "_marks"), ("replayer.core.hardware.gguf_model", "_field"),
     ("replayer.core.server.agreement", "_server_memory"),
-    ("replayer.core.server.logfacts", "_ANSI"),
     ("replayer.core.server.slots", "_run"), ("replayer.core.server.slots", "_shared_prefix"),
 }
 

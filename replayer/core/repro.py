@@ -42,14 +42,17 @@ _LOG_KEYS = ("prompt processing", "checkpoint", "cache", "n_past", "forcing full
 ENDPOINT = "/v1/chat/completions"
 
 
-def requests_of(prep) -> list[dict[str, Any]]:
-    """Every request of the replay in order, redacted, as the bundle's script sends them."""
-    out = []
+def requests_of(prep) -> tuple[list[dict[str, Any]], int]:
+    """Every request of the replay in order, redacted, as the bundle's script sends them; and
+    how many of them redaction changed."""
+    out, n_changed = [], 0
     for turn in prep.turns.turns:
-        body = orjson.loads(redact_bytes(orjson.dumps(turn.body)))
+        raw = orjson.dumps(turn.body)
+        masked = redact_bytes(raw)
+        n_changed += masked != raw
         out.append({"index": turn.index, "thread": getattr(turn, "thread", "main"), "endpoint": ENDPOINT,
-                    "body": body})
-    return out
+                    "body": orjson.loads(masked)})
+    return out, n_changed
 
 
 def run_facts(run: SessionRun) -> list[dict[str, Any]]:
@@ -100,8 +103,7 @@ def write_bundle(out: str | Path, prep, runs: dict[str, SessionRun], *, logs: di
                  hardware: str = "") -> Path:
     """Write the bundle to ``out`` (new, or an empty folder); returns its path."""
     out = check_destination(out)
-    reqs = requests_of(prep)
-    n_redacted = sum(orjson.dumps(r["body"]) != orjson.dumps(t.body) for r, t in zip(reqs, prep.turns.turns))
+    reqs, n_redacted = requests_of(prep)
     n_prompt = {t["index"]: t["n_prompt"] for t in run_facts(runs["A"])}
     expected = {"session": redact(str(prep.turns.session.path)), "model": Path(prep.config.model or "").name,
                 "redacted_requests": n_redacted, "runs": {}}

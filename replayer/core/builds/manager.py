@@ -235,12 +235,13 @@ def install_source(spec: "source.SourceSpec", backend: str = "cpu", progress: Pr
     (``source.SourceSpec``); its identity is its source, so the same source is built once."""
     backend = check_backend(backend)
     root = paths.builds_dir()
-    if spec.release is not None:
-        index.find_sdist(spec.release)  # a build that has no sdist: said before any work
-    source.check(spec)
+    # a release without an sdist, a tree that is not llama.cpp, a ref that does not exist: said
+    # before any work (and the ref resolved once: a branch is not fetched twice)
+    sdist = index.find_sdist(spec.release) if spec.release is not None else None
+    spec = source.check(spec)
 
     def fetch() -> Path | None:
-        return index.download(index.find_sdist(spec.release), root / "sdists", progress) if spec.release else None
+        return index.download(sdist, root / "sdists", progress) if sdist is not None else None
 
     def tree(work: Path, tarball: Path | None) -> tuple[Path, int, dict]:
         if progress:

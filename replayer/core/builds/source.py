@@ -14,10 +14,10 @@ the build cache (``git/<hash of the URL>``), then exported with ``git archive``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -48,6 +48,7 @@ class SourceSpec:
     url: str | None = None
     ref: str | None = None
     patches: tuple[Path, ...] = ()
+    commit: str | None = None  # ``ref`` resolved by ``check`` (so the tree is fetched once)
 
     def describe(self) -> str:
         base = (f"b{self.release}" if self.release is not None else str(self.tree) if self.tree
@@ -100,10 +101,10 @@ def _is_git_root(tree: Path) -> bool:
         return False
 
 
-def _tree_files(tree: Path) -> list[str]:
+def _tree_files(tree: Path, is_git: bool) -> list[str]:
     """The tree's files, relative: git's tracked and untracked-not-ignored ones, else every file
     outside build and VCS folders."""
-    if _is_git_root(tree):
+    if is_git:
         out = _git(["ls-files", "-z", "--cached", "--others", "--exclude-standard"], tree, "git ls-files")
         return sorted({f for f in out.split("\0") if f and (tree / f).is_file() and not (tree / f).is_symlink()})
     files = []
@@ -114,19 +115,20 @@ def _tree_files(tree: Path) -> list[str]:
     return files
 
 
-def _copy_tree(tree: Path, dest: Path) -> str:
+def _copy_tree(tree: Path, dest: Path, is_git: bool) -> str:
     """Copy the tree's files to ``dest``; returns the hash of their paths and contents."""
     h = hashlib.sha256()
     total = 0
-    for rel in _tree_files(tree):
+    for rel in _tree_files(tree, is_git):
         src = tree / rel
         total += src.stat().st_size
         if total > MAX_TREE_BYTES:
             raise SourceError(f"{tree} holds over {MAX_TREE_BYTES >> 30} GB of sources; is it a llama.cpp tree?")
         out = dest / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, out)
-        h.update(rel.encode() + b"\0" + hashlib.sha256(out.read_bytes()).digest())
+        data = src.read_bytes()  # read once: copied and hashed from the same bytes
+        out.write_bytes(data)
+        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
     return h.hexdigest()
 
 
@@ -136,8 +138,9 @@ def _commit_count(repo: Path, commit: str) -> int:
 
 def _from_tree(spec: SourceSpec, dest: Path) -> Materialized:
     tree = check_tree(spec.tree)  # type: ignore[arg-type]
-    content = _copy_tree(tree, dest)
-    if _is_git_root(tree):
+    is_git = _is_git_root(tree)
+    content = _copy_tree(tree, dest, is_git)
+    if is_git:
         commit = _git(["rev-parse", "HEAD"], tree, "git rev-parse").strip()
         dirty = bool(_git(["status", "--porcelain", "--untracked-files=normal"], tree, "git status").strip())
         ident = f"{commit}:{content}" if dirty else commit
@@ -193,7 +196,10 @@ def resolve_ref(url: str, ref: str) -> tuple[Path, str]:
 
 
 def _from_git(spec: SourceSpec, dest: Path) -> Materialized:
-    repo, commit = resolve_ref(spec.url, spec.ref)  # type: ignore[arg-type]
+    if spec.commit:  # resolved by check()
+        repo, commit = _clone_dir(spec.url), spec.commit  # type: ignore[arg-type]
+    else:
+        repo, commit = resolve_ref(spec.url, spec.ref)  # type: ignore[arg-type]
     dest.mkdir(parents=True, exist_ok=True)
     archive = dest.parent / "src.tar"
     _git(["archive", "--format=tar", "-o", str(archive), commit], repo, "git archive")
@@ -229,15 +235,17 @@ def apply_patches(tree: Path, patches: tuple[Path, ...]) -> list[dict]:
     return done
 
 
-def check(spec: SourceSpec) -> None:
-    """What can be said wrong before any work: the tree, the ref, the patch files."""
-    if spec.tree is not None:
-        check_tree(spec.tree)
-    elif spec.url is not None:
-        resolve_ref(spec.url, spec.ref or "")
+def check(spec: SourceSpec) -> SourceSpec:
+    """What can be said wrong before any work (the tree, the ref, the patch files); the spec
+    with its ref resolved to the commit it names."""
     for patch in spec.patches:
         if not patch.expanduser().is_file():
             raise SourceError(f"no such patch file: {patch}")
+    if spec.tree is not None:
+        check_tree(spec.tree)
+    elif spec.url is not None:
+        return dataclasses.replace(spec, commit=resolve_ref(spec.url, spec.ref or "")[1])
+    return spec
 
 
 def materialize(spec: SourceSpec, src_root: Path, release_tree=None) -> Materialized:

@@ -42,8 +42,13 @@ def parse_ts(ts: str) -> float:
     return (int(m) * 60 + int(s)) * 1000.0 + int(ms) + int(us) / 1000.0
 
 
+def strip_colour(line: str) -> str:
+    """The line without the ANSI colour codes a terminal-attached server writes."""
+    return _ANSI.sub("", line)
+
+
 def parse_line(line: str) -> LogFact | None:
-    line = _ANSI.sub("", line).rstrip("\r\n")
+    line = strip_colour(line).rstrip("\r\n")
     m = _PREFIX.match(line)
     if not m:
         return None

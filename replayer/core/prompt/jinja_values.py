@@ -105,16 +105,12 @@ def output(v: Any) -> str:
 
 
 def string_filter(v: Any) -> str:
-    """``|string`` per type: numbers through ``tojson``, ``None`` as ``None``, the rest ``as_string``."""
-    if v is True or v is False:
-        return "True" if v else "False"
-    if isinstance(v, int):
-        return str(v)
+    """``|string`` per type: ``as_string``, but floats through ``tojson`` and undefined as Jinja2 says."""
     if isinstance(v, float):
         return json_float(v)
     if isinstance(v, jinja2.Undefined):
         return str(v)
-    return as_string(v)
+    return as_string(v)  # booleans, integers, None and the rest print alike in both
 
 
 def safe_filter(v: Any) -> str:

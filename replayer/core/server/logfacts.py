@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from replayer.core.engine.logparse import _ANSI, parse_line
+from replayer.core.engine.logparse import parse_line, strip_colour
 
 __all__ = ["LiveRequestFacts", "read_request"]
 
@@ -48,7 +48,7 @@ def read_request(lines: Iterable[str]) -> LiveRequestFacts:
     """The facts of the log lines one request caused, in order."""
     out = LiveRequestFacts()
     for raw in lines:
-        line = _ANSI.sub("", raw)
+        line = strip_colour(raw)
         if (m := _SELECTED.search(line)):
             out.slot, out.selected = int(m.group(1)), _HOW[m.group(2)]
         elif (m := _SAVING.search(line)):
