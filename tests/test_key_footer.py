@@ -66,7 +66,7 @@ async def test_replay_screen_composes_its_footer_keys_once():
         await wait_for(pilot, lambda: screen.comparison is not None)
         await pilot.pause()
         shown = {k.key for k in screen.query("FooterKey")}
-        assert {"space", "1", "2", "3", "a", "b", "escape"} <= shown
+        assert {"r", "e", "escape"} <= shown
         first = list(screen.query("FooterKey"))
         screen.query(Timeline).first().focus()  # the timeline's own keys are not shown
         await pilot.press("tab", "tab")
@@ -98,3 +98,23 @@ async def test_footer_keys_are_made_compact_or_not_before_they_mount(monkeypatch
             assert key.compact == (True if palette else footer.compact) == key.has_class("-compact")
         assert any(k.has_class("-command-palette") for k in app.screen.query(FooterKey))
         assert switched == []
+
+
+async def test_the_footer_offers_pause_while_running_and_export_after_the_verdict():
+    """While the runs go: pause and cancel, export dimmed; with the verdict: export live, the
+    speeds (for replay again) kept, and pressing space no longer pauses anything."""
+    prep = prepare(demo_session_path(), ReplayConfig())
+    app = ReplayerApp(default_speed=1.0, config=prep.config, replay=prep)
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: "space" in keys(app))
+        running = {k.key: k for k in screen.query("FooterKey")}
+        assert {"space", "1", "2", "3", "a", "b", "r", "e", "escape"} <= set(running)
+        assert running["e"].has_class("-disabled") and not running["space"].has_class("-disabled")
+        await pilot.press("3")  # instant: the verdict comes
+        await wait_for(pilot, lambda: screen.comparison is not None and "space" not in keys(app))
+        done = {k.key: k for k in screen.query("FooterKey")}
+        assert {"1", "2", "3", "r", "e", "escape"} <= set(done) and not done["e"].has_class("-disabled")
+        assert not {"space", "a", "b"} & set(done)
+        await pilot.press("space")
+        assert not screen.paused

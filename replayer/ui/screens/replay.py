@@ -25,7 +25,6 @@ from pathlib import Path
 from rich.markup import escape
 from textual import events, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.message import Message
 from textual.containers import Horizontal, VerticalScroll
 from textual.geometry import Size
@@ -38,6 +37,7 @@ from replayer.core.compare import Comparison
 from replayer.core.engine import events as ev
 from replayer.core.engine.simulate import apaced
 from replayer.core.replay import RUNS, Prepared, is_realtime, report, run_events
+from replayer.ui.screens.replay_keys import REPLAY_KEYS, offered
 from replayer.ui.widgets.comparison import ComparisonTable
 from replayer.ui.widgets.key_footer import KeyFooter
 from replayer.ui.widgets.run_pane import RunPane, run_status
@@ -58,24 +58,7 @@ def speed_label(speed: float) -> str:
 
 
 class ReplayScreen(Screen):
-    BINDINGS = [
-        Binding("space", "toggle_pause", "pause/resume"),
-        Binding("1", "speed('1')", "×1"),
-        Binding("2", "speed('2')", "×10"),
-        Binding("3", "speed('3')", "instant"),
-        Binding("a", "cancel('A')", "cancel A"),
-        Binding("b", "cancel('B')", "cancel B"),
-        # in the help screen and the command palette, not the footer: each footer key is a
-        # widget, and the footer was a fifth of the time to mount this screen
-        Binding("r", "restart", "replay again", show=False),
-        Binding("e", "export('md')", "export", show=False),
-        Binding("s", "screenshot", "screenshot", show=False),
-        Binding("plus,equals_sign", "zoom(2)", "zoom", show=False),
-        Binding("minus", "zoom(0.5)", "zoom out", show=False),
-        Binding("less_than_sign,comma", "pan(-1)", "pan", show=False),
-        Binding("greater_than_sign,full_stop", "pan(1)", "pan", show=False),
-        Binding("escape", "back", "setup"),
-    ]
+    BINDINGS = REPLAY_KEYS
     PANE = RunPane  # one build's column
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-tiny"), (28, "-short"), (40, "-tall")]
@@ -393,6 +376,9 @@ class ReplayScreen(Screen):
             self.show_verdict()
         return sum(len(items) for items in drained.values())
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        return offered(action, self.comparison is not None)
+
     def show_verdict(self) -> None:
         if self.verdict_pending:
             return
@@ -431,6 +417,7 @@ class ReplayScreen(Screen):
             # only a tiny terminal restyles the panes for the verdict: a class on the screen
             # restyles every widget under it, a third of the verdict frame's time
             self.add_class("-verdict")
+        self.refresh_bindings()  # the footer now offers replay again and export, not pause
         self.post_message(self.Finished(cmp))
 
     class Finished(Message):
@@ -490,6 +477,7 @@ class ReplayScreen(Screen):
         self.n_events = 0
         self.finished.clear()
         self.comparison = None
+        self.refresh_bindings()
         self.workers.cancel_group(self, "advice")
         self.workers.cancel_group(self, "drain")
         self.drain_worker = None
