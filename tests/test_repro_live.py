@@ -10,6 +10,7 @@ and the bundle's stdlib script, run with ``python -I -S``, must report for every
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,3 +94,29 @@ def test_the_bundles_script_reproduces_the_live_replay(binary, tiny, tmp_path, a
     assert f"{len(want)} of {len(want)} requests as in run A" in res.stderr
     # the replay re-processed at the changed system prompt, and the script saw the same
     assert want[8]["cache_n"] < want[7]["n_prompt"]
+    _check_log(out, want)
+
+
+def _check_log(out: Path, want: list[dict]) -> None:
+    """``logs/A.log``: the real server's lines under each request's heading — its own
+    "prompt eval time … / N tokens" there is the request's prompt_n — and ISSUE.md quotes the
+    request that re-processed the most; run B (simulated) has no log."""
+    text = (out / "logs" / "A.log").read_text()
+    assert not (out / "logs" / "B.log").exists()
+    sections: dict[str, str] = {}
+    head = None
+    for line in text.splitlines():
+        if line.startswith("# "):
+            head = line.removeprefix("# request ").removeprefix("# server ")
+            sections[head] = ""
+        else:
+            sections[head] += line + "\n"
+    assert "n_ctx" in sections["start-up"] or "n_slots" in sections["start-up"]
+    for r in want:
+        body = sections[str(r["index"])]
+        evals = re.findall(r"prompt eval time = +[\d.]+ ms / +(\d+) tokens", body)
+        assert evals == [str(r["prompt_n"])], (r["index"], evals)
+    issue = (out / "ISSUE.md").read_text()
+    worst = max(want[1:], key=lambda r: r["prompt_n"])
+    assert f"request {worst['index']} ({worst['prompt_n']:,} tokens processed" in issue
+    assert "logs/A.log" in issue

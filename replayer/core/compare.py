@@ -33,6 +33,7 @@ class RunSummary:
     failed: str | None = None
     user_starts: int | None = None  # from the server's own layout (live runs)
     server_timings: dict = field(default_factory=dict)
+    log: list[ev.LogLine] = field(default_factory=list)  # a live session's server log (``LogLine``)
 
     def apply(self, e: ev.Event) -> None:
         if isinstance(e, ev.RunStarted):
@@ -52,6 +53,8 @@ class RunSummary:
             self.user_starts = len(e.user_starts)
         elif isinstance(e, ev.ServerFacts):
             self.server_timings = dict(e.timings)
+        elif isinstance(e, ev.LogLine):
+            self.log.append(e)
 
     @classmethod
     def from_events(cls, run: str, events: Iterable[ev.Event]) -> "RunSummary":

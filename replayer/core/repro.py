@@ -12,7 +12,8 @@ a report about another tool's runs. ``write_bundle`` writes a folder with:
 - ``repro.py`` — a stdlib-only script (``replayer/data/repro/repro.py``) that sends the requests
   to a running llama-server, prints the same facts and compares them with a run;
 - ``ISSUE.md`` — llama.cpp's bug-report fields filled in from the replay;
-- ``logs/<run>.log`` — the relevant ``-lv 4`` lines, when the run kept its server log.
+- ``logs/<run>.log`` — a live run's relevant ``-lv 4`` lines (its ``LogLine`` events), under a
+  heading per request; ``ISSUE.md`` quotes those of the request that re-processed the most.
 
 Everything is redacted by default (``redact.redact``), request bodies included: a request that
 redaction changed is counted in the README, since its token counts can then differ slightly.
@@ -28,7 +29,7 @@ import shutil
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
@@ -37,8 +38,7 @@ from replayer.core.errors import ReplayerError
 from replayer.core.redact import redact, redact_bytes
 from replayer.core.runspec import DEFAULT_SESSION_CTX
 
-#: the log lines a maintainer reads to see what the server reused, batched and checkpointed
-_LOG_KEYS = ("prompt processing", "checkpoint", "cache", "n_past", "forcing full", "prompt eval", "slot", "n_tokens")
+_QUOTED = 40  # lines of the log ISSUE.md quotes; the rest is in logs/
 ENDPOINT = "/v1/chat/completions"
 
 
@@ -87,8 +87,30 @@ def build_version(spec: str, backend: str = "cpu") -> str:
         return f"(not run here: {exc})"
 
 
-def relevant_log(lines: Iterable[str]) -> list[str]:
-    return [line for line in lines if any(k in line for k in _LOG_KEYS)]
+def log_text(run: SessionRun) -> str:
+    """A live run's log lines under a heading per request (start-up first)."""
+    out, turn = [], object()
+    for e in run.log:
+        if e.turn != turn:
+            turn = e.turn
+            out.append("# server start-up" if turn is None else f"# request {turn}")
+        out.append(e.text)
+    return "\n".join(out) + "\n"
+
+
+def quoted_log(runs: dict[str, SessionRun]) -> str:
+    """For ISSUE.md: each live run's lines of the request (after the first) that re-processed
+    the most — where a maintainer looks first — at most ``_QUOTED`` lines each."""
+    parts = []
+    for name, run in runs.items():
+        later = [t for t in run.turns[1:] if not t.error]
+        if not run.log or not later:
+            continue
+        worst = max(later, key=lambda t: t.prompt_n)
+        lines = [e.text for e in run.log if e.turn == worst.turn][:_QUOTED]
+        parts += [f"Run {name}, request {worst.turn} ({worst.prompt_n:,} tokens processed, "
+                  f"{worst.cache_n:,} reused):", "", "```", *lines, "```", ""]
+    return "\n".join(parts)
 
 
 def check_destination(out: str | Path) -> Path:
@@ -99,9 +121,9 @@ def check_destination(out: str | Path) -> Path:
     return out
 
 
-def write_bundle(out: str | Path, prep, runs: dict[str, SessionRun], *, logs: dict[str, list[str]] | None = None,
-                 hardware: str = "") -> Path:
-    """Write the bundle to ``out`` (new, or an empty folder); returns its path."""
+def write_bundle(out: str | Path, prep, runs: dict[str, SessionRun], *, hardware: str = "") -> Path:
+    """Write the bundle to ``out`` (new, or an empty folder); returns its path. A live run's
+    server log comes with its run (``SessionRun.log``)."""
     out = check_destination(out)
     reqs, n_redacted = requests_of(prep)
     n_prompt = {t["index"]: t["n_prompt"] for t in run_facts(runs["A"])}
@@ -124,11 +146,12 @@ def write_bundle(out: str | Path, prep, runs: dict[str, SessionRun], *, logs: di
         script = resources.files("replayer.data").joinpath("repro/repro.py").read_bytes()
         (tmp / "repro.py").write_bytes(script)
         os.chmod(tmp / "repro.py", 0o755)
-        for name, lines in (logs or {}).items():
+        logged = [name for name, run in runs.items() if run.log]
+        for name in logged:
             (tmp / "logs").mkdir(exist_ok=True)
-            (tmp / "logs" / f"{name}.log").write_text(redact("\n".join(relevant_log(lines))) + "\n")
+            (tmp / "logs" / f"{name}.log").write_text(redact(log_text(runs[name])))
         (tmp / "README.md").write_text(redact(_readme(expected, hardware)))
-        (tmp / "ISSUE.md").write_text(redact(_issue(expected, prep, hardware, bool(logs))))
+        (tmp / "ISSUE.md").write_text(redact(_issue(expected, prep, hardware, logged, quoted_log(runs))))
         if out.exists():
             out.rmdir()
         os.rename(tmp, out)
@@ -163,7 +186,7 @@ def _readme(expected: dict[str, Any], hardware: str) -> str:
     return "\n".join(lines)
 
 
-def _issue(expected: dict[str, Any], prep, hardware: str, has_logs: bool) -> str:
+def _issue(expected: dict[str, Any], prep, hardware: str, logged: list[str], quoted: str) -> str:
     runs = expected["runs"]
     a, b = runs.get("A"), runs.get("B")
     rows = []
@@ -183,4 +206,11 @@ def _issue(expected: dict[str, Any], prep, hardware: str, has_logs: bool) -> str
         "", *rows, "", "Steps: start the server with the command line in README.md, then "
         "`python3 repro.py --expect A` (and B on the other build).", "",
         "### First Bad Commit", "", first_bad, "",
-        "### Relevant log output", "", "see logs/" if has_logs else "(simulated runs: no server log)", ""])
+        "### Relevant log output", "", _log_section(logged, quoted)])
+
+
+def _log_section(logged: list[str], quoted: str) -> str:
+    if not logged:
+        return "(simulated runs: no server log)\n"
+    files = ", ".join(f"`logs/{name}.log`" for name in logged)
+    return f"The `-lv 4` lines of every request are in {files}.\n\n{quoted}"

@@ -98,10 +98,15 @@ class Progress:
 
 @dataclass(slots=True)
 class LogLine:
+    """A line of a live server's ``-lv 4`` log that says what it did with a prompt
+    (``server.logfacts.relevant_lines``), with the request it was logged after (``turn``;
+    ``None``: before the first request, the server's start-up). A repro bundle's ``logs/``."""
+
     type: ClassVar[str] = "log_line"
     run: str
     text: str
     t_ms: float
+    turn: int | None = None
 
 
 @dataclass(slots=True)

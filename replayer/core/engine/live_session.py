@@ -113,6 +113,8 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
                                       "ctx_size": n_ctx, "memory": knobs.memory, "n_swa": knobs.n_swa, "mode": "session",
                                       "turns": len(turns)})
         totals = _Totals()
+        log = _LogTail(run, server.all_lines)
+        yield from log.since_last(None, 0.0)  # the start-up: slots, KV cache, prompt cache, checkpoints
         prev: TurnPrompt | None = None
         for turn in turns:
             p, lay = server_turn_prompt(turn, st, layouts, build)
@@ -122,11 +124,29 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
                 yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t, error=context_full(p, n_ctx))
                 continue
             yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals, setup is not None)
+            yield from log.since_last(turn.index, totals.t)
             prev = p
         if not server.alive():
             raise RunError(f"llama-server died during the session: {server.last_error()}")
         yield run_finished(run, prev.n_tokens if prev else 0, totals.processed, totals.t, totals.n_batches,
                            totals.n_ckpt)
+
+
+class _LogTail:
+    """The server's relevant log lines since the last call, as ``LogLine`` events: each turn's
+    lines go out after its ``TurnFinished``, tagged with it (what the server logs after the
+    response, e.g. the slot's release, comes with the next turn's)."""
+
+    def __init__(self, run: str, lines: list[str]) -> None:
+        self.run, self.lines, self.seen = run, lines, 0
+
+    def since_last(self, turn: int | None, t_ms: float) -> Iterator[ev.LogLine]:
+        from replayer.core.server.logfacts import relevant_lines
+
+        end = len(self.lines)  # the reader thread appends; what is there now
+        new, self.seen = self.lines[self.seen:end], end
+        for text in relevant_lines(new):
+            yield ev.LogLine(run=self.run, text=text, t_ms=t_ms, turn=turn)
 
 
 @dataclass
@@ -144,7 +164,8 @@ def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, c
                observe_slot: bool = False) -> Iterator[Any]:
     """One turn's request on the running server: its batches and checkpoints on the session's
     clock, then what the server reused and re-processed (its own timings, else the first
-    progress) and, with ``observe_slot``, the slot its log says it chose."""
+    progress) and, with ``observe_slot``, the slot its log says it chose. It returns once the
+    server's log says the slot is released, so that the turn's log lines are all read."""
     while not server.lines.empty():  # what the previous turn logged after its prefill
         server.lines.get_nowait()
     first_line = len(server.all_lines)
@@ -167,12 +188,13 @@ def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, c
     tm = result.timings
     cache_n = int(tm["cache_n"]) if "cache_n" in tm else (result.progress[0] if result.progress else 0)
     prompt_n = int(tm["prompt_n"]) if "prompt_n" in tm else p.n_tokens - cache_n
+    from replayer.core.server.live_slots import wait_idle
+
+    wait_idle(server, first_line)  # the slot released: the turn's whole log is read (its slot, its LogLines)
     slot = None
     if observe_slot:
-        from replayer.core.server.live_slots import wait_idle
         from replayer.core.server.logfacts import read_request
 
-        wait_idle(server, first_line)
         slot = read_request(server.all_lines[first_line:]).slot
     full = any(FULL_REPROCESS in line for line in server.all_lines[first_line:])
     totals.processed += prompt_n

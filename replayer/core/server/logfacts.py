@@ -17,7 +17,24 @@ from typing import Iterable
 
 from replayer.core.engine.logparse import parse_line, strip_colour
 
-__all__ = ["LiveRequestFacts", "read_request"]
+__all__ = ["LiveRequestFacts", "read_request", "relevant_lines"]
+
+#: the ``-lv 4`` lines a maintainer reads to see what the server reused, batched, saved and
+#: checkpointed (a repro bundle's ``logs/``); the sampler's settings, printed per task, are not
+_RELEVANT = ("prompt processing", "checkpoint", "cache", "n_past", "forcing full", "prompt eval", "slot", "n_tokens")
+_NOISE = ("sampler chain", "sampler params", "init sampler")
+_MAX_LINE = 400  # a bounded line: what follows is a model's metadata or a template, not the server's decision
+
+
+def relevant_lines(lines: Iterable[str]) -> list[str]:
+    """The lines of ``lines`` that say what the server did with a prompt, without colour, each
+    at most ``_MAX_LINE`` characters."""
+    out = []
+    for raw in lines:
+        line = strip_colour(raw).rstrip()
+        if any(k in line for k in _RELEVANT) and not any(k in line for k in _NOISE):
+            out.append(line[:_MAX_LINE])
+    return out
 
 _SELECTED = re.compile(r"slot get_availabl: id\s+(\d+) \| task -?\d+ \| selected slot by (LRU|LCP similarity|id)")
 _SAVING = re.compile(r"saving prompt with length (\d+), total state size = ([\d.]+) MiB")
