@@ -23,27 +23,9 @@ def build_name(rec) -> str:
 
 def install_source(args: argparse.Namespace, manager) -> int:
     """``builds install --source DIR | --git URL --ref REF | N --patch FILE…``."""
-    from replayer.core.builds.catalog import parse_build
-    from replayer.core.builds.source import SourceSpec
+    from replayer.core.builds.source import spec_from
 
-    patches = tuple(Path(p) for p in args.patch or ())
-    if args.source and args.git:
-        raise ReplayerError("give --source DIR or --git URL, not both")
-    if (args.source or args.git) and args.build:
-        raise ReplayerError("a build number goes with --patch only, not with --source or --git")
-    if args.git and not args.ref:
-        raise ReplayerError("--git needs --ref (a branch, tag, commit or pull/N/head)")
-    if args.source:
-        spec = SourceSpec(tree=Path(args.source), patches=patches)
-    elif args.git:
-        spec = SourceSpec(url=args.git, ref=args.ref, patches=patches)
-    else:
-        if len(args.build) != 1:
-            raise ReplayerError("--patch applies over one release: give exactly one build number")
-        b = parse_build(args.build[0])
-        if b.number is None:
-            raise ReplayerError(f"--patch needs a build number, not a generation ({args.build[0]})")
-        spec = SourceSpec(release=b.number, patches=patches)
+    spec = spec_from(tree=args.source, url=args.git, ref=args.ref, release=args.build, patches=args.patch)
     rec = manager.install_source(spec, args.backend, _progress_printer(spec.describe()))
     rules = rec.generation or "no known generation: live runs only"
     _out(f"{rec.label} {rec.backend} (rules: {rules}): {rec.binary}")

@@ -50,9 +50,14 @@ def _extract_tree(build: int, dest: Path) -> None:
     subprocess.run(["rm", "-rf", str(dest / "x")], check=True)
 
 
+#: fixed commit dates: the same two commits (hashes, so build identities) in every run, so their
+#: builds are the cached entries after the first run, not a ccache rebuild each time
+_DATES = {"GIT_AUTHOR_DATE": "2026-06-01T12:00:00Z", "GIT_COMMITTER_DATE": "2026-06-01T12:00:00Z"}
+
+
 def _git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout
+                          capture_output=True, text=True, env={**os.environ, **_DATES}).stdout
 
 
 @pytest.mark.parametrize("build", RELEASES)
@@ -159,3 +164,30 @@ def test_a_source_that_does_not_compile_is_one_line_and_publishes_nothing(tmp_pa
     assert "configure failed" in errors[0]
     assert [r.entry for r in manager.list_builds()] == before
     assert not list(paths.builds_dir().glob(".tmp-*"))
+
+
+async def test_the_builds_screen_installs_the_patched_release(source_builds, fix_repo):
+    """The screen's source row (build number above, the patch beside it, Enter) is the CLI's
+    ``builds install 9934 --patch FIX.diff``: the cached entry, its rules named, listed as built."""
+    from textual.widgets import Input, Static
+
+    from replayer.ui.app import ReplayerApp
+    from replayer.ui.screens.builds import BuildsScreen
+
+    from helpers import wait_for
+
+    patched = source_builds["patched"]
+    app = ReplayerApp()
+    async with app.run_test(size=(140, 45), notifications=True) as pilot:
+        await pilot.pause()
+        await app.push_screen(BuildsScreen())
+        screen = app.screen
+        for field, text in (("install-number", "9934"), ("source-patch", str(fix_repo[1]))):
+            screen.query_one(f"#{field}", Input).focus()
+            await pilot.press(*text)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.installing is None and "installed" in str(
+            screen.query_one("#stage", Static).render()), timeout=120)
+        assert str(screen.query_one("#stage", Static).render()) == \
+            f"b9934+FIX cpu installed (rules: G2a): {patched.binary}"
+        assert "b9934+FIX ✓ cpu (G2a)" in str(screen.query_one("#source-builds", Static).render())

@@ -37,8 +37,8 @@ from replayer.core.builds import index, source, source_rules, toolchain
 from replayer.core.builds.cache_files import extract_sdist, locked, sdist_models_dir  # noqa: F401
 from replayer.core.builds.catalog import parse_build
 from replayer.core.builds.records import (  # noqa: F401  (callers find the records through the manager)
-    BuildRecord, damaged_records, find_build, find_source_build, installed_backends, list_builds, named_build,
-    read_record, source_build, write_record)
+    BuildRecord, damaged_records, find_build, find_source_build, installed_backends, installed_sources, list_builds,
+    named_build, read_record, source_build, write_record)
 from replayer.core.engine import processes
 from replayer.core.errors import BuildError, did_you_mean
 
@@ -252,10 +252,19 @@ def install_source(spec: "source.SourceSpec", backend: str = "cpu", progress: Pr
                                         "origin": m.origin,
                                         "generation": det.generation.value if det.generation else None}
 
-    # the entry's name needs the identity, known once the tree is there: built under a
-    # provisional name from the request, then published under the identity's
-    name = "src-" + hashlib.sha256(spec.describe().encode()).hexdigest()[:12] + f"-{backend}"
-    return _install_entry(name, None, None, None, backend, fetch, tree, progress, jobs)
+    return _install_entry(_source_lock(spec, backend), None, None, None, backend, fetch, tree, progress, jobs)
+
+
+def _source_lock(spec: "source.SourceSpec", backend: str) -> str:
+    """A source install's provisional name (its lock and log): the entry's own name needs the
+    identity, known once the tree is there, so it is built under the request's and published
+    under the identity's."""
+    return "src-" + hashlib.sha256(spec.describe().encode()).hexdigest()[:12] + f"-{backend}"
+
+
+def source_log_path(spec: "source.SourceSpec", backend: str) -> Path:
+    """The compile log of a source install (``log_path``'s counterpart)."""
+    return paths.builds_dir() / "work" / f"{_source_lock(spec, backend)}.log"
 
 
 class InstallCancelled(BuildError):

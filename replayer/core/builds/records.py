@@ -85,15 +85,26 @@ def damaged_records() -> list[str]:
 
 
 def installed_backends() -> dict[int, list[str]]:
-    """Installed build numbers → their backends; empty when the cache cannot be read (a damaged
-    build cache must not keep the app from starting)."""
+    """Installed release numbers → their backends; empty when the cache cannot be read (a
+    damaged build cache must not keep the app from starting). A source build is not here: its
+    number is a commit count or the release it patched, and a number names a release."""
     out: dict[int, list[str]] = {}
     try:
         for rec in list_builds():
-            out.setdefault(rec.build, []).append(rec.backend)
+            if rec.source != "source" and rec.backend not in out.get(rec.build, ()):
+                out.setdefault(rec.build, []).append(rec.backend)
     except (OSError, ValueError):
         return {}
     return out
+
+
+def installed_sources() -> list[BuildRecord]:
+    """The installed source builds (by label: what ``named_build`` resolves), or none when the
+    cache cannot be read."""
+    try:
+        return [rec for rec in list_builds() if rec.source == "source"]
+    except (OSError, ValueError):
+        return []
 
 
 def find_build(build: int, backend: str | None = None) -> BuildRecord | None:

@@ -56,6 +56,40 @@ class SourceSpec:
         return base + "".join(f" + {p.name}" for p in self.patches)
 
 
+def spec_from(*, tree: str | None = None, url: str | None = None, ref: str | None = None,
+              release: list[str] | None = None, patches: list[str] | None = None) -> SourceSpec:
+    """The ``SourceSpec`` of what the user typed (the CLI's options, the builds screen's fields),
+    or one line saying what is missing or does not go together."""
+    from replayer.core.builds.catalog import parse_build
+
+    release = [r for r in release or [] if r.strip()]
+    pats = tuple(Path(p).expanduser() for p in patches or () if p.strip())
+    if tree and url:
+        raise SourceError("give a llama.cpp folder or a git URL, not both")
+    if (tree or url) and release:
+        raise SourceError("a build number goes with a patch only, not with a source folder or a git URL")
+    if url and not ref:
+        raise SourceError("a git URL needs a ref (a branch, tag, commit or pull/N/head)")
+    if tree:
+        return SourceSpec(tree=Path(tree).expanduser(), patches=pats)
+    if url:
+        return SourceSpec(url=url, ref=ref, patches=pats)
+    if not pats:
+        raise SourceError("a source build needs a llama.cpp folder, a git URL and ref, or a build number and a patch")
+    if len(release) != 1:
+        raise SourceError("a patch applies over one release: give exactly one build number")
+    b = parse_build(release[0])
+    if b.number is None:
+        raise SourceError(f"a patch needs a build number, not a generation ({release[0]})")
+    return SourceSpec(release=b.number, patches=pats)
+
+
+def looks_like_url(text: str) -> bool:
+    """A git remote rather than a folder: ``scheme://…``, ``user@host:path``, or a ``.git`` that is no folder here."""
+    return "://" in text or bool(re.match(r"^[\w.-]+@[\w.-]+:", text)) or (
+        text.endswith(".git") and not Path(text).expanduser().is_dir())
+
+
 @dataclass
 class Materialized:
     """The tree in the work folder and what it is."""

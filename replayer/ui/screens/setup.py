@@ -42,8 +42,12 @@ WHAT_IF_OPTIONS = [("none — the session as recorded", what_ifs.NONE),
                    *((w.option, w.name) for w in what_ifs.WHAT_IFS)]
 
 
-def build_options(installed: dict[int, list[str]] | None = None) -> list[tuple[str, str]]:
+def build_options(installed: dict[int, list[str]] | None = None,
+                  sources: list | None = None) -> list[tuple[str, str]]:
+    """The A/B choices: the catalog's presets and installed releases (✓ with their backends),
+    then the installed source builds by label (a patched release, a commit: the fix to demo)."""
     installed = manager.installed_backends() if installed is None else installed
+    sources = manager.installed_sources() if sources is None else sources
 
     def mark(number: int) -> str:
         backends = installed.get(number)
@@ -54,6 +58,11 @@ def build_options(installed: dict[int, list[str]] | None = None) -> list[tuple[s
     for number, backends in sorted(installed.items()):
         if str(number) not in known:
             opts.append((f"b{number} — installed{mark(number)}", str(number)))
+    seen = {v for _, v in opts}
+    for rec in sources:
+        if rec.label and rec.label not in seen:
+            seen.add(rec.label)
+            opts.append((f"{rec.label} — from source, {rec.generation or 'live only'}  ✓ {rec.backend}", rec.label))
     return opts
 
 
