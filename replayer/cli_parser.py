@@ -150,7 +150,7 @@ def _parse_bisect(sub: Any) -> None:
     p.add_argument("--metric", choices=["prompt_tps", "batches", "reprocessed"], default="prompt_tps",
                    help="what tells a good build from a bad one: prompt tokens/s, decode calls, re-processed tokens")
     _model_options(p, "model preset, or a GGUF path (simulated: its header; live: the model served)")
-    add_options(p, ("ctx_size", "timeout"), timeout="live: wall-clock seconds for each build's prefill")
+    add_options(p, ("ctx_size", "timeout"), timeout="live: wall-clock seconds for each build's start-up and prefill")
     p.add_argument("--band", type=float_in(0, 1), default=0.25,
                    help="too close to call: a median within BAND × |good − bad| of the midpoint")
     p.add_argument("--max-samples", type=int_in(1, 100), default=3,
