@@ -18,6 +18,10 @@ from replayer.core import options
 from replayer.core.errors import ReplayerError
 from replayer.core.options import MAX_TOKENS  # noqa: F401  (re-exported)
 
+#: the first words that are sub-commands (any other first word is a session to open in the app)
+SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
+               "bisect", "advise", "record", "agents"}
+
 
 def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """A typed, ranged parser of the option table as an argparse type: its message, one line."""

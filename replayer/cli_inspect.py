@@ -1,6 +1,6 @@
 """``replayer inspect``: what a session holds and what its resume request is, always with counts.
 
-Kept out of ``cli.py`` so each command module stays small; a session the replay must refuse
+One command module of the CLI, as each is; a session the replay must refuse
 still gets its counts, with a ``replay refused:`` line.
 """
 

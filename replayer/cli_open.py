@@ -9,8 +9,10 @@ the app starts, rather than an app that opens on the picker and exits 0.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from replayer.cli_args import SUBCOMMANDS
 from replayer.core.errors import ReplayerError, did_you_mean
 
 
@@ -24,3 +26,16 @@ def check_session_arg(word: str, commands: set[str]):
         if hint:
             raise ReplayerError(f"unknown command '{word}' (did you mean {hint}?)")
     return load_session(p)
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    try:
+        from replayer.ui.app import run_app
+    except ImportError as exc:  # pragma: no cover - the app ships with the package
+        raise ReplayerError(f"the app could not start: {exc}") from None
+    session = getattr(args, "session", None)
+    if session is not None:
+        loaded = check_session_arg(session, SUBCOMMANDS)  # a typo or a bad file: one line, exit 2
+        return run_app(session=session, loaded=loaded)
+    return run_app(session=session, demo=getattr(args, "demo", False))
+

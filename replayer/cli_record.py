@@ -1,4 +1,4 @@
-"""``replayer record``: the recording proxy's sub-command (kept out of cli.py, registered there in one line)."""
+"""``replayer record``: the recording proxy's sub-command (registered in cli_parser.py in one line)."""
 
 from __future__ import annotations
 

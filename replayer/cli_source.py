@@ -1,6 +1,6 @@
 """The CLI of builds from source: ``builds install --source/--git/--patch`` and ``bisect --source``.
 
-Kept beside ``cli.py`` (which registers the options) so that the main CLI module stays one
+Kept beside ``cli_parser.py`` (which registers the options) so that each CLI module stays one
 screenful per command; the work is in ``core/builds/source.py``, ``manager.install_source``
 and ``core/bisect_commits.py``.
 """

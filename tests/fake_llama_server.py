@@ -26,7 +26,7 @@ BATCH = 64
 #: what each scenario breaks (``ok`` breaks nothing)
 SCENARIOS = (
     "ok", "eof_early", "eof_after_prefill", "error_midway", "error_after_prefill", "bad_json", "progress_nan",
-    "http500_list", "keepalive", "silent_stream", "props_list", "template_not_json", "silent",
+    "http500_list", "keepalive", "silent_stream", "props_list", "template_not_json", "silent", "loading",
 )
 
 
@@ -68,6 +68,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.scenario == "silent":
             return self._hang()
         if self.path == "/health":
+            if self.scenario == "loading":  # answers, but its model never finishes loading
+                return self._json({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}},
+                                  503)
             return self._json({"status": "ok"})
         if self.path == "/props":
             if self.scenario == "props_list":

@@ -204,6 +204,32 @@ def test_own_server_silent_hits_the_start_deadline(tmp_path, tag):
     assert took < 1.0 + SLACK_S
 
 
+HEALTH_LATE = "llama-server did not become healthy within 2 s (it answered, but its model did not finish loading)"
+
+
+def test_own_server_never_healthy_fails_at_the_timeout(tmp_path, tag):
+    """The start-up is inside ``--timeout`` (the driver's ``ready_seconds``): a server that answers
+    but never loads its model fails at the 2 s of the timeout, not at the health phase's 120 s."""
+    evs, res, took = _own(tmp_path, "loading", request_timeout=2.0)
+    assert [type(e) for e in evs] == [ev.RunFailed] and res.status == f"failed: {HEALTH_LATE}"
+    assert took < 2.0 + SLACK_S
+
+
+@pytest.mark.parametrize("mode", ["resume", "session"])
+def test_replay_timeout_bounds_a_server_that_never_becomes_healthy(tmp_path, tag, mode):
+    """``replay --engine live --timeout 2`` in both modes (one driver for both): each run fails with
+    the one line naming the start-up, exit 1, no traceback."""
+    binary = write_binary(tmp_path / "llama-server", "loading")
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(REPO / "fixtures/pi/small-v3.jsonl"),
+                        "--mode", mode, "--engine", "live", "--a", str(binary), "--b", str(binary), "--model",
+                        str(model), "--timeout", "2", "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    runs = orjson.loads(r.stdout)["runs"]
+    assert [run["error"] for run in runs] == [HEALTH_LATE, HEALTH_LATE]
+
+
 def test_a_binary_that_forks_and_never_answers_leaves_nothing(tmp_path, tag):
     """The child ignores SIGINT and sits in its own process group, the parent never answers:
     the start deadline ends the run and the stop reaches both (group + session sweep)."""

@@ -89,7 +89,7 @@ class Knobs:
 
 #: llama-server's defaults, the one place the CLI and the app read them from.
 DEFAULT_KNOBS = Knobs()
-# a live run's wall-clock limit for its prefill (--timeout)
+# --timeout: a live run's wall-clock limit from its server's start to its (first) prefill's end
 DEFAULT_TIMEOUT_S = 600.0
 # -c of the one server a live session replay keeps up (its prompts only grow, so room to spare)
 DEFAULT_SESSION_CTX = 32768

@@ -116,7 +116,7 @@ def session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
 
         return live_session_events(prep, run, Path(cfg.model).expanduser(), backend=cfg.backend or "cpu",
                                    ctx_size=cfg.ctx_size or DEFAULT_SESSION_CTX, request_timeout=cfg.timeout,
-                                   server_args=prep.server_args)
+                                   server_args=prep.server_args, threads=cfg.threads)
     return simulated_session_events(prep, run)
 
 

@@ -1,7 +1,7 @@
 """Live session replay: one real llama-server per build, kept up while every turn is sent in order.
 
 Each turn is a chat request with ``max_tokens: 1`` and ``cache_prompt: true`` (the live
-engine's ``_stream`` sends exactly that): the one sampled token is not kept in the slot, so
+engine's ``live_stream.stream`` sends exactly that): the one sampled token is not kept in the slot, so
 the next turn meets exactly the previous prompt in the cache. The turn's prompt is laid out
 by the server itself (``/apply-template`` + ``/tokenize``), so the common prefix the client
 computes is the server's; what the server then did comes from its own reports â€” the first
@@ -9,8 +9,10 @@ computes is the server's; what the server then did comes from its own reports â€
 the progress stream and the ``-lv 4`` log (checkpoints restored, erased, created, and
 "forcing full prompt re-processing"). They become the same events as the simulated run.
 
-With the user's server command line (``--server-args``) the server is started with those
-flags (``server.live_slots.SetupServer``: replayer adds only host, port and ``-lv 4``); each
+The server is started by the one driver (``live_server``: the build resolved, ``--timeout`` and
+``--threads`` applied, healthy within ``--timeout``, the first turn's prefill counted from the
+server's start, as a resume run's). With the user's server command line (``--server-args``) it is
+started with those flags (replayer adds only host, port and ``-lv 4``); each
 turn waits for its slot's release (the server saves idle slots and picks the next one then)
 and the slot the log says it chose goes into the turn's ``TurnFinished``, as the simulated
 server's does.
@@ -28,10 +30,10 @@ from typing import Any, Iterator
 
 import httpx
 
-from replayer.core.builds.catalog import parse_build
 from replayer.core.engine import events as ev
 from replayer.core.engine.cache import TurnFinished, TurnStarted, context_full, run_finished
-from replayer.core.engine.live import LiveOptions, LiveResult, LiveServer, _server_memory, _stream
+from replayer.core.engine.live_server import LiveOptions, LiveServer, live_options, resolve_server, server_memory
+from replayer.core.engine.live_stream import LiveResult, stream
 from replayer.core.runspec import DEFAULT_SESSION_CTX, DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Clock, Guard
 from replayer.core.errors import ReplayerError, RunError
@@ -45,21 +47,15 @@ FULL_REPROCESS = "forcing full prompt re-processing"
 
 def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ctx_size: int = DEFAULT_SESSION_CTX,
                         request_timeout: float = DEFAULT_TIMEOUT_S, binary: Path | None = None,
-                        server_args: str | None = None) -> Iterator[Any]:
+                        server_args: str | None = None, threads: int | None = None) -> Iterator[Any]:
     """One build's live session run; failures end it with ``RunFailed`` (never raised).
 
     The server's own per-turn layouts replace ``prep.layouts[run]``, so that misses are
     explained on the prompts the server really saw.
     """
-    from replayer.core.builds.manager import resolve_binary
-
     spec_text = prep.config.a if run == "A" else prep.config.b
     try:
-        if binary is None:
-            rb = resolve_binary(spec_text, backend)
-            binary, build = Path(rb.binary), rb.as_build(live=True)
-        else:
-            build = parse_build(spec_text)
+        binary, build = resolve_server(spec_text, backend, binary)
     except ReplayerError as exc:
         yield ev.RunFailed(run=run, error=str(exc))
         return
@@ -67,7 +63,7 @@ def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ct
     # a preset's knobs, or the flags alone: the memory kind comes from the server's start-up log
     knobs = cfg.knobs()
     settings = {"backend": backend, "n_batch": knobs.n_batch, "n_ubatch": knobs.n_ubatch}
-    opts = LiveOptions(binary=binary, model=model, ctx_size=ctx_size, request_timeout=request_timeout)
+    opts = live_options(binary, model, ctx_size=ctx_size, timeout=request_timeout, threads=threads)
     t0 = time.monotonic()
     try:
         setup = None
@@ -89,12 +85,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
     """Start the server once (one slot, or the user's ``setup``), then send every turn on it in
     order; the run's totals at the end."""
     turns = prep.turns.turns
-    if setup is None:
-        server = LiveServer(opts, knobs, opts.ctx_size or DEFAULT_SESSION_CTX)
-    else:
-        from replayer.core.server.live_slots import SetupServer
-
-        server = SetupServer(opts, setup)
+    server = LiveServer(opts, knobs, opts.ctx_size or DEFAULT_SESSION_CTX, setup=setup)
     # the whole session's wall clock: start-up and layout once, then every turn's prefill and token
     clock = Clock(opts.health_timeout + opts.layout_timeout
                   + len(turns) * (opts.request_timeout + opts.generation_timeout))
@@ -104,7 +95,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
         st = ServerTokenizer(server.url, client)
         tpl = st.template()
         n_ctx = st.n_ctx() or server.n_ctx
-        knobs = _server_memory(knobs, list(server.all_lines))
+        knobs = server_memory(knobs, list(server.all_lines))
         layouts = TurnLayouts([], tpl, templates.delimiters_for(tpl, build), "server", True)
         prep.layouts[run] = layouts
         yield ev.RunStarted(run=run, label=f"{run}: {build.label}", build=build.label,
@@ -157,6 +148,7 @@ class _Totals:
     n_batches: int = 0
     n_ckpt: int = 0
     processed: int = 0
+    sent: int = 0  # requests sent so far
 
 
 def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, client: httpx.Client, knobs,
@@ -164,17 +156,20 @@ def _send_turn(run: str, p: TurnPrompt, lay: PromptLayout, server: LiveServer, c
                observe_slot: bool = False) -> Iterator[Any]:
     """One turn's request on the running server: its batches and checkpoints on the session's
     clock, then what the server reused and re-processed (its own timings, else the first
-    progress) and, with ``observe_slot``, the slot its log says it chose. It returns once the
-    server's log says the slot is released, so that the turn's log lines are all read."""
-    while not server.lines.empty():  # what the previous turn logged after its prefill
-        server.lines.get_nowait()
+    progress) and, with ``observe_slot``, the slot its log says it chose. The first request's
+    prefill gets what is left of ``--timeout`` after the server's start; every later one all of it.
+    It returns once the server's log says the slot is released, so that the turn's log lines are
+    all read."""
+    server.drain()  # what the previous turn logged after its prefill
     first_line = len(server.all_lines)
     result = LiveResult(layout=lay)
     turn_ms = 0.0
     body = {k: v for k, v in p.turn.body.items() if k != "thread"}  # a request log's own field
-    for e in _stream(run, server.url, client, body, knobs, lay, server.lines, server.alive,
-                     server.last_error, server.all_lines, result, clock, guard,
-                     (opts.request_timeout, opts.generation_timeout)):
+    prefill_s = server.left_of(opts.request_timeout) if totals.sent == 0 else opts.request_timeout
+    totals.sent += 1
+    for e in stream(run, server.url, client, body, knobs, lay, server.lines, server.alive,
+                    server.last_error, server.all_lines, result, clock, guard,
+                    (prefill_s, opts.generation_timeout), prefill_limit=opts.request_timeout):
         if isinstance(e, ev.RunFinished):
             turn_ms = e.prompt_ms
             continue

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from replayer.core.builds.catalog import parse_build
-from replayer.core.engine.live import _server_memory
+from replayer.core.engine.live_server import server_memory
 from replayer.core.engine.schedule import Knobs
 from replayer.core.hardware import gguf_model
 from replayer.core.server.help import help_for
@@ -44,9 +44,9 @@ class Agreement:
 
 def simulate_for(setup: ServerSetup, build: int, model: Path, live: LiveRun) -> list[RequestFacts]:
     """The simulation of ``live``'s requests on the prompts its server laid out."""
-    knobs = _server_memory(Knobs(n_batch=setup.n_batch, n_ubatch=setup.n_ubatch,
-                                 n_ctx_checkpoints=setup.n_ctx_checkpoints,
-                                 checkpoint_min_step=setup.checkpoint_min_step), live.lines)
+    knobs = server_memory(Knobs(n_batch=setup.n_batch, n_ubatch=setup.n_ubatch,
+                                n_ctx_checkpoints=setup.n_ctx_checkpoints,
+                                checkpoint_min_step=setup.checkpoint_min_step), live.lines)
     n_ctx_slot = live.n_ctx if setup.kv_unified else live.n_ctx // max(1, setup.n_parallel)
     knobs = dataclasses.replace(knobs, n_ctx=n_ctx_slot)
     sim = ServerSim(setup, parse_build(build), knobs, from_gguf(gguf_model.read(model)), live.n_ctx)

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from replayer.core.builds.catalog import Build
-from replayer.core.engine.live import LiveOptions, LiveServer
+from replayer.core.engine.live_server import LiveOptions, LiveServer
 from replayer.core.errors import RunError
 from replayer.core.prompt import templates
 from replayer.core.prompt.server_tokenizer import ServerTokenizer
@@ -35,26 +35,11 @@ __all__ = ["LiveRun", "run_live", "SetupServer", "wait_idle"]
 
 
 class SetupServer(LiveServer):
-    """``LiveServer`` started with the user's flags instead of replayer's one-slot ones."""
+    """``LiveServer`` started with the user's flags instead of replayer's one-slot ones (the
+    driver's ``setup``: replayer adds only host, port and ``-lv 4``)."""
 
     def __init__(self, opts: LiveOptions, setup: ServerSetup) -> None:
-        super().__init__(opts, Knobs(), setup.n_ctx or 0)
-        self.setup = setup
-
-    def command(self) -> list[str]:
-        args, skip = [], False
-        for a in self.setup.args:  # the model is replayer's (the user's path may not exist here)
-            if skip:
-                skip = False
-                continue
-            if a in ("-m", "--model"):
-                skip = True
-                continue
-            if a.startswith("--model="):
-                continue
-            args.append(a)
-        return [str(self.opts.binary), "-m", str(self.opts.model), *args,
-                "--host", "127.0.0.1", "--port", str(self.port), "-lv", "4"]
+        super().__init__(opts, Knobs(), 0, setup=setup)
 
 
 class RouterServer(SetupServer):

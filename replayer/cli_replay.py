@@ -1,0 +1,104 @@
+"""``replayer replay``: the main command, headless (text, ``--json``, ``--jsonl``, ``--markdown``)
+or in the app (``--app``, ``--screenshot``); the run itself is ``core.pipeline.Replay``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replayer.cli_args import out as _out
+from replayer.core.errors import ReplayerError
+from replayer.core.options import config_from as _config
+
+
+def _calibration_flags(args: argparse.Namespace) -> None:
+    """``--calibrate``, ``--holdout`` and ``--repeat`` fit a line from the CLI's live resume
+    replay; the app and the session mode do not calibrate, so they refuse them rather than
+    drop them silently."""
+    given = [flag for flag, on in (("--calibrate", args.calibrate), ("--holdout", args.holdout),
+                                   ("--repeat", args.repeat != 1)) if on]
+    if not given:
+        return
+    where = "--app" if args.app else "--screenshot" if args.screenshot else "--mode session" \
+        if args.mode == "session" else None
+    if where:
+        raise ReplayerError(f"{' and '.join(given)}: calibration runs in the CLI's live resume replay, not with "
+                            f"{where} (calibrate without {where}, then replay with --calibration ID)")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from replayer.core.engine import events as ev
+    from replayer.core.pipeline import Replay
+
+    _calibration_flags(args)
+    cfg = _config(args)
+    if args.repro:
+        from replayer.core.repro import check_destination
+
+        if args.mode != "session" or args.app or args.screenshot:
+            raise ReplayerError("--repro writes the requests of a session replay: use it with --mode session, "
+                                "without --app or --screenshot")
+        check_destination(args.repro)  # before the replay, not after an hour of it
+    if args.mode == "resume" and (args.freeze_system_prompt or args.keep_reasoning):
+        flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
+        raise ReplayerError(f"{flag} is a what-if of --mode session")
+    if args.mode == "resume" and args.server_args is not None:
+        raise ReplayerError("--server-args goes with --mode session (the resume is one request on one slot)")
+    if args.screenshot and (args.json or args.jsonl or args.markdown):
+        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
+    if args.mode == "session" and (args.app or args.screenshot):
+        return _replay_session_app(args, cfg)
+    rp = Replay(args.session, cfg, mode=args.mode, freeze_system=args.freeze_system_prompt,
+                keep_reasoning=args.keep_reasoning, server_args=getattr(args, "server_args", None))
+    rp.prepare()
+    if args.app or args.screenshot:
+        return _replay_app(args, rp.prepared)
+    if args.jsonl:
+        _jsonl_notes(rp.prepared.meta())
+    done = rp.run(on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,
+                  speed=args.speed if args.jsonl else None)  # --speed paces the stream; None or 0: instant
+    for note in done.notes:
+        print(note, file=sys.stderr)
+    if args.repro:
+        from replayer.core.repro import write_bundle
+
+        print(f"reproduction written to {write_bundle(args.repro, rp.prepared, dict(zip('AB', done.runs)))}",
+              file=sys.stderr)
+    if not args.jsonl:
+        _out(done.report("json" if args.json else "md" if args.markdown else "text").decode())
+    return 1 if done.failed else 0
+
+
+def _jsonl_notes(meta: dict[str, Any]) -> None:
+    """The stream's first record when the session was read in part (otherwise the stream starts
+    with ``run_started``, as before): a consumer sees it before any event of the replay."""
+    if meta["incomplete"]:
+        _out(orjson.dumps({"type": "session_notes", "notes": meta["notes"], "incomplete": meta["incomplete"]}))
+
+
+def _replay_app(args: argparse.Namespace, target) -> int:
+    """``replay … --app`` / ``--screenshot``: the app opened on a resume (``Prepared``) or a session
+    replay (``SessionSpec``)."""
+    if args.screenshot and (args.json or args.jsonl or args.markdown):
+        raise ReplayerError("--screenshot saves the app's picture; it does not go with --json, --jsonl or --markdown")
+    from replayer.ui.app import DEFAULT_APP_SPEED, run_replay_app
+
+    # a headless picture has nobody to watch the animation: instant unless --speed says otherwise
+    speed = (0.0 if args.screenshot else DEFAULT_APP_SPEED) if args.speed is None else args.speed
+    return run_replay_app(target, speed, screenshot=Path(args.screenshot).expanduser() if args.screenshot else None)
+
+
+def _replay_session_app(args: argparse.Namespace, cfg) -> int:
+    """``replay --mode session --app/--screenshot``: the session screen lays the turns out itself."""
+    from replayer.core.session import load_session
+    from replayer.ui.screens.session import SessionSpec
+
+    # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
+    session = load_session(args.session, cfg.format, images=cfg.images)
+    return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
+                                         keep_reasoning=args.keep_reasoning, session=session))
+
