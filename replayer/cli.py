@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from replayer import __version__, cli_inspect, cli_record
+from replayer import __version__, cli_inspect, cli_record, cli_watch
 from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in, stdout_failed
 from replayer.cli_args import out as _out, print_json as _json, progress_printer as _progress_printer
 from replayer.core.options import KNOBS, MODEL
@@ -21,7 +21,7 @@ from replayer.core.errors import ReplayerError
 from replayer.core.runspec import DEFAULT_KNOBS
 
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise", "record", "agents"}
+               "bisect", "advise", "record", "watch", "agents"}
 
 
 # -- layout -------------------------------------------------------------------------------
@@ -630,7 +630,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
     adders = (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
-              _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser)
+              _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser, cli_watch.add_parser)
     if any(add.__name__ == f"_parse_{only}" for add in adders):
         adders = tuple(add for add in adders if add.__name__ == f"_parse_{only}")
     for add in adders:
