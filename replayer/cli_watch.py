@@ -10,24 +10,28 @@ from typing import Any
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    """Bind first (a bad upstream, listen address or build is one line, before any screen), then
+    the app — or, with ``--lines``, one line a request on stdout."""
     from replayer.core.options import config_from
+    from replayer.core.record.watch import Watch
 
     config = config_from(args)
-    out = Path(args.out).expanduser() if args.out else None
-    if args.lines:
-        return _lines(args.upstream, config, args.listen, out)
-    from replayer.ui.screens.watch import WatchSpec, run_watch_app
+    w = Watch(args.upstream, config, args.listen, Path(args.out).expanduser() if args.out else None)
+    url = w.start()
+    try:
+        if args.lines:
+            return _lines(w, url)
+        from replayer.ui.screens.watch import WatchSpec, run_watch_app
 
-    return run_watch_app(WatchSpec(args.upstream, config, args.listen, out))
+        return run_watch_app(WatchSpec(args.upstream, config, args.listen, w.path, watch=w))
+    finally:
+        w.stop()
 
 
-def _lines(upstream: str, config, listen: str, out: Path | None) -> int:
+def _lines(w, url: str) -> int:
     """Headless: one line a request on stdout, the totals on stderr at the end (Ctrl-C stops)."""
-    from replayer.core.record.watch import Watch
     from replayer.core.record.watch_text import header_line, row_line, totals_line
 
-    w = Watch(upstream, config, listen, out)
-    url = w.start()
     print(f"replayer watch: {url} -> {w.upstream_url}, logging to {w.path}, predicted by {w.build_label} "
           "(Ctrl-C stops)", file=sys.stderr, flush=True)
     print(header_line(), flush=True)

@@ -66,6 +66,7 @@ class Watch:
                 "settings": p.config.settings()}
 
     def start(self) -> str:
+        existed = self.path.exists()
         self._log = open_log(self.path, self._queue.put)
         self._proxy = RecordingProxy(self.upstream, self._log, self.host, self.port)
         bound: queue.Queue[str | BaseException] = queue.Queue()
@@ -75,6 +76,8 @@ class Watch:
         if isinstance(got, BaseException):
             proxy_thread.join()
             self._log.close()
+            if not existed:  # a watch that never listened leaves no empty log behind
+                self.path.unlink(missing_ok=True)
             raise got
         self.url = got
         predict_thread = threading.Thread(target=self._predict, name="replayer-watch-predict", daemon=True)

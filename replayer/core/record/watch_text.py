@@ -47,8 +47,9 @@ def row_line(row: WatchRow) -> str:
     if row.predicted is None:
         right = (row.note or row.error or "")[:ROW_WIDTH - len(left) - 3]
     else:
-        right = f"{_tokens(row.predicted)} {_ms(row.predicted)}" + (f" {FLAG}" if row.differs else "")
-    return f"{left} │ {right}"[:ROW_WIDTH]
+        right = f"{_tokens(row.predicted)} {_ms(row.predicted)}"
+    flag = f" {FLAG}" if row.differs else ""  # kept when outsized numbers push the line past the width
+    return f"{left} │ {right}"[:ROW_WIDTH - len(flag)] + flag
 
 
 def totals_lines(t: Totals, build: str) -> list[str]:

@@ -40,9 +40,10 @@ class WatchSpec:
     config: ReplayConfig
     listen: str
     out: Path | None = None
+    watch: Watch | None = None  # already listening (the CLI binds before the app opens)
 
     def open_screen(self) -> "WatchScreen":
-        return WatchScreen(self)
+        return WatchScreen(self, self.watch)
 
 
 class WatchScreen(Screen):
@@ -82,7 +83,7 @@ class WatchScreen(Screen):
         try:
             if self.watch is None:
                 self.watch = Watch(self.spec.upstream, self.spec.config, self.spec.listen, self.spec.out)
-            url = self.watch.start()
+            url = self.watch.url or self.watch.start()
         except ReplayerError as exc:
             self.error = str(exc)
             self.query_one("#watch-head", Static).update(Text(f"cannot watch: {exc}", style="bold red"))
