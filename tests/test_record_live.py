@@ -218,3 +218,20 @@ def test_the_servers_prompt_folder_replays_to_its_own_token_counts(recorded):
                                                         "cache_prompt": True}).json()["timings"]
                for p in log.prompts]
     assert [(t["cache_n"], t["prompt_n"]) for t in got] == [(x["cache_n"], x["prompt_n"]) for x in lines]
+
+
+def test_the_session_report_puts_the_servers_numbers_beside_the_simulation(recorded):
+    """``replay LOG --mode session`` (simulated: the GGUF's tokenizer, template and header) reports
+    the log's answers as the observed side; on one slot of the recording's own build the
+    simulation reuses what the server reused, request for request."""
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(recorded["log"]), "--mode", "session",
+                        "--a", str(BUILD), "--b", "10001", "--model", str(recorded["model"]), "--json"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    obs, lines = doc["observed"], recorded["lines"]
+    assert [(q["cache_n"], q["prompt_n"]) for q in obs["requests"]] == [(x["cache_n"], x["prompt_n"]) for x in lines]
+    assert obs["timed_requests"] == sum(bool(x["timings"]) for x in lines)
+    a = obs["agreement"]["A"]
+    assert (a["compared"], a["same_cache_n"], a["same_prompt_tokens"], a["differ"]) == (TURNS, TURNS, TURNS, [])
+    assert obs["agreement"]["B"]["same_prompt_tokens"] == TURNS  # a plain-attention model: the same prompts

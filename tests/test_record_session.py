@@ -127,6 +127,31 @@ def test_a_traffic_log_replays_as_a_session(tmp_path):
     assert doc["session"]["format"] == "traffic-log" and doc["session"]["turns"] == 5
     for run in doc["runs"]:  # each request extends the last: the cache holds all but the new messages
         assert all(t["cache_n"] > 0 for t in run["turns"][1:]) and not run["misses"]
+    # the log's answers are the observed side: the scripted server always says cache_n 7, prompt_n 5
+    obs = doc["observed"]
+    assert (obs["n_requests"], obs["cache_n"], obs["prompt_n"], obs["timed_requests"]) == (5, 35, 25, 5)
+    assert [q["cache_n"] for q in obs["requests"]] == [7] * 5
+    for run, ag in zip(doc["runs"], obs["agreement"].values()):
+        want = [t["turn"] for t in run["turns"] if t["cache_n"] != 7]
+        assert ag["compared"] == 5 and [d["turn"] for d in ag["differ"]] == want and want
+        assert ag["same_cache_n"] == 5 - len(want)
+    text = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(log), "--mode", "session"],
+                          capture_output=True, text=True, timeout=120).stdout
+    assert "observed (the server, as recorded): reused 35, processed 25 tokens" in text
+    assert f"cache_n as the server's on {5 - len(want)}/5 requests" in text
+    md = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(log), "--mode", "session", "--markdown"],
+                        capture_output=True, text=True, timeout=120).stdout
+    assert "**Observed vs simulated**" in md and f"| {5 - len(want)}/5 |" in md
+
+
+def test_a_session_that_is_not_a_traffic_log_has_no_observed_side():
+    from conftest import FIXTURES
+
+    path = next(p for p in sorted(FIXTURES.rglob("*.jsonl")) if load_session(p).format != "traffic-log")
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(path), "--mode", "session", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "observed" not in orjson.loads(r.stdout)
 
 
 def test_a_log_with_nothing_replayable_is_a_one_line_error(tmp_path):

@@ -46,6 +46,8 @@ class Observed:
     status: int | None
     timings: dict[str, Any] | None
     id_slot: int | None
+    cache_n: int | None = None  # the line's counts: from ``timings``, else the endpoint's ``usage``
+    prompt_n: int | None = None
 
 
 @dataclass
@@ -97,13 +99,18 @@ def read_traffic(path: Path, build: int = LATEST) -> Traffic:
         out.bodies.append(chat)
         out.observed.append(Observed(rec["seq"], ep, rec.get("thread"), rec.get("status"),
                                      rec.get("timings") if isinstance(rec.get("timings"), dict) else None,
-                                     rec.get("id_slot") if isinstance(rec.get("id_slot"), int) else None))
+                                     rec.get("id_slot") if isinstance(rec.get("id_slot"), int) else None,
+                                     _int(rec.get("cache_n")), _int(rec.get("prompt_n"))))
     _, warnings = jstats.import_stats(out.lines)
     out.warnings = warnings + [f"skipped {n} {why}" for why, n in skipped.items()]
     if not out.bodies:
         raise ImportFailed(f"{path} holds no replayable requests" + (f" ({'; '.join(out.warnings)})"
                                                                      if out.warnings else ""))
     return out
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def read_bodies(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
