@@ -196,12 +196,30 @@ def test_the_log_replays_offline_to_the_servers_prompt_tokens(recorded):
     assert [p.n_tokens for p in lay.prompts] == counted
 
 
-def test_the_log_replays_live_to_the_same_cache_n(recorded):
+def test_the_log_replays_live_to_the_same_cache_n(recorded, monkeypatch):
+    """Each request goes to the endpoint it was recorded on, as recorded: the build converts the
+    Anthropic and Responses bodies itself (``engine.live_wire``), chat goes as chat."""
+    from replayer.core.engine import live_session
+
+    sent: list[str] = []
+    real = live_session.send_wire_turn
+
+    def counted(run, p, *args, **kw):  # the real sender, with a note of where each turn went
+        sent.append(p.turn.wire[0])
+        return real(run, p, *args, **kw)
+
+    monkeypatch.setattr(live_session, "send_wire_turn", counted)
     cfg = ReplayConfig(a=str(BUILD), b=str(BUILD), engine="live", model=str(recorded["model"]), ctx_size=CTX)
     prep = sr.prepare_session(recorded["log"], cfg, n_ctx=CTX)
     run = sr.session_run(prep, "A", list(sr.session_events(prep, "A")))
     assert not run.failed
+    assert sent == [x["endpoint"] for x in recorded["lines"] if x["endpoint"] != "/v1/chat/completions"]
     assert [t.cache_n for t in run.turns] == [x["cache_n"] for x in recorded["lines"]]
+    assert [t.prompt_n for t in run.turns] == [x["prompt_n"] for x in recorded["lines"]]
+    # the batches of a turn on those endpoints come from the server's log, and tile its prefill
+    for t in run.turns:
+        assert t.batches and t.batches[0].start == t.cache_n and t.batches[-1].end == t.n_prompt
+        assert all(a.end == b.start for a, b in zip(t.batches, t.batches[1:]))
 
 
 def test_the_servers_prompt_folder_replays_to_its_own_token_counts(recorded):

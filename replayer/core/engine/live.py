@@ -420,7 +420,7 @@ class _Prefill:
             return
         if fact.kind == "prompt_eval":
             self.prompt_eval = (float(fact.values[0]), int(fact.values[1]))
-        for e in _fact_events(self.run, fact, (line_ts - self.t_req) * 1000, self.result):
+        for e in fact_events(self.run, fact, (line_ts - self.t_req) * 1000, self.result):
             if isinstance(e, ev.CheckpointCreated):
                 self.n_created += 1
             yield e
@@ -487,7 +487,7 @@ class _Prefill:
                               t_ms=prompt_ms, status=status)
 
 
-def _fact_events(run: str, fact: LogFact, t_ms: float, result: LiveResult) -> Iterator[ev.Event]:
+def fact_events(run: str, fact: LogFact, t_ms: float, result: LiveResult) -> Iterator[ev.Event]:
     v = fact.values
     if fact.kind == "batch_start":
         result.log_batch_starts.append(v[0])

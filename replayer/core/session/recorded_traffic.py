@@ -54,6 +54,7 @@ class Observed:
 class Traffic:
     bodies: list[dict[str, Any]] = field(default_factory=list)  # chat bodies, one a turn
     observed: list[Observed] = field(default_factory=list)
+    wire: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (endpoint, body) as sent
     warnings: list[str] = field(default_factory=list)
     lines: int = 0
 
@@ -97,6 +98,7 @@ def read_traffic(path: Path, build: int = LATEST) -> Traffic:
             skip("requests without messages")
             continue
         out.bodies.append(chat)
+        out.wire.append((ep, body))
         out.observed.append(Observed(rec["seq"], ep, rec.get("thread"), rec.get("status"),
                                      rec.get("timings") if isinstance(rec.get("timings"), dict) else None,
                                      rec.get("id_slot") if isinstance(rec.get("id_slot"), int) else None,
