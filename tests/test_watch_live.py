@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import signal
 import socket
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -28,6 +32,7 @@ from replayer.ui.screens.watch import WatchScreen, WatchSpec
 from replayer.ui.widgets.turn_strip import TurnStrip
 from replayer.core.record.watch_text import ROW_WIDTH, row_line
 
+from conftest import REPO
 from helpers import agent_conversation
 from test_record_live import BUILD, _binary, _prefixes, anthropic_body, chat_body, responses_body
 
@@ -111,3 +116,42 @@ async def test_the_strip_grows_per_request_and_shows_observed_vs_predicted(tmp_p
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the closed connections' TIME_WAIT
             s.bind(("127.0.0.1", port))
         assert not [t for t in threading.enumerate() if t.name.startswith("replayer-watch")]
+
+
+def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
+    """``replayer watch --lines`` in front of the real build: one row a request on stdout as it
+    passes, the totals on stderr, exit 0 on Ctrl-C, the traffic log complete."""
+    model = make_tiny("llama", tmp_path / "llama.gguf")
+    log = tmp_path / "watch.jsonl"
+    port = free_port()
+    with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX), Knobs(), CTX) as server, \
+            httpx.Client(timeout=120) as client:
+        server.wait_healthy(client)
+        proc = subprocess.Popen([sys.executable, "-m", "replayer.cli", "watch", "--upstream", server.url, "--listen",
+                                 f"127.0.0.1:{port}", "--out", str(log), "--b", str(BUILD), "--model", str(model),
+                                 "--lines"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        got: queue.Queue[str] = queue.Queue()
+        try:
+            assert "logging to" in proc.stderr.readline()
+            assert proc.stdout.readline().split()[:2] == ["#", "e"]  # the column header
+            reader = threading.Thread(target=lambda: [got.put(line) for line in iter(proc.stdout.readline, "")],
+                                      daemon=True)
+            reader.start()
+            sent = _requests()[:4]
+            rows = []
+            for endpoint, body in sent:
+                assert client.post(f"http://127.0.0.1:{port}{endpoint}", json=body).status_code == 200
+                rows.append(got.get(timeout=120))  # each request's row arrives before the next is sent
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+            err = proc.stderr.read()
+        reader.join(10)
+        out = "".join(got.queue)
+    assert proc.returncode == 0, err
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == len(sent) and not out.strip()
+    for k, (row, x) in enumerate(zip(rows, lines)):
+        assert row.split()[0] == str(k) and f"{x['cache_n']:,}+{x['prompt_n']:,}" in row  # the server's numbers
+        assert row.count(f"{x['cache_n']:,}+{x['prompt_n']:,}") == 2 and "≠" not in row  # …and the prediction
+    assert f"server: {len(sent)} requests" in err and "Traceback" not in err
