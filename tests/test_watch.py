@@ -84,3 +84,27 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
             assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
             assert "Traceback" not in r.stderr and not r.stdout
     assert not list(tmp_path.iterdir())  # refused before any log was opened
+
+
+def test_each_side_says_why_it_re_processed_against_its_own_threads_last_request():
+    import copy
+
+    p = Predictor.for_upstream(ReplayConfig(b="9859", tokenizer="estimate"), "http://127.0.0.1:9")
+    turns = anthropic_turns(4)
+    changed = copy.deepcopy(turns[3])
+    changed["system"] = [{"type": "text", "text": "You are a different agent."}]
+    side = {"model": "m", "max_tokens": 5, "system": "Write a title.", "messages": [{"role": "user", "content": "t"}]}
+    rows = [p.add(_rec(1, "/v1/messages", turns[0], cache_n=0, prompt_n=9)),
+            p.add(_rec(2, "/v1/messages", turns[1], cache_n=0, prompt_n=9)),
+            p.add(_rec(3, "/v1/messages", side, thread="t2", cache_n=0, prompt_n=9)),
+            p.add(_rec(4, "/v1/messages", turns[2], cache_n=0, prompt_n=9)),
+            p.add(_rec(5, "/v1/messages", changed, cache_n=0, prompt_n=9))]
+    cause = [tuple(c and c["cause"] for c in r.causes) for r in rows]
+    assert cause[0] == (None, None) and cause[2] == (None, None)  # a thread's first request is no miss
+    assert cause[1] == ("no_usable_checkpoint", None)  # the server kept nothing of an unchanged prefix
+    assert cause[3] == ("thread_switch", "thread_switch")  # the side request took the one slot
+    assert cause[4] == ("client_changed", "client_changed")
+    assert rows[4].causes[0]["where"].startswith("system prompt")
+    assert "checkpoint" not in rows[1].causes[0]  # the server's checkpoints are not known
+    obs, pred = rows[3].records()
+    assert obs.cause["cause"] == pred.cause["cause"] == "thread_switch"  # the strips' letters

@@ -16,9 +16,11 @@ prediction is flagged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Protocol
 
-from replayer.core.engine.cache import OneSlot, TurnRecord, context_full
+from replayer.core.engine.cache import OneSlot, SessionRun, TurnRecord, context_full
+from replayer.core.engine.misses import explain
 from replayer.core.engine.simulate import prefill_into
 from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig, run_spec
@@ -63,6 +65,7 @@ class WatchRow:
     ms_estimated: bool = False  # observed.prompt_ms is the first byte's time (the answer had no timings)
     error: str | None = None  # the exchange's error (the server's or the proxy's)
     note: str | None = None  # why there is no prediction
+    causes: tuple[dict | None, dict | None] = (None, None)  # why each side re-processed (``engine.misses``)
 
     @property
     def differs(self) -> bool:
@@ -72,8 +75,13 @@ class WatchRow:
 
     def records(self) -> tuple[TurnRecord, TurnRecord | None]:
         """The row as the turn strip's records: (observed, predicted)."""
-        return _record(self.index, self.observed, self.slot, self.error), (
-            _record(self.index, self.predicted, self.slot, None) if self.predicted is not None else None)
+        obs = _record(self.index, self.observed, self.slot, self.error)
+        obs.cause = self.causes[0]
+        if self.predicted is None:
+            return obs, None
+        pred = _record(self.index, self.predicted, self.slot, None)
+        pred.cause = self.causes[1]
+        return obs, pred
 
     def to_dict(self) -> dict[str, Any]:
         def side(s: Side | None) -> dict[str, Any] | None:
@@ -85,7 +93,8 @@ class WatchRow:
         return {"request": self.index, "seq": self.seq, "endpoint": self.endpoint, "thread": self.thread,
                 "slot": self.slot, "status": self.status, "observed": side(self.observed),
                 "observed_ms_is_first_byte": self.ms_estimated, "predicted": side(self.predicted),
-                "differs": self.differs, "error": self.error, "note": self.note}
+                "differs": self.differs, "observed_cause": self.causes[0], "predicted_cause": self.causes[1],
+                "error": self.error, "note": self.note}
 
 
 def _record(index: int, s: Side, slot: int | None, error: str | None) -> TurnRecord:
@@ -112,6 +121,7 @@ def observed_of(index: int, rec: dict[str, Any]) -> WatchRow:
 class Prompts(Protocol):
     def prompt(self, turn: Turn) -> TurnPrompt: ...
     def n_ctx(self) -> int | None: ...
+    def delimiters(self) -> list: ...
 
 
 class ServerPrompts:
@@ -143,18 +153,27 @@ class ServerPrompts:
         self._ready()
         return self.st.n_ctx()
 
+    def delimiters(self) -> list:
+        return self.layouts.delimiters if self.layouts is not None else []
+
 
 class OfflinePrompts:
     """Turns laid out offline with the config's template and tokenizer (``--tokenizer``)."""
 
     def __init__(self, config: ReplayConfig, build) -> None:
         self.template, self.tokenizer, self.build = config.template_obj(), config.tokenizer_eff, build
+        self.delims: list = []
 
     def prompt(self, turn: Turn) -> TurnPrompt:
-        return turn_layouts([turn], template=self.template, tokenizer=self.tokenizer, build=self.build).prompts[0]
+        lay = turn_layouts([turn], template=self.template, tokenizer=self.tokenizer, build=self.build)
+        self.delims = lay.delimiters
+        return lay.prompts[0]
 
     def n_ctx(self) -> int | None:
         return None
+
+    def delimiters(self) -> list:
+        return self.delims
 
 
 @dataclass
@@ -200,6 +219,7 @@ class Predictor:
         self.build = self.spec.build
         self.slots: dict[int, OneSlot] = {}
         self.t_ms = 0.0
+        self.misses = _Misses()
 
     @classmethod
     def for_upstream(cls, config: ReplayConfig, upstream_url: str) -> "Predictor":
@@ -232,13 +252,54 @@ class Predictor:
             return None, f"not simulated: the server's conversion refuses it ({exc})"
         if not isinstance(chat.get("messages"), list) or not chat["messages"]:
             return None, "not simulated: no messages"
+        if row.thread:  # the proxy's thread: each request's misses are read against its own thread's last
+            chat = {**chat, "thread": row.thread}
         p = self.prompts.prompt(Turn(row.index, chat))
         slot = self.slots.get(row.slot or 0)
         if slot is None:
             slot = self.slots[row.slot or 0] = OneSlot(self.spec, self.prompts.n_ctx())
+        held = [(c[0], c[1], c[2]) for c in slot.slot.checkpoints]  # alive when the request came
         _, _, sched, full, _ = slot.turn(p)
         if sched is None:
             return Side(0, 0, 0.0), context_full(p, slot.n_ctx)
         ms = prefill_into(self.spec, sched, self.cost, self.t_ms, [], [], [], progress=False)
         self.t_ms += ms
-        return Side(sched.n_past, p.n_tokens - sched.n_past, ms, full), None
+        pred = Side(sched.n_past, p.n_tokens - sched.n_past, ms, full)
+        if row.observed.n_prompt is not None:  # what the server said, explained on the same prompts
+            row.causes = self.misses.explain(row, p, pred, self.prompts.delimiters(), held)
+        return pred, None
+
+
+class _Misses:
+    """Why each side of a row re-processed what it did: ``engine.misses.explain`` on a run of
+    each side's records, the request compared with its thread's previous one on the prompts
+    laid out for the prediction. Only each thread's last prompt is kept (a long watch would
+    otherwise hold every prompt's text and ids); earlier requests stand in by their thread.
+    The server's checkpoints are not known, so its side names the cause without their detail."""
+
+    def __init__(self) -> None:
+        self.runs = (SessionRun("observed"), SessionRun("predicted"))
+        self.last: dict[str, TurnPrompt] = {}  # thread → its latest prompt
+        self.seen: list[SimpleNamespace] = []  # every earlier request: its index and thread
+
+    def explain(self, row: WatchRow, p: TurnPrompt, pred: Side, delims: list,
+                held: list[tuple[int, int, int]]) -> tuple[dict | None, dict | None]:
+        from replayer.core.session.turns import thread_of
+
+        obs_rec, pred_rec = _record(row.index, row.observed, row.slot, None), _record(row.index, pred, row.slot, None)
+        obs_rec.n_prompt = pred_rec.n_prompt = p.n_tokens  # the layout's count: the ideal reuse is measured on it
+        pred_rec.held = held
+        prompts = [*self.seen, *self.last.values(), p]
+        out = []
+        for run, rec in zip(self.runs, (obs_rec, pred_rec)):
+            run.turns.append(rec)
+            explain(run, prompts, delims, start=len(run.turns) - 1)
+            out.append(rec.cause)
+        if out[0] is not None:
+            out[0].pop("checkpoint", None)  # (the server's checkpoints are not in its answer)
+        th = thread_of(p.turn)
+        prev = self.last.get(th)
+        if prev is not None:
+            self.seen.append(SimpleNamespace(index=prev.index, turn=SimpleNamespace(thread=th)))
+        self.last[th] = p
+        return out[0], out[1]

@@ -97,6 +97,8 @@ def read_traffic(path: Path, build: int = LATEST) -> Traffic:
         if not openai_body.detect(chat) or not chat["messages"]:
             skip("requests without messages")
             continue
+        if isinstance(rec.get("thread"), str):  # the proxy's thread, as a request log names it
+            chat = {**chat, "thread": rec["thread"]}
         out.bodies.append(chat)
         out.wire.append((ep, body))
         out.observed.append(Observed(rec["seq"], ep, rec.get("thread"), rec.get("status"),
