@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session import load_session
@@ -16,6 +19,9 @@ from replayer.core.session.server_conversions import (ConversionError, anthropic
                                                       responses_to_chat)
 from replayer.core.session.turns import load_turns
 from tests.record_fakes import proxy_to, upstream
+from tests.fuzzing import mutated_sessions
+
+_FUZZ_DIR = Path(tempfile.mkdtemp(prefix="replayer-fuzz-traffic-"))
 
 TOOLS_A = [{"name": "read", "description": "Read a file", "input_schema": {"type": "object", "properties": {
     "path": {"type": "string"}}}}]
@@ -192,3 +198,65 @@ def test_a_prompt_log_folder_is_read_in_the_servers_order(tmp_path):
     assert log.warnings == ["skipped 1 entries not named as llama-server names its prompts"]
     with pytest.raises(ImportFailed, match="no prompt files"):
         read_prompt_log(tmp_path / "empty" if (tmp_path / "empty").mkdir() is None else None)
+
+
+def _log_lines() -> bytes:
+    """A traffic log as the proxy writes it (``Exchange.record``), for chat, Anthropic and Responses."""
+    from replayer.core.record.traffic_log import Exchange
+
+    bodies = [("/v1/messages", b) for b in anthropic_turns(3)]
+    bodies += [("/v1/chat/completions", {"messages": [{"role": "system", "content": "Write a title."},
+                                                      {"role": "user", "content": "fix the bug"}]}),
+               ("/v1/responses", {"instructions": "be brief", "input": [{"role": "user", "content": "hi"}]})]
+    out = []
+    for seq, (endpoint, body) in enumerate(bodies, 1):
+        ex = Exchange(seq, "POST", endpoint, {"content-type": "application/json"}, orjson.dumps(body))
+        ex.response.start(200, "application/json")
+        ex.response.timings = {"cache_n": 3 * seq, "prompt_n": 5, "prompt_ms": 1.5}
+        ex.response.usage = {"cache_read_input_tokens": 3 * seq, "input_tokens": 5}
+        out.append(orjson.dumps(ex.record()))
+    return b"\n".join(out) + b"\n"
+
+
+_FUZZ_LOG = _log_lines()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_sessions([("record/traffic.jsonl", _FUZZ_LOG)]))
+def test_a_mutated_traffic_log_imports_replays_and_is_watched_or_is_one_error(sample):
+    """Untrusted lines: detection, import, the turns and the watch's predictor either take a
+    mutated log or refuse it with one ``ReplayerError`` (a row's note, for the watch)."""
+    from fuzzing import check_detection, check_loading
+    from replayer.core.errors import ReplayerError
+    from replayer.core.prepare import ReplayConfig
+    from replayer.core.record.predict import Predictor
+    from replayer.core.record.watch_text import ROW_WIDTH, export, row_line
+
+    _, data = sample
+    f = _FUZZ_DIR / "traffic.jsonl"
+    f.write_bytes(data)
+    fmt = check_detection(f)
+    if fmt == "traffic-log":
+        check_loading(f, fmt)
+        try:
+            load_turns(f)
+        except ReplayerError:
+            pass
+    p = Predictor.for_upstream(ReplayConfig(tokenizer="estimate"), "http://127.0.0.1:9")
+    for line in data.splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            row = p.add(rec)
+            assert row.predicted is not None or row.note
+            assert len(row_line(row)) <= ROW_WIDTH
+    for fmt in ("md", "json", "text"):
+        export(p.rows, p.totals, {}, fmt)
+
+
+def test_the_fuzzed_log_is_a_traffic_log_watched_in_full():
+    f = _FUZZ_DIR / "whole.jsonl"
+    f.write_bytes(_FUZZ_LOG)
+    assert load_session(f).format == "traffic-log" and len(load_turns(f).turns) == 5

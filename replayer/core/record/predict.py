@@ -26,6 +26,7 @@ from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig, run_spec
 from replayer.core.prompt import templates
 from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, server_turn_prompt, turn_layouts
+from replayer.core.session import openai_body
 from replayer.core.session.server_conversions import CONVERSIONS, to_chat
 from replayer.core.session.turns import Turn
 
@@ -106,16 +107,27 @@ def _record(index: int, s: Side, slot: int | None, error: str | None) -> TurnRec
 def observed_of(index: int, rec: dict[str, Any]) -> WatchRow:
     """A log record's observed side (no prediction yet)."""
     t = rec.get("timings") if isinstance(rec.get("timings"), dict) else {}
-    ms = t.get("prompt_ms") if isinstance(t.get("prompt_ms"), (int, float)) else None
+    ms = _ms(t.get("prompt_ms"))
     estimated = False
-    if ms is None and rec.get("stream") and isinstance(rec.get("t_first_byte_ms"), (int, float)):
-        ms, estimated = float(rec["t_first_byte_ms"]), True  # an upper bound: prefill + first token + the wire
-    cache_n = rec.get("cache_n") if isinstance(rec.get("cache_n"), int) else None
-    prompt_n = rec.get("prompt_n") if isinstance(rec.get("prompt_n"), int) else None
-    slot = rec.get("id_slot") if isinstance(rec.get("id_slot"), int) else None
-    return WatchRow(index, int(rec.get("seq") or 0), str(rec.get("endpoint")), rec.get("thread"), slot,
-                    rec.get("status"), Side(cache_n, prompt_n, ms), ms_estimated=estimated,
-                    error=rec.get("error") if isinstance(rec.get("error"), str) else None)
+    if ms is None and rec.get("stream") is True and _ms(rec.get("t_first_byte_ms")) is not None:
+        ms, estimated = _ms(rec["t_first_byte_ms"]), True  # an upper bound: prefill + first token + the wire
+    cache_n, prompt_n, slot = _count(rec.get("cache_n")), _count(rec.get("prompt_n")), _count(rec.get("id_slot"))
+    return WatchRow(index, _count(rec.get("seq")) or 0, str(rec.get("endpoint")), _text(rec.get("thread")), slot,
+                    _count(rec.get("status")), Side(cache_n, prompt_n, ms), ms_estimated=estimated,
+                    error=_text(rec.get("error")))
+
+
+def _ms(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e12 else None
+
+
+def _count(v: Any) -> int | None:
+    """An untrusted line's integer field (a bool, a float or a list is not one)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
 
 
 class Prompts(Protocol):
@@ -250,8 +262,8 @@ class Predictor:
             chat = to_chat(row.endpoint, body, self.build.effective_number)
         except (AttributeError, TypeError) as exc:
             return None, f"not simulated: the server's conversion refuses it ({exc})"
-        if not isinstance(chat.get("messages"), list) or not chat["messages"]:
-            return None, "not simulated: no messages"
+        if not openai_body.detect(chat) or not chat["messages"]:  # the importer's own check of a chat body
+            return None, "not simulated: no chat messages"
         if row.thread:  # the proxy's thread: each request's misses are read against its own thread's last
             chat = {**chat, "thread": row.thread}
         p = self.prompts.prompt(Turn(row.index, chat))

@@ -112,8 +112,8 @@ class Watch:
                 self.rows.append(self.predictor.add(rec))
             except Exception as exc:  # a bug must show, not stop the watch silently: the row says it
                 self.failure = f"prediction failed on request {rec.get('seq')}: {type(exc).__name__}: {exc}"
-                row = WatchRow(len(self.predictor.rows), int(rec.get("seq") or 0), str(rec.get("endpoint")),
-                               None, None, rec.get("status"), Side(), note=self.failure)
+                row = WatchRow(len(self.predictor.rows), 0, str(rec.get("endpoint")), None, None, None, Side(),
+                               note=self.failure)
                 self.predictor.rows.append(row)
                 self.rows.append(row)
 
