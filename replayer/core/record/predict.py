@@ -8,7 +8,7 @@ endpoint (``session.server_conversions``), laid out (by default with the upstrea
 ``/apply-template`` + ``/tokenize``, as the live engine lays turns out, so a difference is the
 cache's, not the tokenizer's), then run on a simulated slot (``engine.cache.OneSlot``) and timed by
 the config's cost model. Each request runs on the simulated slot of the slot the server chose
-(``id_slot``): slot *selection* is not predicted here (``replay --mode session --server-args``
+(``id_slot``; one slot when the answer does not say, as b9859's do not): slot *selection* is not predicted here (``replay --mode session --server-args``
 models it); what the server kept on that slot is. A request whose ``cache_n`` differs from the
 prediction is flagged.
 """
