@@ -260,3 +260,26 @@ def test_the_fuzzed_log_is_a_traffic_log_watched_in_full():
     f = _FUZZ_DIR / "whole.jsonl"
     f.write_bytes(_FUZZ_LOG)
     assert load_session(f).format == "traffic-log" and len(load_turns(f).turns) == 5
+
+
+async def test_the_apps_session_report_of_a_traffic_log_shows_the_server_beside_the_runs(tmp_path):
+    """The app reads the core's report: the same observed lines under the verdict, and in its export."""
+    from textual.widgets import Static
+
+    from helpers import wait_for
+    from replayer.core.replay import ReplayConfig
+    from replayer.ui.app import ReplayerApp
+    from replayer.ui.screens.session import SessionScreen, SessionSpec
+
+    log = _record(tmp_path, [("/v1/messages", b) for b in anthropic_turns(4)])
+    cfg = ReplayConfig()
+    app = ReplayerApp(default_speed=0.0, config=cfg, replay=SessionSpec(log, cfg), deterministic=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen) and app.screen.comparison is not None)
+        screen = app.screen
+        text = str(screen.query_one("#session-report", Static).render())
+        assert "observed (the server, as recorded): reused 28, processed 20 tokens" in text
+        assert "cache_n as the server's on" in text
+        md = screen.export_bytes("md").decode()
+        assert "**Observed vs simulated**" in md
+        assert orjson.loads(screen.export_bytes("json"))["observed"]["n_requests"] == 4
