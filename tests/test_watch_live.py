@@ -111,6 +111,15 @@ async def test_the_strip_grows_per_request_and_shows_observed_vs_predicted(tmp_p
             totals = screen.query_one("#watch-totals").render()
             assert all(len(t) <= 80 for t in str(totals).splitlines())
             assert f"{len(sent)} requests" in str(totals)
+            # export as in a replay: the rows so far, through core/export.py
+            for key, ext in (("e", "md"), ("j", "json")):
+                await pilot.press(key)
+                await pilot.pause()
+            exported = {p.suffix: p for p in app.settings.export_folder().glob("replayer-watch-*")}
+            doc = json.loads(exported[".json"].read_text())
+            assert [(q["observed"]["cache_n"], q["predicted"]["cache_n"]) for q in doc["requests"]] == \
+                [(x["cache_n"], x["cache_n"]) for x in lines]
+            assert exported[".md"].read_text().count("\n| ") == len(sent) + 1
         # the app is gone: so is the proxy (nothing listens on its port; its threads ended)
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the closed connections' TIME_WAIT
