@@ -148,6 +148,7 @@ def test_a_traffic_log_replays_as_a_session(tmp_path):
     md = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(log), "--mode", "session", "--markdown"],
                         capture_output=True, text=True, timeout=120).stdout
     assert "**Observed vs simulated**" in md and f"| {5 - len(want)}/5 |" in md
+    assert "of prompt time on the 5 timed requests (server 0.01 s)" in text
 
 
 def test_a_session_that_is_not_a_traffic_log_has_no_observed_side():
