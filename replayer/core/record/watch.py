@@ -19,7 +19,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig
 from replayer.core.record.predict import Predictor, ServerPrompts, Side, Totals, WatchRow
 from replayer.core.record.proxy import RecordingProxy, Upstream, parse_listen
@@ -91,7 +90,7 @@ class Watch:
         try:
             try:
                 url = loop.run_until_complete(self._proxy.start())
-            except ReplayerError as exc:
+            except Exception as exc:  # start() waits on ``bound``: whatever happened, it must hear of it
                 bound.put(exc)
                 return
             bound.put(url)
