@@ -3,6 +3,7 @@ time, first byte ≤ 5 ms later).
 
     python benchmarks/proxy_overhead.py scripted [REPEATS]   # an upstream that streams 1,000 chunks, 1 ms apart
     python benchmarks/proxy_overhead.py real [REPEATS [THREADS]]  # llama-server b9859, tiny llama GGUF, 1,000 tokens
+    … --watch   # the proxy of ``replayer watch --lines`` instead (on a thread, beside the predictor's)
 
 The proxy runs as ``replayer record`` in its own process, as a user runs it; direct and
 proxied requests alternate so a slow spell of the shared machine hits both. Prints a table:
@@ -100,11 +101,16 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+WATCH = False  # --watch: measure ``replayer watch --lines`` instead of ``replayer record``
+
+
 def measure(upstream: str, body: dict, repeats: int) -> dict:
     port = _free_port()
     log = Path(tempfile.mkdtemp()) / "traffic.jsonl"
-    proxy = subprocess.Popen([sys.executable, "-m", "replayer.cli", "record", "--upstream", upstream, "--listen",
-                              f"127.0.0.1:{port}", "--out", str(log)], stderr=subprocess.DEVNULL, cwd=REPO)
+    cmd = ["watch", "--lines", "--tokenizer", "estimate"] if WATCH else ["record"]
+    proxy = subprocess.Popen([sys.executable, "-m", "replayer.cli", *cmd, "--upstream", upstream, "--listen",
+                              f"127.0.0.1:{port}", "--out", str(log)], stderr=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, cwd=REPO)
     try:
         _wait_port(port)
         via = f"http://127.0.0.1:{port}"
@@ -160,13 +166,16 @@ def real(repeats: int, threads: int | None = None) -> dict:
 
 
 def main(argv: list[str]) -> None:
+    global WATCH
     if argv[:1] == ["serve-script"]:
         return serve_script(int(argv[1]))
+    WATCH = "--watch" in argv
+    argv = [a for a in argv if a != "--watch"]
     mode = argv[0] if argv else "scripted"
     repeats = int(argv[1]) if len(argv) > 1 else 10
     threads = int(argv[2]) if len(argv) > 2 else None
     r = scripted(repeats) if mode == "scripted" else real(repeats, threads)
-    print(f"{mode}{f' -t {threads}' if threads else ''}: {repeats} streamed {N_TOKENS}-token completions each way, {r['chunks']:.0f} chunks, "
+    print(f"{mode}{f' -t {threads}' if threads else ''}{' (watch)' if WATCH else ''}: {repeats} streamed {N_TOKENS}-token completions each way, {r['chunks']:.0f} chunks, "
           f"{r['lines']} log lines, cpus {os.cpu_count()}")
     print(f"{'':8} {'first byte ms':>14} {'total ms':>10}")
     for name in ("direct", "proxy"):

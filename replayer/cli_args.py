@@ -20,7 +20,7 @@ from replayer.core.options import MAX_TOKENS  # noqa: F401  (re-exported)
 
 #: the first words that are sub-commands (any other first word is a session to open in the app)
 SUBCOMMANDS = {"inspect", "layout", "schedule", "replay", "presets", "builds", "models", "demo", "app",
-               "bisect", "advise", "record", "agents"}
+               "bisect", "advise", "record", "watch", "agents"}
 
 
 def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:

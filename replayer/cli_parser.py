@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from replayer import __version__, cli_inspect, cli_record
+from replayer import __version__, cli_inspect, cli_record, cli_watch
 from replayer.cli_advise import cmd_advise
 from replayer.cli_args import MAX_TOKENS, OneLineParser, add_options, float_in, int_in
 from replayer.cli_bisect import cmd_bisect
@@ -247,7 +247,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
     adders = (_parse_inspect, _parse_layout, _parse_schedule, _parse_replay, _parse_bisect, _parse_advise,
-              _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser)
+              _parse_presets, _parse_builds, _parse_models, _parse_demo, cli_record.add_parser,
+              cli_watch.add_parser)
     if any(add.__name__ == f"_parse_{only}" for add in adders):
         adders = tuple(add for add in adders if add.__name__ == f"_parse_{only}")
     for add in adders:

@@ -196,12 +196,30 @@ def test_the_log_replays_offline_to_the_servers_prompt_tokens(recorded):
     assert [p.n_tokens for p in lay.prompts] == counted
 
 
-def test_the_log_replays_live_to_the_same_cache_n(recorded):
+def test_the_log_replays_live_to_the_same_cache_n(recorded, monkeypatch):
+    """Each request goes to the endpoint it was recorded on, as recorded: the build converts the
+    Anthropic and Responses bodies itself (``engine.live_wire``), chat goes as chat."""
+    from replayer.core.engine import live_session
+
+    sent: list[str] = []
+    real = live_session.send_wire_turn
+
+    def counted(run, p, *args, **kw):  # the real sender, with a note of where each turn went
+        sent.append(p.turn.wire[0])
+        return real(run, p, *args, **kw)
+
+    monkeypatch.setattr(live_session, "send_wire_turn", counted)
     cfg = ReplayConfig(a=str(BUILD), b=str(BUILD), engine="live", model=str(recorded["model"]), ctx_size=CTX)
     prep = sr.prepare_session(recorded["log"], cfg, n_ctx=CTX)
     run = sr.session_run(prep, "A", list(sr.session_events(prep, "A")))
     assert not run.failed
+    assert sent == [x["endpoint"] for x in recorded["lines"] if x["endpoint"] != "/v1/chat/completions"]
     assert [t.cache_n for t in run.turns] == [x["cache_n"] for x in recorded["lines"]]
+    assert [t.prompt_n for t in run.turns] == [x["prompt_n"] for x in recorded["lines"]]
+    # the batches of a turn on those endpoints come from the server's log, and tile its prefill
+    for t in run.turns:
+        assert t.batches and t.batches[0].start == t.cache_n and t.batches[-1].end == t.n_prompt
+        assert all(a.end == b.start for a, b in zip(t.batches, t.batches[1:]))
 
 
 def test_the_servers_prompt_folder_replays_to_its_own_token_counts(recorded):
@@ -218,3 +236,20 @@ def test_the_servers_prompt_folder_replays_to_its_own_token_counts(recorded):
                                                         "cache_prompt": True}).json()["timings"]
                for p in log.prompts]
     assert [(t["cache_n"], t["prompt_n"]) for t in got] == [(x["cache_n"], x["prompt_n"]) for x in lines]
+
+
+def test_the_session_report_puts_the_servers_numbers_beside_the_simulation(recorded):
+    """``replay LOG --mode session`` (simulated: the GGUF's tokenizer, template and header) reports
+    the log's answers as the observed side; on one slot of the recording's own build the
+    simulation reuses what the server reused, request for request."""
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(recorded["log"]), "--mode", "session",
+                        "--a", str(BUILD), "--b", "10001", "--model", str(recorded["model"]), "--json"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    obs, lines = doc["observed"], recorded["lines"]
+    assert [(q["cache_n"], q["prompt_n"]) for q in obs["requests"]] == [(x["cache_n"], x["prompt_n"]) for x in lines]
+    assert obs["timed_requests"] == sum(bool(x["timings"]) for x in lines)
+    a = obs["agreement"]["A"]
+    assert (a["compared"], a["same_cache_n"], a["same_prompt_tokens"], a["differ"]) == (TURNS, TURNS, TURNS, [])
+    assert obs["agreement"]["B"]["same_prompt_tokens"] == TURNS  # a plain-attention model: the same prompts

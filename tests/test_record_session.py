@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session import load_session
@@ -16,6 +19,9 @@ from replayer.core.session.server_conversions import (ConversionError, anthropic
                                                       responses_to_chat)
 from replayer.core.session.turns import load_turns
 from tests.record_fakes import proxy_to, upstream
+from tests.fuzzing import mutated_sessions
+
+_FUZZ_DIR = Path(tempfile.mkdtemp(prefix="replayer-fuzz-traffic-"))
 
 TOOLS_A = [{"name": "read", "description": "Read a file", "input_schema": {"type": "object", "properties": {
     "path": {"type": "string"}}}}]
@@ -127,6 +133,32 @@ def test_a_traffic_log_replays_as_a_session(tmp_path):
     assert doc["session"]["format"] == "traffic-log" and doc["session"]["turns"] == 5
     for run in doc["runs"]:  # each request extends the last: the cache holds all but the new messages
         assert all(t["cache_n"] > 0 for t in run["turns"][1:]) and not run["misses"]
+    # the log's answers are the observed side: the scripted server always says cache_n 7, prompt_n 5
+    obs = doc["observed"]
+    assert (obs["n_requests"], obs["cache_n"], obs["prompt_n"], obs["timed_requests"]) == (5, 35, 25, 5)
+    assert [q["cache_n"] for q in obs["requests"]] == [7] * 5
+    for run, ag in zip(doc["runs"], obs["agreement"].values()):
+        want = [t["turn"] for t in run["turns"] if t["cache_n"] != 7]
+        assert ag["compared"] == 5 and [d["turn"] for d in ag["differ"]] == want and want
+        assert ag["same_cache_n"] == 5 - len(want)
+    text = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(log), "--mode", "session"],
+                          capture_output=True, text=True, timeout=120).stdout
+    assert "observed (the server, as recorded): reused 35, processed 25 tokens" in text
+    assert f"cache_n as the server's on {5 - len(want)}/5 requests" in text
+    md = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(log), "--mode", "session", "--markdown"],
+                        capture_output=True, text=True, timeout=120).stdout
+    assert "**Observed vs simulated**" in md and f"| {5 - len(want)}/5 |" in md
+    assert "of prompt time on the 5 timed requests (server 0.01 s)" in text
+
+
+def test_a_session_that_is_not_a_traffic_log_has_no_observed_side():
+    from conftest import FIXTURES
+
+    path = next(p for p in sorted(FIXTURES.rglob("*.jsonl")) if load_session(p).format != "traffic-log")
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(path), "--mode", "session", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "observed" not in orjson.loads(r.stdout)
 
 
 def test_a_log_with_nothing_replayable_is_a_one_line_error(tmp_path):
@@ -167,3 +199,88 @@ def test_a_prompt_log_folder_is_read_in_the_servers_order(tmp_path):
     assert log.warnings == ["skipped 1 entries not named as llama-server names its prompts"]
     with pytest.raises(ImportFailed, match="no prompt files"):
         read_prompt_log(tmp_path / "empty" if (tmp_path / "empty").mkdir() is None else None)
+
+
+def _log_lines() -> bytes:
+    """A traffic log as the proxy writes it (``Exchange.record``), for chat, Anthropic and Responses."""
+    from replayer.core.record.traffic_log import Exchange
+
+    bodies = [("/v1/messages", b) for b in anthropic_turns(3)]
+    bodies += [("/v1/chat/completions", {"messages": [{"role": "system", "content": "Write a title."},
+                                                      {"role": "user", "content": "fix the bug"}]}),
+               ("/v1/responses", {"instructions": "be brief", "input": [{"role": "user", "content": "hi"}]})]
+    out = []
+    for seq, (endpoint, body) in enumerate(bodies, 1):
+        ex = Exchange(seq, "POST", endpoint, {"content-type": "application/json"}, orjson.dumps(body))
+        ex.response.start(200, "application/json")
+        ex.response.timings = {"cache_n": 3 * seq, "prompt_n": 5, "prompt_ms": 1.5}
+        ex.response.usage = {"cache_read_input_tokens": 3 * seq, "input_tokens": 5}
+        out.append(orjson.dumps(ex.record()))
+    return b"\n".join(out) + b"\n"
+
+
+_FUZZ_LOG = _log_lines()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_sessions([("record/traffic.jsonl", _FUZZ_LOG)]))
+def test_a_mutated_traffic_log_imports_replays_and_is_watched_or_is_one_error(sample):
+    """Untrusted lines: detection, import, the turns and the watch's predictor either take a
+    mutated log or refuse it with one ``ReplayerError`` (a row's note, for the watch)."""
+    from fuzzing import check_detection, check_loading
+    from replayer.core.errors import ReplayerError
+    from replayer.core.prepare import ReplayConfig
+    from replayer.core.record.predict import Predictor
+    from replayer.core.record.watch_text import ROW_WIDTH, export, row_line
+
+    _, data = sample
+    f = _FUZZ_DIR / "traffic.jsonl"
+    f.write_bytes(data)
+    fmt = check_detection(f)
+    if fmt == "traffic-log":
+        check_loading(f, fmt)
+        try:
+            load_turns(f)
+        except ReplayerError:
+            pass
+    p = Predictor.for_upstream(ReplayConfig(tokenizer="estimate"), "http://127.0.0.1:9")
+    for line in data.splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            row = p.add(rec)
+            assert row.predicted is not None or row.note
+            assert len(row_line(row)) <= ROW_WIDTH
+    for fmt in ("md", "json", "text"):
+        export(p.rows, p.totals, {}, fmt)
+
+
+def test_the_fuzzed_log_is_a_traffic_log_watched_in_full():
+    f = _FUZZ_DIR / "whole.jsonl"
+    f.write_bytes(_FUZZ_LOG)
+    assert load_session(f).format == "traffic-log" and len(load_turns(f).turns) == 5
+
+
+async def test_the_apps_session_report_of_a_traffic_log_shows_the_server_beside_the_runs(tmp_path):
+    """The app reads the core's report: the same observed lines under the verdict, and in its export."""
+    from textual.widgets import Static
+
+    from helpers import wait_for
+    from replayer.core.replay import ReplayConfig
+    from replayer.ui.app import ReplayerApp
+    from replayer.ui.screens.session import SessionScreen, SessionSpec
+
+    log = _record(tmp_path, [("/v1/messages", b) for b in anthropic_turns(4)])
+    cfg = ReplayConfig()
+    app = ReplayerApp(default_speed=0.0, config=cfg, replay=SessionSpec(log, cfg), deterministic=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen) and app.screen.comparison is not None)
+        screen = app.screen
+        text = str(screen.query_one("#session-report", Static).render())
+        assert "observed (the server, as recorded): reused 28, processed 20 tokens" in text
+        assert "cache_n as the server's on" in text
+        md = screen.export_bytes("md").decode()
+        assert "**Observed vs simulated**" in md
+        assert orjson.loads(screen.export_bytes("json"))["observed"]["n_requests"] == 4

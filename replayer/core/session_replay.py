@@ -23,6 +23,8 @@ from replayer.core.prepare import span_rule
 from replayer.core.replay import ReplayConfig, run_spec
 from replayer.core.runspec import DEFAULT_SESSION_CTX
 from replayer.core.session.turns import SessionTurns, freeze_system_prompt, load_turns
+from replayer.core.session_observed import markdown_lines as observed_markdown, observed_section
+from replayer.core.session_observed import text_lines as observed_text
 
 __all__ = ["MODES", "SessionPrepared", "load_turns", "prepare_session", "report", "session_run",
            "session_events", "simulated_session_events", "simulated_session_run", "to_markdown", "to_text"]
@@ -192,8 +194,12 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
             r["why"] = server_why(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
                                   prep.n_ctx)
     caveat = prep.turns.session.incomplete  # a verdict on part of the session says so
-    return {"mode": "session", "session": prep.meta(),
-            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""), "runs": runs}
+    doc = {"mode": "session", "session": prep.meta(),
+           "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""), "runs": runs}
+    observed = observed_section(prep.turns.session.path, prep.turns.session.format, (a, b), turns)
+    if observed is not None:  # a traffic log: what the server did, beside both runs
+        doc["observed"] = observed
+    return doc
 
 
 SESSION_FORMATS = ("json", "md", "text")
@@ -257,6 +263,7 @@ def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
                      f"{len(r['misses'])} misses")
         lines += ["  " + _miss_line(t) for t in sr.turns if t.cause][:20]
         lines += ["  " + line for line in _why_lines(r)[:20]]
+    lines += observed_text(doc)
     lines.append(doc["verdict"])
     lines += [f"note: {n}" for n in doc["session"]["notes"]]
     return "\n".join(lines)
@@ -276,6 +283,7 @@ def to_markdown(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str
             out += ["", f"**{r['label']}** misses:", ""] + [f"- {_miss_line(t)}" for t in missed[:30]]
         if r.get("why"):
             out += ["", f"**{r['label']}** threads:", ""] + [f"- {line}" for line in _why_lines(r)[:30]]
+    out += observed_markdown(doc)
     if doc["session"]["notes"]:
         out += [""] + [f"> {n}" for n in doc["session"]["notes"]]
     return "\n".join(out)

@@ -61,6 +61,9 @@ class ReplayerApp(App):
         if self._settings_damaged:
             self.notify(f"settings file is damaged; using defaults ({self._settings_damaged})", severity="warning",
                         markup=False)
+        if hasattr(self.replay, "open_screen"):  # a watch (``screens.watch.WatchSpec``)
+            self.push_screen(self.replay.open_screen())
+            return
         if self.replay is not None:
             from replayer.ui.screens.replay import ReplayScreen
             from replayer.ui.screens.session import SessionScreen, SessionSpec

@@ -127,17 +127,30 @@ def _slot_turns(spec: RunSpec, prompts: list[TurnPrompt], n_ctx: int | None
     """Every turn on one slot: (prompt, common prefix with the previous prompt, the slot's
     schedule — None when the prompt does not fit ``n_ctx`` — whether the server fell back
     to a full re-processing, and the slot: None, the one slot is not reported)."""
-    slot = Slot(spec.build, spec.knobs)
-    prev: TurnPrompt | None = None
+    slot = OneSlot(spec, n_ctx)
     for p in prompts:
-        common = shared_prefix(prev, p)[0] if prev is not None else 0  # Shared.n_tokens, by index
-        if n_ctx is not None and p.n_tokens >= n_ctx:
-            yield p, common, None, False, None  # the server refuses the request before touching the slot
-            continue
-        reusable = min(common, slot.cached)
-        sched = _run(slot, p, common, reusable)
-        yield p, common, sched, reusable > 0 and sched.n_past == 0 and sched.restored is None, None
-        prev = p
+        yield slot.turn(p)
+
+
+class OneSlot:
+    """One simulated slot taking turns one at a time, as they come: what a session run does for
+    a list of prompts (``_slot_turns``), for a caller that does not have the list yet (``replayer
+    watch`` predicts each request as it passes the proxy)."""
+
+    def __init__(self, spec: RunSpec, n_ctx: int | None = None) -> None:
+        self.slot = Slot(spec.build, spec.knobs)
+        self.n_ctx = n_ctx
+        self.prev: TurnPrompt | None = None
+
+    def turn(self, p: TurnPrompt) -> tuple[TurnPrompt, int, Schedule | None, bool, None]:
+        """The next turn: (prompt, common prefix, schedule or None, full re-processing, None)."""
+        common = shared_prefix(self.prev, p)[0] if self.prev is not None else 0  # Shared.n_tokens, by index
+        if self.n_ctx is not None and p.n_tokens >= self.n_ctx:
+            return p, common, None, False, None  # the server refuses the request before touching the slot
+        reusable = min(common, self.slot.cached)
+        sched = _run(self.slot, p, common, reusable)
+        self.prev = p
+        return p, common, sched, reusable > 0 and sched.n_past == 0 and sched.restored is None, None
 
 
 def context_full(p: TurnPrompt, n_ctx: int | None) -> str:

@@ -1,7 +1,9 @@
 """Live session replay: one real llama-server per build, kept up while every turn is sent in order.
 
 Each turn is a chat request with ``max_tokens: 1`` and ``cache_prompt: true`` (the live
-engine's ``live_stream.stream`` sends exactly that): the one sampled token is not kept in the slot, so
+engine's ``live_stream.stream`` sends exactly that) — or, for a turn a traffic log recorded on
+``/v1/messages`` or ``/v1/responses``, that request to its own endpoint (``live_wire``: the
+build converts it itself): the one sampled token is not kept in the slot, so
 the next turn meets exactly the previous prompt in the cache. The turn's prompt is laid out
 by the server itself (``/apply-template`` + ``/tokenize``), so the common prefix the client
 computes is the server's; what the server then did comes from its own reports — the first
@@ -34,6 +36,7 @@ from replayer.core.engine import events as ev
 from replayer.core.engine.cache import TurnFinished, TurnStarted, context_full, run_finished
 from replayer.core.engine.live_server import LiveOptions, LiveServer, live_options, resolve_server, server_memory
 from replayer.core.engine.live_stream import LiveResult, stream
+from replayer.core.engine.live_wire import is_wire, send_wire_turn
 from replayer.core.runspec import DEFAULT_SESSION_CTX, DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Clock, Guard
 from replayer.core.errors import ReplayerError, RunError
@@ -114,7 +117,11 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
             if p.n_tokens >= n_ctx:
                 yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t, error=context_full(p, n_ctx))
                 continue
-            yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals, setup is not None)
+            if is_wire(turn):  # recorded on /v1/messages or /v1/responses: sent there, as recorded
+                yield from send_wire_turn(run, p, lay, server, client, knobs, opts, totals, setup is not None)
+            else:
+                yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals,
+                                      setup is not None)
             yield from log.since_last(turn.index, totals.t)
             prev = p
         if not server.alive():

@@ -142,6 +142,10 @@ class RecordingProxy:
                     return
         except (ConnectionError, asyncio.IncompleteReadError, _ClientGone):
             pass
+        except asyncio.CancelledError:
+            # ``close()``: the connection's own task ends here (asyncio's stream callback asks a
+            # cancelled task for its exception and logs a traceback for it)
+            pass
         finally:
             if task is not None:
                 self.active.discard(task)

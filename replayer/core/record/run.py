@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from replayer.core.errors import ReplayerError
 from replayer.core.record.proxy import RecordingProxy, Upstream, parse_listen
@@ -18,9 +18,9 @@ def default_out() -> Path:
     return Path(f"replayer-traffic-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
 
 
-def open_log(path: Path) -> TrafficLog:
+def open_log(path: Path, on_write: Callable[[dict[str, Any]], None] | None = None) -> TrafficLog:
     try:
-        return TrafficLog(path)
+        return TrafficLog(path, on_write)
     except OSError as exc:
         raise ReplayerError(f"cannot write the traffic log {path}: {exc.strerror or exc}") from None
 

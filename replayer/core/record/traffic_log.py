@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -263,12 +263,15 @@ class Exchange:
 
 class TrafficLog:
     """An append-only JSONL file; each line is written whole with one ``write`` on an
-    ``O_APPEND`` descriptor, so lines never interleave or get lost between requests."""
+    ``O_APPEND`` descriptor, so lines never interleave or get lost between requests.
+    ``on_write`` sees each record once it is on disk (``replayer watch`` queues it there: it is
+    called on the proxy's event loop, so it must not block)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_write: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.lines = 0
+        self.on_write = on_write
 
     def write(self, rec: dict[str, Any]) -> None:
         data = memoryview(orjson.dumps(rec) + b"\n")
@@ -276,6 +279,8 @@ class TrafficLog:
             n = os.write(self.fd, data)
             data = data[n:]
         self.lines += 1
+        if self.on_write is not None:
+            self.on_write(rec)
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -46,12 +46,15 @@ class Observed:
     status: int | None
     timings: dict[str, Any] | None
     id_slot: int | None
+    cache_n: int | None = None  # the line's counts: from ``timings``, else the endpoint's ``usage``
+    prompt_n: int | None = None
 
 
 @dataclass
 class Traffic:
     bodies: list[dict[str, Any]] = field(default_factory=list)  # chat bodies, one a turn
     observed: list[Observed] = field(default_factory=list)
+    wire: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (endpoint, body) as sent
     warnings: list[str] = field(default_factory=list)
     lines: int = 0
 
@@ -94,16 +97,24 @@ def read_traffic(path: Path, build: int = LATEST) -> Traffic:
         if not openai_body.detect(chat) or not chat["messages"]:
             skip("requests without messages")
             continue
+        if isinstance(rec.get("thread"), str):  # the proxy's thread, as a request log names it
+            chat = {**chat, "thread": rec["thread"]}
         out.bodies.append(chat)
+        out.wire.append((ep, body))
         out.observed.append(Observed(rec["seq"], ep, rec.get("thread"), rec.get("status"),
                                      rec.get("timings") if isinstance(rec.get("timings"), dict) else None,
-                                     rec.get("id_slot") if isinstance(rec.get("id_slot"), int) else None))
+                                     rec.get("id_slot") if isinstance(rec.get("id_slot"), int) else None,
+                                     _int(rec.get("cache_n")), _int(rec.get("prompt_n"))))
     _, warnings = jstats.import_stats(out.lines)
     out.warnings = warnings + [f"skipped {n} {why}" for why, n in skipped.items()]
     if not out.bodies:
         raise ImportFailed(f"{path} holds no replayable requests" + (f" ({'; '.join(out.warnings)})"
                                                                      if out.warnings else ""))
     return out
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def read_bodies(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

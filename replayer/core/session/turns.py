@@ -48,11 +48,13 @@ class Turn:
     each holding their own list would make a long session quadratic in memory).
     ``messages`` and ``body`` build the turn's own when asked."""
 
-    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body")
+    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire")
 
     def __init__(self, index: int, body: dict[str, Any], notes: list[str] | None = None,
-                 prefix_of: int | None = None, *, n_messages: int | None = None) -> None:
+                 prefix_of: int | None = None, *, n_messages: int | None = None,
+                 wire: tuple[str, dict[str, Any]] | None = None) -> None:
         self.index = index
+        self.wire = wire  # (endpoint, body) as recorded, when not the chat body itself (a traffic log)
         self.notes = notes if notes is not None else []
         self.prefix_of = prefix_of  # a turn whose messages begin with these, by construction
         self._body = body
@@ -126,12 +128,12 @@ def turns_of_request(request: ChatRequest) -> list[Turn]:
     return out
 
 
-def turns_of_bodies(bodies: list[dict[str, Any]]) -> list[Turn]:
-
+def turns_of_bodies(bodies: list[dict[str, Any]], wires: list | None = None) -> list[Turn]:
+    """One turn a logged request; ``wires``: each one's (endpoint, body) as recorded."""
     out = []
     last: dict[str, int] = {}  # thread → messages in its previous request
     for k, b in enumerate(bodies):
-        t = Turn(k, dict(b))
+        t = Turn(k, dict(b), wire=wires[k] if wires else None)
         th = thread_of(t)
         if th in last and len(b["messages"]) < last[th]:
             t.notes.append("fewer messages than the previous request: history replaced (compaction or rewind)")
@@ -148,9 +150,12 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
     if s.format in ("chat-requests", "traffic-log"):  # logs of the requests as sent: the turns are the lines
         from replayer.core.session import recorded_traffic, request_log
 
-        reader = request_log if s.format == "chat-requests" else recorded_traffic
-        bodies, _ = reader.read_bodies(Path(path).expanduser())
-        turns, exact = turns_of_bodies(bodies), True
+        if s.format == "traffic-log":  # each request also as sent, to its own endpoint (a live replay)
+            t = recorded_traffic.read_traffic(Path(path).expanduser())
+            turns = turns_of_bodies(t.bodies, t.wire)
+        else:
+            turns = turns_of_bodies(request_log.read_bodies(Path(path).expanduser())[0])
+        exact = True
     else:
         turns, exact = turns_of_request(req), False
         if s.stats.compactions_applied:

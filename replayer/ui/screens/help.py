@@ -48,6 +48,12 @@ is the share of the prompt re-processed, the green behind it the share reused; a
 shows its cause's letter: C client changed earlier text · R template dropped reasoning ·
 K compaction · N no usable checkpoint · F context full. Below it the current turn's
 timeline, batches and checkpoints; the verdict compares the builds over the whole session.
+
+**Watch** (`replayer watch --upstream URL`): the same strips for the server and for build B's
+prediction, one cell a request as it passes the proxy (T: another thread held the server); one
+line a request — the server's cached+new tokens, prompt time (~ the first byte's, when the answer
+had no timings) and tok/s beside the prediction, ≠ where the predicted reuse is not the server's.
+e · j export Markdown · JSON; q quits (the proxy stops with the app).
 """
 
 

@@ -1,0 +1,71 @@
+"""``replayer watch``: the app on a recording proxy (kept out of cli.py, registered there in one line)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Bind first (a bad upstream, listen address or build is one line, before any screen), then
+    the app — or, with ``--lines``, one line a request on stdout."""
+    from replayer.core.options import config_from
+    from replayer.core.record.watch import Watch
+
+    config = config_from(args)
+    w = Watch(args.upstream, config, args.listen, Path(args.out).expanduser() if args.out else None)
+    url = w.start()
+    try:
+        if args.lines:
+            return _lines(w, url)
+        from replayer.ui.screens.watch import WatchSpec, run_watch_app
+
+        return run_watch_app(WatchSpec(args.upstream, config, args.listen, w.path, watch=w))
+    finally:
+        w.stop()
+
+
+def _lines(w, url: str) -> int:
+    """Headless: one line a request on stdout, the totals on stderr at the end (Ctrl-C stops)."""
+    from replayer.core.record.watch_text import header_line, row_line, totals_line
+
+    print(f"replayer watch: {url} -> {w.upstream_url}, logging to {w.path}, predicted by {w.build_label} "
+          "(Ctrl-C stops)", file=sys.stderr, flush=True)
+    print(header_line(), flush=True)
+    try:
+        while True:
+            for row in w.drain():
+                print(row_line(row), flush=True)
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        w.stop()
+        for row in w.drain():
+            print(row_line(row), flush=True)
+        print(f"replayer watch: {totals_line(w.totals, w.build_label)}", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Arguments of ``replayer watch``: the proxy's, build B and the cost model's."""
+    from replayer.cli_args import add_options
+    from replayer.core.options import KNOBS, MODEL
+    from replayer.core.record.run import DEFAULT_LISTEN
+
+    p = sub.add_parser("watch", help="the app on a recording proxy: each request as it passes, what the server "
+                                     "re-processed beside what build B's simulation predicts")
+    p.add_argument("--upstream", required=True, metavar="URL",
+                   help="the llama-server (or router) to forward to, e.g. http://127.0.0.1:8080")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help="where the agent connects (127.0.0.1 unless a host is given)")
+    p.add_argument("--out", metavar="FILE", help="the traffic log (JSONL, appended; default "
+                                                 "replayer-traffic-DATE-TIME.jsonl here)")
+    p.add_argument("--lines", action="store_true", help="no app: print one line a request")
+    add_options(p, ("b", *MODEL, *KNOBS), b="the build whose simulation is shown beside the server "
+                                           "(number or generation)",
+                tokenizer="estimate | gguf:PATH (default: the upstream server's own /apply-template and /tokenize)")
+    p.set_defaults(func=cmd_watch)

@@ -1,0 +1,317 @@
+"""Observed vs predicted, one request at a time: what ``replayer watch`` shows per request.
+
+Each traffic-log record (``traffic_log.Exchange.record``, as the proxy writes it) is one row:
+what the user's server did (``cache_n``, ``prompt_n``, ``prompt_ms``, tok/s, slot) beside what
+the simulated engine predicts for the same request on build B. The prediction is the session
+replay's own machinery, fed one turn at a time: the body converted as the server converts its
+endpoint (``session.server_conversions``), laid out (by default with the upstream server's own
+``/apply-template`` + ``/tokenize``, as the live engine lays turns out, so a difference is the
+cache's, not the tokenizer's), then run on a simulated slot (``engine.cache.OneSlot``) and timed by
+the config's cost model. Each request runs on the simulated slot of the slot the server chose
+(``id_slot``; one slot when the answer does not say, as b9859's do not): slot *selection* is not predicted here (``replay --mode session --server-args``
+models it); what the server kept on that slot is. A request whose ``cache_n`` differs from the
+prediction is flagged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Protocol
+
+from replayer.core.engine.cache import OneSlot, SessionRun, TurnRecord, context_full
+from replayer.core.engine.misses import explain
+from replayer.core.engine.simulate import prefill_into
+from replayer.core.errors import ReplayerError
+from replayer.core.prepare import ReplayConfig, run_spec
+from replayer.core.prompt import templates
+from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, server_turn_prompt, turn_layouts
+from replayer.core.session import openai_body
+from replayer.core.session.server_conversions import CONVERSIONS, to_chat
+from replayer.core.session.turns import Turn
+
+
+@dataclass
+class Side:
+    """One side of a row: the server's numbers or the simulation's (None: not known)."""
+
+    cache_n: int | None = None
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    full_reprocess: bool = False
+
+    @property
+    def n_prompt(self) -> int | None:
+        return None if self.cache_n is None or self.prompt_n is None else self.cache_n + self.prompt_n
+
+    @property
+    def tok_s(self) -> float | None:
+        if self.prompt_n is None or not self.prompt_ms:
+            return None
+        return self.prompt_n / (self.prompt_ms / 1000.0)
+
+
+@dataclass
+class WatchRow:
+    """One request through the proxy: observed beside predicted."""
+
+    index: int  # 0, 1, … in the order the log wrote them
+    seq: int  # the proxy's request number
+    endpoint: str
+    thread: str | None
+    slot: int | None
+    status: int | None
+    observed: Side
+    predicted: Side | None = None  # None: not simulated (``note`` says why)
+    ms_estimated: bool = False  # observed.prompt_ms is the first byte's time (the answer had no timings)
+    error: str | None = None  # the exchange's error (the server's or the proxy's)
+    note: str | None = None  # why there is no prediction
+    causes: tuple[dict | None, dict | None] = (None, None)  # why each side re-processed (``engine.misses``)
+
+    @property
+    def differs(self) -> bool:
+        """The prediction's reuse is not the server's (the flag)."""
+        p, o = self.predicted, self.observed
+        return p is not None and o.cache_n is not None and p.cache_n != o.cache_n
+
+    def records(self) -> tuple[TurnRecord, TurnRecord | None]:
+        """The row as the turn strip's records: (observed, predicted)."""
+        obs = _record(self.index, self.observed, self.slot, self.error)
+        obs.cause = self.causes[0]
+        if self.predicted is None:
+            return obs, None
+        pred = _record(self.index, self.predicted, self.slot, None)
+        pred.cause = self.causes[1]
+        return obs, pred
+
+    def to_dict(self) -> dict[str, Any]:
+        def side(s: Side | None) -> dict[str, Any] | None:
+            if s is None:
+                return None
+            return {"cache_n": s.cache_n, "prompt_n": s.prompt_n,
+                    "prompt_ms": None if s.prompt_ms is None else round(s.prompt_ms, 3),
+                    "full_reprocess": s.full_reprocess}
+        return {"request": self.index, "seq": self.seq, "endpoint": self.endpoint, "thread": self.thread,
+                "slot": self.slot, "status": self.status, "observed": side(self.observed),
+                "observed_ms_is_first_byte": self.ms_estimated, "predicted": side(self.predicted),
+                "differs": self.differs, "observed_cause": self.causes[0], "predicted_cause": self.causes[1],
+                "error": self.error, "note": self.note}
+
+
+def _record(index: int, s: Side, slot: int | None, error: str | None) -> TurnRecord:
+    n = s.n_prompt or 0
+    return TurnRecord(index, n_prompt=n, cache_n=s.cache_n or 0, prompt_n=s.prompt_n or 0,
+                      prompt_ms=s.prompt_ms or 0.0, full_reprocess=s.full_reprocess, error=error, slot=slot)
+
+
+def observed_of(index: int, rec: dict[str, Any]) -> WatchRow:
+    """A log record's observed side (no prediction yet)."""
+    t = rec.get("timings") if isinstance(rec.get("timings"), dict) else {}
+    ms = _ms(t.get("prompt_ms"))
+    estimated = False
+    if ms is None and rec.get("stream") is True and _ms(rec.get("t_first_byte_ms")) is not None:
+        ms, estimated = _ms(rec["t_first_byte_ms"]), True  # an upper bound: prefill + first token + the wire
+    cache_n, prompt_n, slot = _count(rec.get("cache_n")), _count(rec.get("prompt_n")), _count(rec.get("id_slot"))
+    return WatchRow(index, _count(rec.get("seq")) or 0, str(rec.get("endpoint")), _text(rec.get("thread")), slot,
+                    _count(rec.get("status")), Side(cache_n, prompt_n, ms), ms_estimated=estimated,
+                    error=_text(rec.get("error")))
+
+
+def _ms(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e12 else None
+
+
+def _count(v: Any) -> int | None:
+    """An untrusted line's integer field (a bool, a float or a list is not one)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+class Prompts(Protocol):
+    def prompt(self, turn: Turn) -> TurnPrompt: ...
+    def n_ctx(self) -> int | None: ...
+    def delimiters(self) -> list: ...
+
+
+class ServerPrompts:
+    """Turns laid out by the upstream server itself (its template and tokenizer), read lazily:
+    the server may come up after the proxy."""
+
+    def __init__(self, url: str, build) -> None:
+        self.url, self.build = url, build
+        self.st = None
+        self.layouts: TurnLayouts | None = None
+
+    def _ready(self) -> None:
+        if self.st is None:
+            from replayer.core.prompt.server_tokenizer import ServerTokenizer  # httpx: only when watching
+
+            st = ServerTokenizer(self.url)
+            tpl = st.template()
+            self.layouts = TurnLayouts([], tpl, templates.delimiters_for(tpl, self.build), st.name, True, tok_obj=st)
+            self.st = st
+
+    def prompt(self, turn: Turn) -> TurnPrompt:
+        self._ready()
+        assert self.layouts is not None
+        p, _ = server_turn_prompt(turn, self.st, self.layouts, self.build)
+        self.layouts.prompts.clear()  # the slots keep the prompts they need (the previous one each)
+        return p
+
+    def n_ctx(self) -> int | None:
+        self._ready()
+        return self.st.n_ctx()
+
+    def delimiters(self) -> list:
+        return self.layouts.delimiters if self.layouts is not None else []
+
+
+class OfflinePrompts:
+    """Turns laid out offline with the config's template and tokenizer (``--tokenizer``)."""
+
+    def __init__(self, config: ReplayConfig, build) -> None:
+        self.template, self.tokenizer, self.build = config.template_obj(), config.tokenizer_eff, build
+        self.delims: list = []
+
+    def prompt(self, turn: Turn) -> TurnPrompt:
+        lay = turn_layouts([turn], template=self.template, tokenizer=self.tokenizer, build=self.build)
+        self.delims = lay.delimiters
+        return lay.prompts[0]
+
+    def n_ctx(self) -> int | None:
+        return None
+
+    def delimiters(self) -> list:
+        return self.delims
+
+
+@dataclass
+class Totals:
+    """The running totals the watch shows: requests, re-processed tokens and prompt time."""
+
+    requests: int = 0
+    observed_prompt_n: int = 0
+    observed_ms: float = 0.0
+    observed_timed: int = 0  # requests whose answer carried the server's prompt time
+    predicted_prompt_n: int = 0
+    predicted_ms: float = 0.0
+    compared: int = 0  # rows with both sides' cache_n
+    differ: int = 0
+
+    def add(self, row: WatchRow) -> None:
+        self.requests += 1
+        o, p = row.observed, row.predicted
+        self.observed_prompt_n += o.prompt_n or 0
+        if o.prompt_ms is not None and not row.ms_estimated:
+            self.observed_ms += o.prompt_ms
+            self.observed_timed += 1
+        if p is not None:
+            self.predicted_prompt_n += p.prompt_n or 0
+            self.predicted_ms += p.prompt_ms or 0.0
+            if o.cache_n is not None:
+                self.compared += 1
+                self.differ += row.differs
+
+
+@dataclass
+class Predictor:
+    """Build B's simulation of each logged request, in the order the log wrote them."""
+
+    config: ReplayConfig
+    prompts: Prompts
+    rows: list[WatchRow] = field(default_factory=list)
+    totals: Totals = field(default_factory=Totals)
+
+    def __post_init__(self) -> None:
+        self.spec = run_spec("B", self.config)
+        self.cost = self.config.cost()
+        self.build = self.spec.build
+        self.slots: dict[int, OneSlot] = {}
+        self.t_ms = 0.0
+        self.misses = _Misses()
+
+    @classmethod
+    def for_upstream(cls, config: ReplayConfig, upstream_url: str) -> "Predictor":
+        """Laid out by the upstream server unless the config names a tokenizer."""
+        build = run_spec("B", config).build
+        prompts: Prompts = OfflinePrompts(config, build) if config.tokenizer else ServerPrompts(upstream_url, build)
+        return cls(config, prompts)
+
+    def add(self, rec: dict[str, Any]) -> WatchRow:
+        row = observed_of(len(self.rows), rec)
+        try:
+            row.predicted, row.note = self._predict(row, rec)
+        except ReplayerError as exc:
+            row.note = f"not simulated: {exc}"
+        self.rows.append(row)
+        self.totals.add(row)
+        return row
+
+    def _predict(self, row: WatchRow, rec: dict[str, Any]) -> tuple[Side | None, str | None]:
+        if row.endpoint not in CONVERSIONS:
+            return None, f"not simulated: {row.endpoint} is not a chat request"
+        if row.observed.cache_n is None and row.status != 200:
+            return None, "not simulated: the server processed no prompt"
+        body = rec.get("body")
+        if not isinstance(body, dict):
+            return None, "not simulated: the body is not a JSON object"
+        try:
+            chat = to_chat(row.endpoint, body, self.build.effective_number)
+        except (AttributeError, TypeError) as exc:
+            return None, f"not simulated: the server's conversion refuses it ({exc})"
+        if not openai_body.detect(chat) or not chat["messages"]:  # the importer's own check of a chat body
+            return None, "not simulated: no chat messages"
+        if row.thread:  # the proxy's thread: each request's misses are read against its own thread's last
+            chat = {**chat, "thread": row.thread}
+        p = self.prompts.prompt(Turn(row.index, chat))
+        slot = self.slots.get(row.slot or 0)
+        if slot is None:
+            slot = self.slots[row.slot or 0] = OneSlot(self.spec, self.prompts.n_ctx())
+        held = [(c[0], c[1], c[2]) for c in slot.slot.checkpoints]  # alive when the request came
+        _, _, sched, full, _ = slot.turn(p)
+        if sched is None:
+            return Side(0, 0, 0.0), context_full(p, slot.n_ctx)
+        ms = prefill_into(self.spec, sched, self.cost, self.t_ms, [], [], [], progress=False)
+        self.t_ms += ms
+        pred = Side(sched.n_past, p.n_tokens - sched.n_past, ms, full)
+        if row.observed.n_prompt is not None:  # what the server said, explained on the same prompts
+            row.causes = self.misses.explain(row, p, pred, self.prompts.delimiters(), held)
+        return pred, None
+
+
+class _Misses:
+    """Why each side of a row re-processed what it did: ``engine.misses.explain`` on a run of
+    each side's records, the request compared with its thread's previous one on the prompts
+    laid out for the prediction. Only each thread's last prompt is kept (a long watch would
+    otherwise hold every prompt's text and ids); earlier requests stand in by their thread.
+    The server's checkpoints are not known, so its side names the cause without their detail."""
+
+    def __init__(self) -> None:
+        self.runs = (SessionRun("observed"), SessionRun("predicted"))
+        self.last: dict[str, TurnPrompt] = {}  # thread → its latest prompt
+        self.seen: list[SimpleNamespace] = []  # every earlier request: its index and thread
+
+    def explain(self, row: WatchRow, p: TurnPrompt, pred: Side, delims: list,
+                held: list[tuple[int, int, int]]) -> tuple[dict | None, dict | None]:
+        from replayer.core.session.turns import thread_of
+
+        obs_rec, pred_rec = _record(row.index, row.observed, row.slot, None), _record(row.index, pred, row.slot, None)
+        obs_rec.n_prompt = pred_rec.n_prompt = p.n_tokens  # the layout's count: the ideal reuse is measured on it
+        pred_rec.held = held
+        prompts = [*self.seen, *self.last.values(), p]
+        out = []
+        for run, rec in zip(self.runs, (obs_rec, pred_rec)):
+            run.turns.append(rec)
+            explain(run, prompts, delims, start=len(run.turns) - 1)
+            out.append(rec.cause)
+        if out[0] is not None:
+            out[0].pop("checkpoint", None)  # (the server's checkpoints are not in its answer)
+        th = thread_of(p.turn)
+        prev = self.last.get(th)
+        if prev is not None:
+            self.seen.append(SimpleNamespace(index=prev.index, turn=SimpleNamespace(thread=th)))
+        self.last[th] = p
+        return out[0], out[1]

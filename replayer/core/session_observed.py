@@ -1,0 +1,119 @@
+"""Observed vs simulated in the report of a recorded session (a ``replayer record`` traffic log).
+
+The log holds what the user's server did with every request (``cache_n``/``prompt_n`` from its
+``timings`` or its endpoint's ``usage``, ``prompt_ms`` where the answer had timings, the slot):
+that is the truth the replay is measured against. The report gets an ``observed`` section —
+the server's totals, per request its numbers (with the turns), and per run on how many
+requests its ``cache_n`` is the server's and where it is not — and the text and Markdown
+reports show the same. Only a traffic log has this side; every other session's report is
+unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from replayer.core.engine.cache import SessionRun
+
+SOURCE_FORMAT = "traffic-log"
+MAX_LISTED = 20  # differing requests named in the text report (30 in Markdown)
+
+
+def observed_section(path: str | Path, fmt: str, runs: tuple[SessionRun, SessionRun],
+                     turns: bool = True) -> dict[str, Any] | None:
+    """The report's ``observed`` section of a traffic log's replay, None for any other session."""
+    if fmt != SOURCE_FORMAT:
+        return None
+    from replayer.core.session.recorded_traffic import read_traffic
+
+    obs = read_traffic(Path(path).expanduser()).observed
+    timed = [o.timings["prompt_ms"] for o in obs
+             if o.timings and isinstance(o.timings.get("prompt_ms"), (int, float))]
+    out: dict[str, Any] = {
+        "source": "the server's answers, as recorded by replayer record",
+        "n_requests": len(obs),
+        "cache_n": sum(o.cache_n or 0 for o in obs), "prompt_n": sum(o.prompt_n or 0 for o in obs),
+        "prompt_ms": round(sum(timed), 3), "timed_requests": len(timed),
+        "agreement": {sr.run: _agreement(obs, sr) for sr in runs},
+    }
+    if turns:
+        out["requests"] = [{"turn": k, "seq": o.seq, "endpoint": o.endpoint, "thread": o.thread, "slot": o.id_slot,
+                            "cache_n": o.cache_n, "prompt_n": o.prompt_n,
+                            "prompt_ms": o.timings.get("prompt_ms") if o.timings else None}
+                           for k, o in enumerate(obs)]
+    return out
+
+
+def _agreement(obs: list, sr: SessionRun) -> dict[str, Any]:
+    """On how many requests the run's ``cache_n`` is the server's, and the ones where not."""
+    differ = []
+    compared = same_prompt = 0
+    timed_ms = [0.0, 0.0]  # the server's and the run's prompt time, on the requests the server timed
+    for t in sr.turns:
+        if t.turn >= len(obs) or t.error:
+            continue
+        o = obs[t.turn]
+        if o.timings and isinstance(o.timings.get("prompt_ms"), (int, float)):
+            timed_ms[0] += o.timings["prompt_ms"]
+            timed_ms[1] += t.prompt_ms
+        if o.cache_n is None:
+            continue
+        compared += 1
+        same_prompt += o.prompt_n is not None and o.cache_n + o.prompt_n == t.cache_n + t.prompt_n
+        if t.cache_n != o.cache_n:
+            differ.append({"turn": t.turn, "observed_cache_n": o.cache_n, "observed_prompt_n": o.prompt_n,
+                           "cache_n": t.cache_n, "prompt_n": t.prompt_n})
+    return {"label": sr.label, "compared": compared, "same_cache_n": compared - len(differ),
+            "same_prompt_tokens": same_prompt, "timed_observed_ms": round(timed_ms[0], 3),
+            "timed_simulated_ms": round(timed_ms[1], 3), "differ": differ}
+
+
+def _server_line(o: dict[str, Any]) -> str:
+    timed = "" if o["timed_requests"] == o["n_requests"] else f" ({o['timed_requests']} of {o['n_requests']} timed)"
+    return (f"observed (the server, as recorded): reused {o['cache_n']:,}, processed {o['prompt_n']:,} tokens in "
+            f"{o['prompt_ms'] / 1000:.2f} s{timed}")
+
+
+def _times(o: dict[str, Any], ag: dict[str, Any]) -> str:
+    """The run's prompt time beside the server's, on the requests the server timed."""
+    return (f"{ag['timed_simulated_ms'] / 1000:.2f} s of prompt time on the {o['timed_requests']} timed "
+            f"requests (server {ag['timed_observed_ms'] / 1000:.2f} s)")
+
+
+def _differ_line(d: dict[str, Any]) -> str:
+    return (f"turn {d['turn']}: server reused {d['observed_cache_n']:,} of "
+            f"{d['observed_cache_n'] + (d['observed_prompt_n'] or 0):,}, simulated {d['cache_n']:,} of "
+            f"{d['cache_n'] + d['prompt_n']:,}")
+
+
+def text_lines(doc: dict[str, Any]) -> list[str]:
+    o = doc.get("observed")
+    if not o:
+        return []
+    lines = [_server_line(o)]
+    for ag in o["agreement"].values():
+        lines.append(f"  {ag['label']}: cache_n as the server's on {ag['same_cache_n']}/{ag['compared']} requests "
+                     f"(prompt tokens as it counted on {ag['same_prompt_tokens']}); {_times(o, ag)}")
+        lines += ["    " + _differ_line(d) for d in ag["differ"][:MAX_LISTED]]
+    return lines
+
+
+def markdown_lines(doc: dict[str, Any]) -> list[str]:
+    o = doc.get("observed")
+    if not o:
+        return []
+    out = ["", f"**Observed vs simulated** — {_server_line(o)}", "",
+           "| run | cache_n as the server's | prompt tokens as it counted | prompt time on the timed requests "
+           "(server's) | requests that differ |",
+           "|---|---:|---:|---:|---|"]
+    for ag in o["agreement"].values():
+        listed = ", ".join(str(d["turn"]) for d in ag["differ"][:30]) + (" …" if len(ag["differ"]) > 30 else "")
+        out.append(f"| {ag['label']} | {ag['same_cache_n']}/{ag['compared']} | "
+                   f"{ag['same_prompt_tokens']}/{ag['compared']} | {ag['timed_simulated_ms'] / 1000:.2f} s "
+                   f"({ag['timed_observed_ms'] / 1000:.2f} s) | {listed or '—'} |")
+    for ag in o["agreement"].values():
+        if ag["differ"]:
+            out += ["", f"**{ag['label']}** differs from the server:", ""]
+            out += [f"- {_differ_line(d)}" for d in ag["differ"][:30]]
+    return out

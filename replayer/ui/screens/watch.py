@@ -1,0 +1,156 @@
+"""``replayer watch``: the session as it happens on the user's own server, request by request.
+
+The core's ``record.watch.Watch`` runs the recording proxy and the prediction on threads of
+their own and queues a ``WatchRow`` per request; this screen drains them on a timer (as a
+replay's panes drain their runs) into two turn strips — what the server re-processed and what
+build B's simulation predicts, one cell a request, the shared ``TurnStrip`` — the running
+totals, and a table of one line a request (``record.watch_text.row_line``: fits 80 columns)
+with ``≠`` where the predicted reuse is not the server's. Nothing here computes a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import RichLog, Static
+
+from replayer.core.engine.cache import TurnRecord
+from replayer.core.errors import ReplayerError
+from replayer.core.prepare import ReplayConfig
+from replayer.core.record.predict import WatchRow
+from replayer.core.record.watch import Watch
+from replayer.core.record.watch_text import FLAG, export, header_line, row_line, totals_lines
+from replayer.ui.widgets.key_footer import KeyFooter
+from replayer.ui.widgets.watch_strip import GrowingStrip
+
+DRAIN_S = 0.1
+
+
+@dataclass
+class WatchSpec:
+    """What ``replayer watch`` asked for; the app opens ``open_screen()`` on it."""
+
+    upstream: str
+    config: ReplayConfig
+    listen: str
+    out: Path | None = None
+    watch: Watch | None = None  # already listening (the CLI binds before the app opens)
+
+    def open_screen(self) -> "WatchScreen":
+        return WatchScreen(self, self.watch)
+
+
+class WatchScreen(Screen):
+    DEFAULT_CSS = """
+    WatchScreen { layout: vertical; }
+    WatchScreen #watch-head { height: 1; color: $text-muted; }
+    WatchScreen .watch-label { height: 1; color: $text-muted; }
+    WatchScreen GrowingStrip { height: 3; }
+    WatchScreen #watch-totals { height: 2; }
+    WatchScreen #watch-cols { height: 1; color: $text-muted; }
+    WatchScreen #watch-rows { height: 1fr; scrollbar-size-vertical: 1; }
+    """
+    BINDINGS = [Binding("e", "export('md')", "export md"), Binding("j", "export('json')", "export json"),
+                Binding("q", "app.quit", "quit")]
+
+    def __init__(self, spec: WatchSpec, watch: Watch | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        self.watch = watch
+        self.rows: list[WatchRow] = []
+        self.observed: list[TurnRecord] = []
+        self.predicted: list[TurnRecord] = []
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="watch-head", markup=False)
+        yield Static("server (observed): re-processed share per request", classes="watch-label", id="label-observed")
+        yield GrowingStrip(id="watch-observed")
+        yield Static("", classes="watch-label", id="label-predicted", markup=False)
+        yield GrowingStrip(id="watch-predicted")
+        yield Static("", id="watch-totals", markup=False)
+        yield Static(header_line(), id="watch-cols", markup=False)
+        yield RichLog(id="watch-rows", wrap=False, markup=False, highlight=False, auto_scroll=True)
+        yield KeyFooter()
+
+    def on_mount(self) -> None:
+        try:
+            if self.watch is None:
+                self.watch = Watch(self.spec.upstream, self.spec.config, self.spec.listen, self.spec.out)
+            url = self.watch.url or self.watch.start()
+        except ReplayerError as exc:
+            self.error = str(exc)
+            self.query_one("#watch-head", Static).update(Text(f"cannot watch: {exc}", style="bold red"))
+            self.notify(str(exc), title="cannot watch", severity="error", timeout=15, markup=False)
+            return
+        w = self.watch
+        self.query_one("#watch-head", Static).update(
+            f"watch {url} → {w.upstream_url} · log {w.path.name}")
+        self.query_one("#label-predicted", Static).update(f"predicted by {w.build_label} ({w.meta()['layout']} "
+                                                          "layout, simulated slot)")
+        self._show_totals()
+        self.set_interval(DRAIN_S, self.drain)
+
+    def drain(self) -> None:
+        """Rows predicted since the last tick: the strips, the totals and the table."""
+        if self.watch is None:
+            return
+        new = self.watch.drain()
+        if not new:
+            return
+        log = self.query_one("#watch-rows", RichLog)
+        for row in new:
+            self.rows.append(row)
+            obs, pred = row.records()
+            self.observed.append(obs)
+            if pred is not None:
+                self.predicted.append(pred)
+            line = Text(row_line(row), no_wrap=True)
+            if row.differs:
+                line.stylize("bold red", len(line) - len(FLAG))
+            elif row.predicted is None:
+                line.stylize("dim")
+            log.write(line)
+        n = len(self.rows)
+        for strip, turns in (("#watch-observed", self.observed), ("#watch-predicted", self.predicted)):
+            s = self.query_one(strip, GrowingStrip)
+            s.n_turns = n
+            s.update_turns(list(turns))
+        self._show_totals()
+
+    def _show_totals(self) -> None:
+        assert self.watch is not None
+        lines = totals_lines(self.watch.totals, self.watch.build_label)
+        self.query_one("#watch-totals", Static).update("\n".join(lines))
+
+    def action_export(self, fmt: str) -> None:
+        if self.watch is None or self.error:
+            self.notify("nothing to export: the watch did not start", severity="warning")
+            return
+        dest = self.app.settings.export_folder() / f"replayer-watch-{datetime.now():%Y%m%d-%H%M%S}.{fmt}"
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(export(self.rows, self.watch.totals, self.watch.meta(), fmt))
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error", markup=False)
+            return
+        self.notify(f"exported {dest.resolve()}", timeout=10, markup=False)
+
+    def on_unmount(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+
+
+def run_watch_app(spec: WatchSpec) -> int:
+    """The app opened on a watch; the proxy stops with it."""
+    from replayer.ui.app import ReplayerApp
+
+    app = ReplayerApp(config=spec.config, replay=spec)
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,166 @@
+"""``replayer watch`` on a real build (b9859, tiny llama GGUF): a scripted httpx client sends
+chat, Anthropic-Messages and Responses requests (streamed and not) through the watch's proxy,
+while the app runs at 80×24 under Pilot.
+
+Checked against the real server, nothing fitted: each request adds one row and one cell to
+both turn strips; a row shows what the server said (its own ``cache_n``/``prompt_n``, from the
+traffic log the proxy wrote) beside build B's simulation of the same request, and on one
+slot of the same build that prediction is the server's reuse, token for token. At 80×24 the
+table's lines are whole, the strips and the totals are on screen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import httpx
+import pytest
+
+from replayer.core.engine.live import LiveOptions, LiveServer, free_port
+from replayer.core.prepare import ReplayConfig
+from replayer.core.runspec import Knobs
+from replayer.core.tiny_models import make_tiny
+from replayer.ui.app import ReplayerApp
+from replayer.ui.screens.watch import WatchScreen, WatchSpec
+from replayer.ui.widgets.turn_strip import TurnStrip
+from replayer.core.record.watch_text import ROW_WIDTH, row_line
+
+from conftest import REPO
+from helpers import agent_conversation
+from test_record_live import BUILD, _binary, _prefixes, anthropic_body, chat_body, responses_body
+
+pytestmark = pytest.mark.live
+CTX = 8192
+
+
+def _requests() -> list[tuple[str, dict]]:
+    """Three agents' conversations (their own system prompts), three requests each."""
+    out = []
+    for k, (endpoint, make) in enumerate((("/v1/chat/completions", chat_body), ("/v1/messages", anthropic_body),
+                                          ("/v1/responses", responses_body))):
+        msgs, tools = agent_conversation(rounds=3, seed=k + 1, tool_result_words=20)
+        msgs[0]["content"] = f"You are agent {k}. " + msgs[0]["content"]
+        out += [(endpoint, make(p, tools, stream=i % 2 == 1)) for i, p in enumerate(_prefixes(msgs, 3))]
+    return out
+
+
+def _filled(strip: TurnStrip) -> int:
+    return sum(kind != "pending" for _, kind in strip.cells(max(1, strip.size.width)))
+
+
+async def _until(pilot, cond, what: str, tries: int = 600) -> None:
+    for _ in range(tries):  # a bound on the wait, not a timing assertion
+        if cond():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.mark.asyncio
+async def test_the_strip_grows_per_request_and_shows_observed_vs_predicted(tmp_path):
+    model = make_tiny("llama", tmp_path / "llama.gguf")
+    log = tmp_path / "watch.jsonl"
+    port = free_port()
+    cfg = ReplayConfig(b=str(BUILD), model=str(model))  # the GGUF's header: plain attention, as served
+    with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX), Knobs(), CTX) as server, \
+            httpx.Client(timeout=120) as client:
+        server.wait_healthy(client)
+        spec = WatchSpec(server.url, cfg, f"127.0.0.1:{port}", log)
+        app = ReplayerApp(config=cfg, replay=spec)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, WatchScreen) and app.screen.watch is not None
+                         and app.screen.watch.url is not None, "the watch is listening")
+            screen = app.screen
+            observed, predicted = screen.query_one("#watch-observed", TurnStrip), \
+                screen.query_one("#watch-predicted", TurnStrip)
+            sent = _requests()
+            for k, (endpoint, body) in enumerate(sent, 1):
+                r = await asyncio.to_thread(client.post, f"http://127.0.0.1:{port}{endpoint}", json=body)
+                assert r.status_code == 200, r.text[:200]
+                await _until(pilot, lambda: len(screen.rows) == k, f"row {k}")
+                await pilot.pause()
+                assert _filled(observed) == k and _filled(predicted) == k  # one more cell on each strip
+            rows = screen.rows
+            lines = [json.loads(x) for x in log.read_text().splitlines()]
+            assert [x["endpoint"] for x in lines] == [e for e, _ in sent]
+            # the observed side is the server's own numbers, as logged
+            assert [(r.observed.cache_n, r.observed.prompt_n) for r in rows] == \
+                [(x["cache_n"], x["prompt_n"]) for x in lines]
+            assert all(r.predicted is not None and r.note is None for r in rows)
+            # one slot of the same build, laid out by the server: the prediction is the server's reuse
+            assert [r.predicted.cache_n for r in rows] == [x["cache_n"] for x in lines]
+            assert [r.predicted.n_prompt for r in rows] == [x["cache_n"] + x["prompt_n"] for x in lines]
+            assert not any(r.differs for r in rows) and screen.watch.totals.compared == len(sent)
+            assert any(x["cache_n"] > 0 for x in lines[1:])  # the runs reused something: not a vacuous match
+            # readable at 80×24: whole lines, strips and totals on screen
+            table = screen.query_one("#watch-rows")
+            assert table.size.width >= ROW_WIDTH and table.size.height >= 5
+            assert all(len(row_line(r)) <= ROW_WIDTH for r in rows)
+            shown = [str(line.text) if hasattr(line, "text") else "".join(s.text for s in line)
+                     for line in table.lines]
+            assert shown[-1].rstrip() == row_line(rows[-1]).rstrip()
+            for w in (observed, predicted, screen.query_one("#watch-totals")):
+                assert w.region.height > 0 and w.region.right <= 80 and w.region.bottom <= 24
+            totals = screen.query_one("#watch-totals").render()
+            assert all(len(t) <= 80 for t in str(totals).splitlines())
+            assert f"{len(sent)} requests" in str(totals)
+            # export as in a replay: the rows so far, through core/export.py
+            for key, ext in (("e", "md"), ("j", "json")):
+                await pilot.press(key)
+                await pilot.pause()
+            exported = {p.suffix: p for p in app.settings.export_folder().glob("replayer-watch-*")}
+            doc = json.loads(exported[".json"].read_text())
+            assert [(q["observed"]["cache_n"], q["predicted"]["cache_n"]) for q in doc["requests"]] == \
+                [(x["cache_n"], x["cache_n"]) for x in lines]
+            assert exported[".md"].read_text().count("\n| ") == len(sent) + 1
+        # the app is gone: so is the proxy (nothing listens on its port; its threads ended)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the closed connections' TIME_WAIT
+            s.bind(("127.0.0.1", port))
+        assert not [t for t in threading.enumerate() if t.name.startswith("replayer-watch")]
+
+
+def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
+    """``replayer watch --lines`` in front of the real build: one row a request on stdout as it
+    passes, the totals on stderr, exit 0 on Ctrl-C, the traffic log complete."""
+    model = make_tiny("llama", tmp_path / "llama.gguf")
+    log = tmp_path / "watch.jsonl"
+    port = free_port()
+    with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX), Knobs(), CTX) as server, \
+            httpx.Client(timeout=120) as client:
+        server.wait_healthy(client)
+        proc = subprocess.Popen([sys.executable, "-m", "replayer.cli", "watch", "--upstream", server.url, "--listen",
+                                 f"127.0.0.1:{port}", "--out", str(log), "--b", str(BUILD), "--model", str(model),
+                                 "--lines"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        got: queue.Queue[str] = queue.Queue()
+        try:
+            assert "logging to" in proc.stderr.readline()
+            assert proc.stdout.readline().split()[:2] == ["#", "e"]  # the column header
+            reader = threading.Thread(target=lambda: [got.put(line) for line in iter(proc.stdout.readline, "")],
+                                      daemon=True)
+            reader.start()
+            sent = _requests()[:4]
+            rows = []
+            for endpoint, body in sent:
+                assert client.post(f"http://127.0.0.1:{port}{endpoint}", json=body).status_code == 200
+                rows.append(got.get(timeout=120))  # each request's row arrives before the next is sent
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+            err = proc.stderr.read()
+        reader.join(10)
+        out = "".join(got.queue)
+    assert proc.returncode == 0, err
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == len(sent) and not out.strip()
+    for k, (row, x) in enumerate(zip(rows, lines)):
+        assert row.split()[0] == str(k) and f"{x['cache_n']:,}+{x['prompt_n']:,}" in row  # the server's numbers
+        assert row.count(f"{x['cache_n']:,}+{x['prompt_n']:,}") == 2 and "≠" not in row  # …and the prediction
+    assert f"server: {len(sent)} requests" in err and "Traceback" not in err
