@@ -141,10 +141,11 @@ def test_a_capture_made_in_another_folder_rebuilds_the_prompt_sent(agent_run, re
     rebuilt = wire.from_chat(turns[0].body)
     sent = wire.FROM[a.api](agent_run.sent[0].body)
     assert [d for d in wire.diff(rebuilt, sent) if not d.startswith("message")] == []
-    if a.reminders:  # the send-time parts before each prompt come from the capture too: the first
-        # process's two requests (prompt, tool result); the continued process re-sends the first
-        # prompt with other reminders than the capture shows (docs/agents.md), so it is not held here
-        diffs = {k: d for k, (t, q) in enumerate(zip(turns[:2], agent_run.sent[:2]))
+    if a.reminders:  # the send-time parts before each prompt come from the capture too, in every
+        # turn: the startup parts before the first prompt, the date reminder before the prompt that
+        # opened the request's run only (the continued run re-sends the first prompt without it)
+        assert len(turns) == len(agent_run.sent)
+        diffs = {k: d for k, (t, q) in enumerate(zip(turns, agent_run.sent))
                  if (d := wire.diff(wire.from_chat(t.body), wire.FROM[a.api](q.body)))}
         assert not diffs, diffs
 

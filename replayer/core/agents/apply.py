@@ -59,7 +59,8 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
         out.first_user_prefix, out.later_user_prefix = capture.user_prefixes(
             cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
         out.notes.append(f"the <system-reminder> parts {AGENTS[agent].label} adds before user prompts at send "
-                         f"time are from the capture of {cap.version}")
+                         f"time are from the capture of {cap.version}; the file does not mark where a run "
+                         "began, so each prompt is taken as a run of its own (its date reminder before it)")
     which = " and ".join(w for w, used in (("system prompt", out.system_prompt is not None),
                                            (f"{len(cap.tools)} tools", out.tools is not None)) if used)
     if which:
@@ -105,19 +106,52 @@ def home_of(path: str, agent) -> str | None:
     return str(home) if (home / Path(agent.sessions).parts[0]).is_dir() else None
 
 
-def add_user_prefixes(messages: list[dict[str, Any]], parts: Parts) -> None:
-    """Put the captured send-time parts before each user prompt of a rebuilt request, in place
-    (the first prompt gets the first prefix, every later one the later prefix)."""
-    if not (parts.first_user_prefix or parts.later_user_prefix):
-        return
-    k = 0
-    for m in messages:
-        if m.get("role") != "user":
-            continue
-        prefix = parts.first_user_prefix if k == 0 else parts.later_user_prefix
-        k += 1
-        if not prefix:
-            continue
-        c = m.get("content")
-        body = c if isinstance(c, list) else [{"type": "text", "text": c or ""}]
-        m["content"] = [{"type": "text", "text": t} for t in prefix] + body
+def startup_parts(parts: Parts) -> list[str]:
+    """The parts before the first prompt that every request re-sends (Qwen Code's skills listing,
+    environment context and deferred tools), without the run's own parts it ends with."""
+    first, run = parts.first_user_prefix, parts.later_user_prefix
+    if run and first[len(first) - len(run):] == run:
+        return first[:len(first) - len(run)]
+    return first
+
+
+def add_user_prefixes(messages: list[dict[str, Any]], parts: Parts) -> RunParts | None:
+    """Put the captured startup parts before the first user prompt of a rebuilt request, in place,
+    and return the parts that go before the prompt opening each run (None: there are none).
+
+    Qwen Code rebuilds the startup parts for every request from the first user message, but adds
+    the date reminder only before a run's first prompt (``lastInjectedDate`` is reset when a
+    chat starts or resumes) and keeps it in memory, never in the file: a resumed run re-sends
+    the earlier prompts without it."""
+    startup = startup_parts(parts)
+    users = [m for m in messages if m.get("role") == "user"]
+    if startup and users:
+        users[0]["content"] = _with_texts(users[0].get("content"), startup, 0)
+    if not parts.later_user_prefix:
+        return None
+    return RunParts(list(parts.later_user_prefix), len(startup))
+
+
+def _with_texts(content: Any, texts: list[str], at: int) -> list[dict[str, Any]]:
+    body = list(content) if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    return body[:at] + [{"type": "text", "text": t} for t in texts] + body[at:]
+
+
+@dataclass
+class RunParts:
+    """Text parts an agent sends before the prompt that opened the run a request belongs to.
+
+    The file does not mark where a run (one process of the agent) began, so the rebuild takes
+    each user prompt as a run of its own, as ``qwen -p`` and ``qwen -c -p`` make them: a request
+    carries the parts before its latest prompt only. (An interactive run of several prompts
+    keeps them before its first one.)"""
+    texts: list[str]
+    first_offset: int  # on the first user message they follow the startup parts
+
+    def place(self, messages: list[dict[str, Any]], u: int) -> list[dict[str, Any]]:
+        """A copy of ``messages`` (none carrying the parts) with message ``u`` carrying them."""
+        out = list(messages)
+        first = next(i for i, m in enumerate(messages) if m.get("role") == "user")
+        out[u] = {**messages[u], "content": _with_texts(messages[u].get("content"), self.texts,
+                                                         self.first_offset if u == first else 0)}
+        return out
