@@ -55,6 +55,7 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
                              f"{AGENTS[agent].label} sends; the captured one ({len(cap.system_prompt):,}) is used")
     if need_tools and tools:
         out.tools = tools
+        out.notes.extend(cap.notes)
     if AGENTS[agent].reminders and (cap.first_user_prefix or cap.later_user_prefix):
         out.first_user_prefix, out.later_user_prefix = capture.user_prefixes(
             cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
