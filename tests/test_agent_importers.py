@@ -172,6 +172,19 @@ def test_qwen_code_turns_carry_the_date_reminder_before_their_own_runs_prompt_on
     assert turns[2].message(2) is turns[1].message(2)  # one body per run, the messages shared
 
 
+@pytest.mark.parametrize("prompt,suffix", [("TOOL: list the files here", "664"), ("list the files", "93d"),
+                                           ("SUBAGENT: have a helper look around", "1ee"), ("hi", "18b"),
+                                           ("héllo wörld 😀 emoji 🎉 here ok", "a2a")])
+def test_claude_codes_billing_header_fingerprints_the_first_prompt(prompt, suffix):
+    """The ``NNN`` of ``cc_version=2.1.332.NNN``, as Claude Code 2.1.332 sent it for these first
+    prompts ("hi": past its end every picked character is "0"; the emoji: JavaScript indices count
+    UTF-16 code units, so the 21st unit is not the 21st character)."""
+    from replayer.core.session.claude_wire import billing_header
+
+    assert billing_header("2.1.332", "sdk-cli", prompt) == \
+        f"x-anthropic-billing-header: cc_version=2.1.332.{suffix}; cc_entrypoint=sdk-cli;"
+
+
 @pytest.mark.samples
 def test_the_public_claude_code_samples_keep_the_summary_and_have_no_orphans():
     from conftest import SAMPLES, need_shared

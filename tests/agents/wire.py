@@ -108,8 +108,8 @@ def from_responses(body: dict[str, Any]) -> Req:
 
 def from_anthropic(body: dict[str, Any]) -> Req:
     system = body.get("system")
-    if isinstance(system, list):
-        system = "\n".join(b.get("text", "") for b in system)
+    if isinstance(system, list):  # as llama-server joins the blocks: nothing between them
+        system = "".join(b.get("text", "") for b in system)
     out = []
     for m in body.get("messages") or []:
         content = m.get("content")

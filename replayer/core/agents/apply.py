@@ -37,17 +37,16 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
     if agent is None:
         return Parts()
     # a stored prompt wins, unless the agent is known to send another one
-    header = need_prompt and agent == "claude" and session.system_prompt is not None
     need_prompt = need_prompt and (session.system_prompt is None or not AGENTS[agent].prompt_as_sent)
-    if not (need_prompt or need_tools or header):
+    if not (need_prompt or need_tools):
         return Parts()
     cap = capture.load(agent, session.agent_version or "") or capture.load_latest(agent)
     if cap is None:
         return Parts()
-    if header and not need_prompt:
-        return _billing_header(session, cap)
     out = Parts(system_role=cap.system_role)
     prompt, tools = capture.personalised(cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
+    if agent == "claude" and prompt is not None:
+        prompt = _session_billing_header(session, prompt)
     if need_prompt and prompt is not None:
         out.system_prompt = prompt
         if session.system_prompt is not None:
@@ -81,17 +80,21 @@ def missing_estimate(fmt: str, missing: list[str]) -> str:
     return f" (~{chars // 4:,} tokens missing, an estimate)" if chars else ""
 
 
-BILLING = "x-anthropic-billing-header:"
+def _session_billing_header(session, prompt: str) -> str:
+    """A captured Claude Code prompt with the session's own billing-header fingerprint (and
+    version) in place of the capture run's: the fingerprint is of the first prompt."""
+    import re
 
+    from replayer.core.session.claude_wire import BILLING, fingerprint
 
-def _billing_header(session, cap: capture.Capture) -> Parts:
-    """Claude Code's stored request shape lacks the first system block it sends, a billing header
-    (``x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;``): taken from the capture."""
-    first = (cap.system_prompt or "").split("\n", 1)[0]
-    if not first.startswith(BILLING) or (session.system_prompt or "").startswith(BILLING):
-        return Parts()
-    return Parts(system_prompt=f"{first}\n{session.system_prompt}",
-                 notes=[f"the billing header Claude Code sends before its prompt is from the capture of {cap.version}"])
+    if not prompt.startswith(BILLING):
+        return prompt
+    m = re.match(r"x-anthropic-billing-header: cc_version=([0-9][0-9A-Za-z.+-]*?)\.[0-9a-f]{3};", prompt)
+    if m is None:
+        return prompt
+    version = session.agent_version or m.group(1)
+    first = next((x.text() for x in session.messages if x.role == "user"), "")
+    return f"{BILLING} cc_version={version}.{fingerprint(first, version)};" + prompt[m.end():]
 
 
 def home_of(path: str, agent) -> str | None:

@@ -95,9 +95,8 @@ def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Ca
         system = body.get("system")
         if system:
             blocks = system if isinstance(system, list) else [{"text": system}]
-            cap.system_prompt = "\n".join(_text([b]) for b in blocks)
-            if len(blocks) > 1:
-                cap.notes.append(f"system prompt sent as {len(blocks)} blocks, joined with newlines")
+            # joined with nothing between, as llama-server joins them (server_chat_convert_anthropic_to_oai)
+            cap.system_prompt = "".join(_text([b]) for b in blocks)
         cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("input_schema"))
                      for t in tools if isinstance(t, dict) and "name" in t]
     return cap
