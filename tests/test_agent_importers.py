@@ -138,6 +138,53 @@ def test_a_capture_takes_the_sessions_folder_home_and_date():
     assert tools == [{"d": "in /home/u/my.proj"}]
 
 
+def test_qwen_code_turns_carry_the_date_reminder_before_their_own_runs_prompt_only(tmp_path, monkeypatch):
+    """Qwen Code re-sends its startup parts before the first prompt in every request, but the date
+    reminder only before the prompt that opened the run (kept in memory, not in the file): a
+    request of the second run re-sends the first prompt without it."""
+    from replayer.core.agents import capture
+    from replayer.core.session.turns import load_turns
+
+    monkeypatch.setenv("REPLAYER_AGENTS_DIR", str(tmp_path / "caps"))
+    capture.save(capture.Capture("qwen", "0.24.4", "chat", system_prompt="P", tools=[{"type": "function"}],
+                                 first_user_prefix=["SKILLS", "CONTEXT", "DATE"], later_user_prefix=["DATE"]))
+    f = _jsonl(tmp_path / "chat.jsonl", [
+        _qwen("u1", None, "user", {"role": "user", "parts": [{"text": "TOOL: ls"}]}),
+        _qwen("a1", "u1", "assistant", {"role": "model", "parts": [
+            {"functionCall": {"id": "c1", "name": "run_shell_command", "args": {"command": "ls"}}}]}),
+        _qwen("t1", "a1", "tool_result", {"role": "user", "parts": [
+            {"functionResponse": {"id": "c1", "name": "run_shell_command", "response": {"output": "a"}}}]}),
+        _qwen("a2", "t1", "assistant", {"role": "model", "parts": [{"text": "Done."}]}),
+        _qwen("u2", "a2", "user", {"role": "user", "parts": [{"text": "thanks"}]}),
+        _qwen("a3", "u2", "assistant", {"role": "model", "parts": [{"text": "Bye."}]}),
+    ])
+    turns = load_turns(f).turns
+
+    def users(t):
+        return [[p["text"] for p in m["content"]] for m in t.messages if m["role"] == "user"]
+
+    assert [users(t) for t in turns] == [
+        [["SKILLS", "CONTEXT", "DATE", "TOOL: ls"]],
+        [["SKILLS", "CONTEXT", "DATE", "TOOL: ls"]],
+        [["SKILLS", "CONTEXT", "TOOL: ls"], ["DATE", "thanks"]],
+        [["SKILLS", "CONTEXT", "TOOL: ls"], ["DATE", "thanks"]],
+    ]
+    assert turns[2].message(2) is turns[1].message(2)  # one body per run, the messages shared
+
+
+@pytest.mark.parametrize("prompt,suffix", [("TOOL: list the files here", "664"), ("list the files", "93d"),
+                                           ("SUBAGENT: have a helper look around", "1ee"), ("hi", "18b"),
+                                           ("héllo wörld 😀 emoji 🎉 here ok", "a2a")])
+def test_claude_codes_billing_header_fingerprints_the_first_prompt(prompt, suffix):
+    """The ``NNN`` of ``cc_version=2.1.332.NNN``, as Claude Code 2.1.332 sent it for these first
+    prompts ("hi": past its end every picked character is "0"; the emoji: JavaScript indices count
+    UTF-16 code units, so the 21st unit is not the 21st character)."""
+    from replayer.core.session.claude_wire import billing_header
+
+    assert billing_header("2.1.332", "sdk-cli", prompt) == \
+        f"x-anthropic-billing-header: cc_version=2.1.332.{suffix}; cc_entrypoint=sdk-cli;"
+
+
 @pytest.mark.samples
 def test_the_public_claude_code_samples_keep_the_summary_and_have_no_orphans():
     from conftest import SAMPLES, need_shared

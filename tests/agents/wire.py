@@ -19,6 +19,9 @@ class Req:
     system_role: str | None
     tools: list[str]
     messages: list[dict[str, Any]] = field(default_factory=list)
+    #: each tool's definition as a chat template reads it (name, description, parameters and any
+    #: other field the server keeps), in order
+    tool_defs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _text(content: Any) -> str:
@@ -64,7 +67,7 @@ def from_chat(body: dict[str, Any]) -> Req:
                         reasoning=m.get("reasoning_content") or m.get("reasoning"), calls=calls,
                         call_id=m.get("tool_call_id")))
     names = [(t.get("function") or {}).get("name") for t in body.get("tools") or []]
-    return Req(system, role, names, out)
+    return Req(system, role, names, out, [t.get("function") or {} for t in body.get("tools") or []])
 
 
 def from_responses(body: dict[str, Any]) -> Req:
@@ -98,14 +101,15 @@ def from_responses(body: dict[str, Any]) -> Req:
                             else it["output"], call_id=it.get("call_id")))
         elif t == "message":
             out.append(_msg(it.get("role", ""), _text(it.get("content"))))
-    names = [t.get("name") for t in body.get("tools") or [] if t.get("type") == "function"]
-    return Req(system, role, names, out)
+    # llama-server renders the function tools only ("unsupported Responses tool type … skipped")
+    fns = [{k: v for k, v in t.items() if k != "type"} for t in body.get("tools") or [] if t.get("type") == "function"]
+    return Req(system, role, [t.get("name") for t in fns], out, fns)
 
 
 def from_anthropic(body: dict[str, Any]) -> Req:
     system = body.get("system")
-    if isinstance(system, list):
-        system = "\n".join(b.get("text", "") for b in system)
+    if isinstance(system, list):  # as llama-server joins the blocks: nothing between them
+        system = "".join(b.get("text", "") for b in system)
     out = []
     for m in body.get("messages") or []:
         content = m.get("content")
@@ -128,8 +132,10 @@ def from_anthropic(body: dict[str, Any]) -> Req:
                 texts.append(_text([b]))
         if texts:
             out.append(_msg("user", "\n".join(texts)))
+    defs = [{"name": t.get("name"), "description": t.get("description"), "parameters": t.get("input_schema")}
+            for t in body.get("tools") or []]
     return Req(system if system else None, "system" if system else None,
-               [t.get("name") for t in body.get("tools") or []], out)
+               [t.get("name") for t in body.get("tools") or []], out, defs)
 
 
 FROM = {"chat": from_chat, "responses": from_responses, "anthropic": from_anthropic}
@@ -146,6 +152,10 @@ def diff(rebuilt: Req, sent: Req, *, reasoning: bool = True) -> list[str]:
         out.append(f"tools: {len(rebuilt.tools)} vs {len(sent.tools)} sent "
                    f"(only rebuilt {sorted(set(rebuilt.tools) - set(sent.tools))[:5]}, "
                    f"only sent {sorted(set(sent.tools) - set(rebuilt.tools))[:5]})")
+    elif rebuilt.tool_defs != sent.tool_defs:
+        out.append("tool definitions: " + ", ".join(
+            f"{a.get('name')} ({sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))})"
+            for a, b in zip(rebuilt.tool_defs, sent.tool_defs) if a != b))
     a, b = rebuilt.messages, sent.messages
     if not reasoning:
         a = [{k: v for k, v in m.items() if k != "reasoning"} for m in a]

@@ -37,17 +37,16 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
     if agent is None:
         return Parts()
     # a stored prompt wins, unless the agent is known to send another one
-    header = need_prompt and agent == "claude" and session.system_prompt is not None
     need_prompt = need_prompt and (session.system_prompt is None or not AGENTS[agent].prompt_as_sent)
-    if not (need_prompt or need_tools or header):
+    if not (need_prompt or need_tools):
         return Parts()
     cap = capture.load(agent, session.agent_version or "") or capture.load_latest(agent)
     if cap is None:
         return Parts()
-    if header and not need_prompt:
-        return _billing_header(session, cap)
     out = Parts(system_role=cap.system_role)
     prompt, tools = capture.personalised(cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
+    if agent == "claude" and prompt is not None:
+        prompt = _session_billing_header(session, prompt)
     if need_prompt and prompt is not None:
         out.system_prompt = prompt
         if session.system_prompt is not None:
@@ -55,11 +54,13 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
                              f"{AGENTS[agent].label} sends; the captured one ({len(cap.system_prompt):,}) is used")
     if need_tools and tools:
         out.tools = tools
+        out.notes.extend(cap.notes)
     if AGENTS[agent].reminders and (cap.first_user_prefix or cap.later_user_prefix):
         out.first_user_prefix, out.later_user_prefix = capture.user_prefixes(
             cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
         out.notes.append(f"the <system-reminder> parts {AGENTS[agent].label} adds before user prompts at send "
-                         f"time are from the capture of {cap.version}")
+                         f"time are from the capture of {cap.version}; the file does not mark where a run "
+                         "began, so each prompt is taken as a run of its own (its date reminder before it)")
     which = " and ".join(w for w, used in (("system prompt", out.system_prompt is not None),
                                            (f"{len(cap.tools)} tools", out.tools is not None)) if used)
     if which:
@@ -79,17 +80,21 @@ def missing_estimate(fmt: str, missing: list[str]) -> str:
     return f" (~{chars // 4:,} tokens missing, an estimate)" if chars else ""
 
 
-BILLING = "x-anthropic-billing-header:"
+def _session_billing_header(session, prompt: str) -> str:
+    """A captured Claude Code prompt with the session's own billing-header fingerprint (and
+    version) in place of the capture run's: the fingerprint is of the first prompt."""
+    import re
 
+    from replayer.core.session.claude_wire import BILLING, fingerprint
 
-def _billing_header(session, cap: capture.Capture) -> Parts:
-    """Claude Code's stored request shape lacks the first system block it sends, a billing header
-    (``x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;``): taken from the capture."""
-    first = (cap.system_prompt or "").split("\n", 1)[0]
-    if not first.startswith(BILLING) or (session.system_prompt or "").startswith(BILLING):
-        return Parts()
-    return Parts(system_prompt=f"{first}\n{session.system_prompt}",
-                 notes=[f"the billing header Claude Code sends before its prompt is from the capture of {cap.version}"])
+    if not prompt.startswith(BILLING):
+        return prompt
+    m = re.match(r"x-anthropic-billing-header: cc_version=([0-9][0-9A-Za-z.+-]*?)\.[0-9a-f]{3};", prompt)
+    if m is None:
+        return prompt
+    version = session.agent_version or m.group(1)
+    first = next((x.text() for x in session.messages if x.role == "user"), "")
+    return f"{BILLING} cc_version={version}.{fingerprint(first, version)};" + prompt[m.end():]
 
 
 def home_of(path: str, agent) -> str | None:
@@ -105,19 +110,52 @@ def home_of(path: str, agent) -> str | None:
     return str(home) if (home / Path(agent.sessions).parts[0]).is_dir() else None
 
 
-def add_user_prefixes(messages: list[dict[str, Any]], parts: Parts) -> None:
-    """Put the captured send-time parts before each user prompt of a rebuilt request, in place
-    (the first prompt gets the first prefix, every later one the later prefix)."""
-    if not (parts.first_user_prefix or parts.later_user_prefix):
-        return
-    k = 0
-    for m in messages:
-        if m.get("role") != "user":
-            continue
-        prefix = parts.first_user_prefix if k == 0 else parts.later_user_prefix
-        k += 1
-        if not prefix:
-            continue
-        c = m.get("content")
-        body = c if isinstance(c, list) else [{"type": "text", "text": c or ""}]
-        m["content"] = [{"type": "text", "text": t} for t in prefix] + body
+def startup_parts(parts: Parts) -> list[str]:
+    """The parts before the first prompt that every request re-sends (Qwen Code's skills listing,
+    environment context and deferred tools), without the run's own parts it ends with."""
+    first, run = parts.first_user_prefix, parts.later_user_prefix
+    if run and first[len(first) - len(run):] == run:
+        return first[:len(first) - len(run)]
+    return first
+
+
+def add_user_prefixes(messages: list[dict[str, Any]], parts: Parts) -> RunParts | None:
+    """Put the captured startup parts before the first user prompt of a rebuilt request, in place,
+    and return the parts that go before the prompt opening each run (None: there are none).
+
+    Qwen Code rebuilds the startup parts for every request from the first user message, but adds
+    the date reminder only before a run's first prompt (``lastInjectedDate`` is reset when a
+    chat starts or resumes) and keeps it in memory, never in the file: a resumed run re-sends
+    the earlier prompts without it."""
+    startup = startup_parts(parts)
+    users = [m for m in messages if m.get("role") == "user"]
+    if startup and users:
+        users[0]["content"] = _with_texts(users[0].get("content"), startup, 0)
+    if not parts.later_user_prefix:
+        return None
+    return RunParts(list(parts.later_user_prefix), len(startup))
+
+
+def _with_texts(content: Any, texts: list[str], at: int) -> list[dict[str, Any]]:
+    body = list(content) if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    return body[:at] + [{"type": "text", "text": t} for t in texts] + body[at:]
+
+
+@dataclass
+class RunParts:
+    """Text parts an agent sends before the prompt that opened the run a request belongs to.
+
+    The file does not mark where a run (one process of the agent) began, so the rebuild takes
+    each user prompt as a run of its own, as ``qwen -p`` and ``qwen -c -p`` make them: a request
+    carries the parts before its latest prompt only. (An interactive run of several prompts
+    keeps them before its first one.)"""
+    texts: list[str]
+    first_offset: int  # on the first user message they follow the startup parts
+
+    def place(self, messages: list[dict[str, Any]], u: int) -> list[dict[str, Any]]:
+        """A copy of ``messages`` (none carrying the parts) with message ``u`` carrying them."""
+        out = list(messages)
+        first = next(i for i, m in enumerate(messages) if m.get("role") == "user")
+        out[u] = {**messages[u], "content": _with_texts(messages[u].get("content"), self.texts,
+                                                         self.first_offset if u == first else 0)}
+        return out

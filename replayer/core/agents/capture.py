@@ -50,6 +50,25 @@ def function_tool(name: str, description: Any, parameters: Any) -> dict[str, Any
     return {"type": "function", "function": fn}
 
 
+def server_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses body's tools as llama-server renders them: its function tools with every field
+    kept (``strict`` too, true where absent); a ``namespace`` or built-in tool (Codex's
+    ``multi_agent_v1``, ``web_search``) is skipped by the server ("unsupported Responses tool
+    type … skipped", server-chat.cpp), so it is no part of the prompt either."""
+    from replayer.core.session.server_conversions import ConversionError, responses_to_chat
+
+    try:
+        return responses_to_chat({"input": [], "tools": body.get("tools") or []}).get("tools", [])
+    except ConversionError:
+        return []
+
+
+def _tool_label(t: dict[str, Any]) -> str:
+    inner = t.get("tools") if isinstance(t.get("tools"), list) else None
+    name = f"{t.get('type')} {t['name']}" if isinstance(t.get("name"), str) else str(t.get("type"))
+    return f"{name} of {len(inner)} tools" if inner is not None else name
+
+
 def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Capture:
     """The prompt and tools of one request the agent sent (its first: no history yet)."""
     cap = Capture(agent, version, api)
@@ -66,18 +85,18 @@ def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Ca
         elif items and isinstance(items[0], dict) and items[0].get("role") == "developer":
             # Codex 0.171: the base instructions are the first developer input item
             cap.system_role, cap.system_prompt = "developer", _text(items[0].get("content"))
-        other = [t.get("type") for t in tools if isinstance(t, dict) and t.get("type") != "function"]
-        cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("parameters"))
-                     for t in tools if isinstance(t, dict) and t.get("type") == "function"]
+        cap.tools = server_tools(body)
+        other = [_tool_label(t) for t in tools if isinstance(t, dict) and t.get("type") != "function"]
         if other:
-            cap.notes.append(f"{len(other)} non-function tools not kept ({', '.join(sorted(set(map(str, other))))})")
+            cap.notes.append(f"{len(other)} of the {len(tools)} tools sent are not function tools "
+                             f"({', '.join(other)}): llama-server skips them too, it renders the "
+                             f"{len(cap.tools)} function tools only")
     else:  # anthropic: ``system`` is a string or text blocks
         system = body.get("system")
         if system:
             blocks = system if isinstance(system, list) else [{"text": system}]
-            cap.system_prompt = "\n".join(_text([b]) for b in blocks)
-            if len(blocks) > 1:
-                cap.notes.append(f"system prompt sent as {len(blocks)} blocks, joined with newlines")
+            # joined with nothing between, as llama-server joins them (server_chat_convert_anthropic_to_oai)
+            cap.system_prompt = "".join(_text([b]) for b in blocks)
         cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("input_schema"))
                      for t in tools if isinstance(t, dict) and "name" in t]
     return cap

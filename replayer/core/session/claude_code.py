@@ -71,7 +71,24 @@ def load(path: Path, *, images: str = "omit") -> Session:
     sent = claude_wire.read(records)
     if sent is not None:
         _as_sent(session, sent, records, images)
+        _put_billing_header(session, records, chain)
     return session
+
+
+def _put_billing_header(session: Session, records: list[dict], chain: list[dict]) -> None:
+    """The billing header Claude Code sends as its first system block, rebuilt from the
+    transcript: the version, the entrypoint and a fingerprint of the first prompt."""
+    subagent = not any(not r.get("isSidechain") for r in records if r.get("type") in ("user", "assistant"))
+    thread = [r for r in (records if subagent else chain) if r.get("type") in ("user", "assistant")]
+    entry = next((r["entrypoint"] for r in reversed(thread) if isinstance(r.get("entrypoint"), str)), None)
+    if (session.system_prompt or "").startswith(claude_wire.BILLING):
+        return
+    if not (session.agent_version and entry):
+        session.warnings.append("the billing header Claude Code sends before its prompt (~25 tokens) could not be "
+                                "rebuilt: the transcript names no version or entrypoint")
+        return
+    session.system_prompt = claude_wire.billing_header(
+        session.agent_version, entry, claude_wire.first_prompt(thread), subagent=subagent) + (session.system_prompt or "")
 
 
 def _with_preserved(chain: list[dict], by_uuid: dict[str, dict], stats: ImportStats) -> list[dict]:

@@ -106,8 +106,49 @@ def read(records: list[dict]) -> WireLog | None:
 
 
 def system_text(blocks: list[dict[str, Any]]) -> str | None:
-    """The system blocks as one prompt (joined by newlines, as a capture joins them)."""
-    return "\n".join(b.get("text", "") for b in blocks if isinstance(b.get("text"), str)) if blocks else None
+    """The system blocks as one prompt, joined as llama-server joins them (with nothing between:
+    ``server_chat_convert_anthropic_to_oai`` appends each block's text)."""
+    return "".join(b.get("text", "") for b in blocks if isinstance(b.get("text"), str)) if blocks else None
+
+
+BILLING = "x-anthropic-billing-header:"
+#: the salt of Claude Code's prompt fingerprint (2.1.332's ``L6i``)
+_FINGERPRINT_SALT = "59cf53e54c78"
+
+
+def fingerprint(first_prompt: str, version: str) -> str:
+    """Claude Code's 3-hex-digit fingerprint of a conversation (the ``NNN`` of ``cc_version=2.1.332.NNN``):
+    SHA-256 of a salt, the characters at 4, 7 and 20 of its first user prompt ("0" past the end;
+    JavaScript string indices, UTF-16 code units) and the version. Read from 2.1.332's bundle and
+    checked against its requests: a prompt, a compaction summary, a subagent's prompt."""
+    units = first_prompt.encode("utf-16-le", "surrogatepass")
+    picked = "".join(units[2 * i:2 * i + 2].decode("utf-16-le", "replace") if 2 * i < len(units) else "0"
+                     for i in (4, 7, 20))
+    return hashlib.sha256(f"{_FINGERPRINT_SALT}{picked}{version}".encode("utf-8", "replace")).hexdigest()[:3]
+
+
+def billing_header(version: str, entrypoint: str, first_prompt: str, *, subagent: bool = False) -> str:
+    """The first system block Claude Code sends to a server of the user's own (no ``cch`` or
+    first-party fields): ``x-anthropic-billing-header: cc_version=V.NNN; cc_entrypoint=E;``, with
+    `` cc_is_subagent=true;`` for a subagent's requests. The request shape record leaves it out."""
+    return (f"{BILLING} cc_version={version}.{fingerprint(first_prompt, version)}; cc_entrypoint={entrypoint};"
+            + (" cc_is_subagent=true;" if subagent else ""))
+
+
+def first_prompt(records: list[dict]) -> str:
+    """The text Claude Code fingerprints: the first user record that is not meta (after a
+    compaction, the summary), its string content or its first text block."""
+    for r in records:
+        if r.get("type") != "user" or r.get("isMeta"):
+            continue
+        content = (r.get("message") or {}).get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return next((b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"
+                         and isinstance(b.get("text"), str)), "")
+        return ""
+    return ""
 
 
 def tools_as_functions(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

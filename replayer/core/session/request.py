@@ -23,6 +23,10 @@ class ChatRequest:
     body: dict[str, Any]
     missing: list[str] = field(default_factory=list)  # "system_prompt", "tools"
     notes: list[str] = field(default_factory=list)
+    #: parts the agent sends before the prompt opening each run (Qwen Code's date reminder), and
+    #: the messages without them: each turn places them before its own latest prompt
+    run_parts: Any = None
+    plain_messages: list[dict[str, Any]] | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -93,7 +97,11 @@ def request_from_files(session: Session, system_prompt_path: str | None = None,
     req = build_request(session, system_prompt=sp if sp is not None else parts.system_prompt,
                         tools=tl if tl is not None else parts.tools, system_role=parts.system_role)
     req.notes.extend(parts.notes)
-    add_user_prefixes(req.body["messages"], parts)
+    run = add_user_prefixes(req.body["messages"], parts)
+    users = [i for i, m in enumerate(req.body["messages"]) if m.get("role") == "user"]
+    if run is not None and users:
+        req.run_parts, req.plain_messages = run, req.body["messages"]
+        req.body["messages"] = run.place(req.plain_messages, users[-1])
     return req
 
 

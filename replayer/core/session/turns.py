@@ -123,8 +123,30 @@ def count_turns(request: ChatRequest) -> int:
 def turns_of_request(request: ChatRequest) -> list[Turn]:
     body = request.body
     starts = [i for i in response_starts(body["messages"]) if i > 0]
-    out = [Turn(k, body, prefix_of=len(starts), n_messages=i) for k, i in enumerate(starts)]
+    if request.run_parts is not None and request.plain_messages is not None:
+        out = _turns_with_run_parts(request, starts)
+    else:
+        out = [Turn(k, body, prefix_of=len(starts), n_messages=i) for k, i in enumerate(starts)]
     out.append(Turn(len(out), body, notes=["the resume request (whole conversation)"]))
+    return out
+
+
+def _turns_with_run_parts(request: ChatRequest, starts: list[int]) -> list[Turn]:
+    """Turns whose latest prompt is not the conversation's last: each carries the run's parts
+    before its own latest prompt (one body per prompt, the message dicts shared), not the last's."""
+    plain = request.plain_messages or []
+    users = [i for i, m in enumerate(plain) if m.get("role") == "user"]
+    latest = [max((u for u in users if u < i), default=None) for i in starts]
+    last_of_run = {u: k for k, u in enumerate(latest)}
+    bodies: dict[int, dict[str, Any]] = {}
+    out = []
+    for k, (i, u) in enumerate(zip(starts, latest)):
+        if u is None or u == users[-1]:
+            out.append(Turn(k, request.body, prefix_of=len(starts), n_messages=i))
+            continue
+        if u not in bodies:
+            bodies[u] = {**request.body, "messages": request.run_parts.place(plain, u)}
+        out.append(Turn(k, bodies[u], prefix_of=last_of_run[u], n_messages=i))
     return out
 
 
