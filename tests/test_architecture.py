@@ -190,7 +190,7 @@ def test_no_function_is_longer_than_the_limit():
 # an entry that no longer breaks it fails too (delete it), so the lists only shrink.
 
 MODULE_LINES, CLASS_LINES = 500, 300
-OVER_LONG_MODULES = {"replayer.cli": 683, "replayer.core.engine.live": 579, "replayer.core.prompt.templates": 590,
+OVER_LONG_MODULES = {"replayer.cli": 683, "replayer.core.engine.live": 579,
                      "replayer.ui.screens.replay": 534}
 OVER_LONG_CLASSES = {"replayer.ui.screens.replay.ReplayScreen": 475}
 ORCHESTRATION = {"replayer.core.compare", "replayer.core.replay", "replayer.core.pipeline",

@@ -6,7 +6,7 @@ import pytest
 
 from replayer.core.builds import manager
 from replayer.core.errors import TemplateError
-from replayer.core.prompt import templates
+from replayer.core.prompt import jinja_env, templates
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,8 @@ def test_trailing_assistant_is_continued_not_rendered():
 
 
 def test_tojson_prints_numbers_as_the_server_does():
-    assert templates._tojson({"a": [1, 2.5, 1.0, 1e-7], "b": "é\n"}) == '{"a": [1, 2.5, 1, 1e-07], "b": "é\\n"}'
-    assert templates._tojson([1, {"k": 2}], indent=2) == '[\n  1,\n  {\n    "k": 2\n  }\n]'
+    assert jinja_env.tojson({"a": [1, 2.5, 1.0, 1e-7], "b": "é\n"}) == '{"a": [1, 2.5, 1, 1e-07], "b": "é\\n"}'
+    assert jinja_env.tojson([1, {"k": 2}], indent=2) == '[\n  1,\n  {\n    "k": 2\n  }\n]'
 
 
 def test_builds_share_a_layout_only_where_the_server_renders_alike():
