@@ -198,7 +198,7 @@ ORCHESTRATION = {"replayer.core.compare", "replayer.core.replay", "replayer.core
 KNOWN_LAYER_BREAKS = {("replayer.core.builds.manager", "replayer.core.engine.processes"),
                       ("replayer.core.engine.cache", "replayer.core.compare")}
 KNOWN_PRIVATE_IMPORTS = {
-    ("replayer.core.tiny_models", "_field"), ("replayer.core.tiny_models", "_QWEN2"),
+    ("replayer.core.tiny_models", "_QWEN2"),
     ("replayer.core.engine.live_session", "_server_memory"),
     ("replayer.core.engine.live_session", "_stream"), ("replayer.core.engine.misses", "_scan_text"),
     ("replayer.core.prompt.sandbox_worker", "_HEADROOM_MIN"),
