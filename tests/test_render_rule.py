@@ -93,3 +93,15 @@ def test_builds_share_a_layout_only_where_the_server_renders_alike():
     assert (templates.render(chatml, msgs, build_number=old.effective_number)
             == templates.render(chatml, msgs, build_number=new.effective_number))
     assert span_rule(old, chatml)[3:] == span_rule(new, chatml)[3:]  # the trim rule plays no part here
+
+
+def test_lfm2_templates_read_past_reasoning_as_thinking_once_it_is_kept():
+    """common_chat_params_init_lfm2 copies reasoning_content to message.thinking; b11434 keeps
+    past reasoning by default, b10001 does not (the live conformance test compares with both)."""
+    src = (manager.sdist_models_dir(11434) / "templates" / "LFM2.5-8B-A1B.jinja").read_text(encoding="utf-8")
+    tpl = templates.Template(name="lfm2.5", source=src)
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "reasoning_content": "PAST-REASONING"},
+            {"role": "user", "content": "again"}]
+    assert "PAST-REASONING" in templates.render(tpl, msgs, build_number=11434)
+    assert "PAST-REASONING" not in templates.render(tpl, msgs, build_number=10001)

@@ -179,6 +179,8 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
         prep.messages = handlers.ministral_3_messages(prep.messages)
     elif not template.trusted and handlers.is_outdated_gemma4(template.source):
         prep.messages = handlers.gemma4_tool_responses(prep.messages)
+    elif not template.trusted and handlers.is_lfm2(template.source):
+        prep.messages = handlers.lfm2_messages(prep.messages)
     ctx: dict[str, Any] = dict(messages=prep.messages, bos_token=template.bos_token, eos_token=template.eos_token,
                                enable_thinking=True)
     if prep.tools:
