@@ -190,7 +190,7 @@ def test_no_function_is_longer_than_the_limit():
 # an entry that no longer breaks it fails too (delete it), so the lists only shrink.
 
 MODULE_LINES, CLASS_LINES = 500, 300
-OVER_LONG_MODULES = {"replayer.core.prompt.templates": 590,
+OVER_LONG_MODULES = {
                      "replayer.ui.screens.replay": 534}
 OVER_LONG_CLASSES = {"replayer.ui.screens.replay.ReplayScreen": 475}
 ORCHESTRATION = {"replayer.core.compare", "replayer.core.replay", "replayer.core.pipeline",
@@ -198,7 +198,7 @@ ORCHESTRATION = {"replayer.core.compare", "replayer.core.replay", "replayer.core
 KNOWN_LAYER_BREAKS = {("replayer.core.builds.manager", "replayer.core.engine.processes"),
                       ("replayer.core.engine.cache", "replayer.core.compare")}
 KNOWN_PRIVATE_IMPORTS = {
-    ("replayer.core.tiny_models", "_field"), ("replayer.core.tiny_models", "_QWEN2"),
+    ("replayer.core.tiny_models", "_QWEN2"),
     ("replayer.core.engine.misses", "_scan_text"),
     ("replayer.core.prompt.sandbox_worker", "_HEADROOM_MIN"),
     ("replayer.core.prompt.sandbox_worker", "_HEADROOM_PER_OUTPUT"), ("replayer.core.prompt.sandbox_worker", "_READY"),

@@ -6,7 +6,7 @@ import jinja2
 import pytest
 
 from replayer.core.prompt import output_pieces, templates
-from replayer.core.prompt.templates import _ENV_ARGS
+from replayer.core.prompt.jinja_env import ENV_ARGS
 
 SOURCES = [
     "{{ 'a' + x + 'b' }}",
@@ -36,14 +36,14 @@ def _outcome(tpl: jinja2.Template, ctx: dict) -> str:
 
 @pytest.mark.parametrize("source", SOURCES)
 def test_pieces_render_and_fail_exactly_as_plain_jinja(source):
-    plain = jinja2.Environment(**_ENV_ARGS).from_string(source)
-    pieces = output_pieces.compile_in_pieces(jinja2.Environment(**_ENV_ARGS), source)
+    plain = jinja2.Environment(**ENV_ARGS).from_string(source)
+    pieces = output_pieces.compile_in_pieces(jinja2.Environment(**ENV_ARGS), source)
     for ctx in CONTEXTS:
         assert _outcome(pieces, ctx) == _outcome(plain, ctx), (source, ctx)
 
 
 def test_string_concatenation_is_split_into_outputs():
-    env = jinja2.Environment(**_ENV_ARGS)
+    env = jinja2.Environment(**ENV_ARGS)
     tree = env.parse("{{ 'a' + x + 'b' }}")
     output_pieces._rewrite(tree)
     (branch,) = tree.body
@@ -53,7 +53,7 @@ def test_string_concatenation_is_split_into_outputs():
 
 
 def test_calls_are_not_evaluated_twice():
-    env = jinja2.Environment(**_ENV_ARGS)
+    env = jinja2.Environment(**ENV_ARGS)
     seen = []
     src = "{{ 'a' + f() }}"
     pieces = output_pieces.compile_in_pieces(env, src)

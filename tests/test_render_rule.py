@@ -6,7 +6,7 @@ import pytest
 
 from replayer.core.builds import manager
 from replayer.core.errors import TemplateError
-from replayer.core.prompt import templates
+from replayer.core.prompt import jinja_env, templates
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,8 @@ def test_trailing_assistant_is_continued_not_rendered():
 
 
 def test_tojson_prints_numbers_as_the_server_does():
-    assert templates._tojson({"a": [1, 2.5, 1.0, 1e-7], "b": "é\n"}) == '{"a": [1, 2.5, 1, 1e-07], "b": "é\\n"}'
-    assert templates._tojson([1, {"k": 2}], indent=2) == '[\n  1,\n  {\n    "k": 2\n  }\n]'
+    assert jinja_env.tojson({"a": [1, 2.5, 1.0, 1e-7], "b": "é\n"}) == '{"a": [1, 2.5, 1, 1e-07], "b": "é\\n"}'
+    assert jinja_env.tojson([1, {"k": 2}], indent=2) == '[\n  1,\n  {\n    "k": 2\n  }\n]'
 
 
 def test_builds_share_a_layout_only_where_the_server_renders_alike():
@@ -93,3 +93,15 @@ def test_builds_share_a_layout_only_where_the_server_renders_alike():
     assert (templates.render(chatml, msgs, build_number=old.effective_number)
             == templates.render(chatml, msgs, build_number=new.effective_number))
     assert span_rule(old, chatml)[3:] == span_rule(new, chatml)[3:]  # the trim rule plays no part here
+
+
+def test_lfm2_templates_read_past_reasoning_as_thinking_once_it_is_kept():
+    """common_chat_params_init_lfm2 copies reasoning_content to message.thinking; b11434 keeps
+    past reasoning by default, b10001 does not (the live conformance test compares with both)."""
+    src = (manager.sdist_models_dir(11434) / "templates" / "LFM2.5-8B-A1B.jinja").read_text(encoding="utf-8")
+    tpl = templates.Template(name="lfm2.5", source=src)
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "reasoning_content": "PAST-REASONING"},
+            {"role": "user", "content": "again"}]
+    assert "PAST-REASONING" in templates.render(tpl, msgs, build_number=11434)
+    assert "PAST-REASONING" not in templates.render(tpl, msgs, build_number=10001)

@@ -21,12 +21,7 @@ pytestmark = pytest.mark.live
 #: (template, conversation) → why the server's render differs (per build, read in chat.cpp)
 _APERTUS = {("Apertus-8B-Instruct", c): "enable_thinking false: the server's handler finds no thinking support"
             for c in ("agent", "non-ascii", "plain")}
-KNOWN = {
-    10001: _APERTUS,
-    # past reasoning kept by default (b10865 on): LFM2.5 reads it as message.thinking, which the
-    # server fills and replayer does not yet
-    11434: _APERTUS | {("LFM2.5-8B-A1B", "agent"): "reasoning_content copied to message.thinking"},
-}
+KNOWN = {10001: _APERTUS, 11434: _APERTUS}
 #: two builds with different reasoning defaults (b10001: past reasoning dropped; b11434: kept)
 BUILDS = (10001, 11434)
 

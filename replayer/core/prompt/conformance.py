@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,14 @@ class Router:
         raise ReplayerError("router did not start")
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return self.client.post(self.url + path, json=body)
+        """The response; a "model limit reached" while the router swaps instances is retried
+        (for up to a minute), any other refusal is the answer."""
+        deadline = time.monotonic() + 60
+        while True:
+            r = self.client.post(self.url + path, json=body)
+            if r.status_code == 200 or "model limit reached" not in r.text or time.monotonic() > deadline:
+                return r
+            time.sleep(0.1)
 
     def stop(self) -> None:
         self.client.close()
@@ -198,14 +206,24 @@ def run(build: int, binary: Path, work: Path, only: list[str] | None = None) -> 
         files = {k: v for k, v in files.items() if k in only}
     gguf = make_tiny("llama", work / "tiny-qwen2.gguf", vocab=str(models / "ggml-vocab-qwen2.gguf"))
     tok = GGUFTokenizer(gguf)
-    router = Router(binary, gguf, files, work)
+    router = Router(binary, gguf, files, work, models_max=WORKERS + 1)
     try:
-        outcomes: list[Outcome] = []
-        for name, path in files.items():
-            try:
-                outcomes += check(router, name, path.read_text(encoding="utf-8"), tok, build)
-            except httpx.HTTPError as exc:  # an instance that died: that template's row says so
-                outcomes.append(Outcome(name, "*", "server-error", f"{type(exc).__name__}: {exc}"))
-        return outcomes
+        # templates checked WORKERS at a time: one's instance loads while another's renders
+        # (replayer's renders still take turns in the one sandbox worker); the router keeps one
+        # instance more than there are workers, so none is unloaded while a worker still uses it
+        with ThreadPoolExecutor(WORKERS) as pool:
+            rows = pool.map(lambda item: _check_one(router, item[0], item[1], tok, build), files.items())
+            return [o for row in rows for o in row]
     finally:
         router.stop()
+
+
+#: templates checked at once (measured on 2 cores: docs/benchmarks.md)
+WORKERS = 2
+
+
+def _check_one(router: Router, name: str, path: Path, tok: Any, build: int) -> list[Outcome]:
+    try:
+        return check(router, name, path.read_text(encoding="utf-8"), tok, build)
+    except httpx.HTTPError as exc:  # an instance that died: that template's row says so
+        return [Outcome(name, "*", "server-error", f"{type(exc).__name__}: {exc}")]

@@ -107,3 +107,20 @@ def gemma4_tool_responses(messages: list[dict[str, Any]]) -> list[dict[str, Any]
             turn["reasoning_content"] = reasoning
         out.append(turn)
     return out
+
+
+def is_lfm2(source: str) -> bool:
+    """LFM2 (``<|tool_list_start|>``…``<|tool_list_end|>``) and LFM2.5 (a plain ``List of tools: [``
+    without them): both go to ``common_chat_params_init_lfm2`` (chat.cpp:2595-2605 of b10001,
+    :1159-1169 of b11434)."""
+    if "<|tool_list_start|>" in source and "<|tool_list_end|>" in source:
+        return True
+    return "List of tools: [" in source and "<|tool_list_start|>" not in source
+
+
+def lfm2_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``common_chat_params_init_lfm2`` copies a message's ``reasoning_content`` to the
+    ``thinking`` field the LFM templates read (chat.cpp:1684-1690 of b10001, parsers/lfm2.cpp:27-33
+    of b11434). It shows once past reasoning is kept (b11434's ``preserve_thinking``)."""
+    return [dict(m, thinking=m["reasoning_content"]) if isinstance(m.get("reasoning_content"), str) else m
+            for m in messages]

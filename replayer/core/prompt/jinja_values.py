@@ -73,7 +73,7 @@ def as_string(v: Any) -> str:
     if isinstance(v, float):
         return float_str(v)
     # the base classes' iteration, not a subclass's: printing a value is not reading it for the
-    # server's capability probe (templates._PDict/_PList record reads through their overrides)
+    # server's capability probe (template_probe._PDict/_PList record reads through their overrides)
     if isinstance(v, tuple):
         inner = ", ".join(repr_str(x) for x in tuple.__iter__(v))
         return f"({inner}{',' if len(v) == 1 else ''})"

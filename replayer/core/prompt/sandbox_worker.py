@@ -26,10 +26,10 @@ def _render_one(request: dict[str, Any]) -> dict[str, Any]:
 
     import jinja2
 
-    from replayer.core.prompt import templates
+    from replayer.core.prompt import jinja_env, template_probe
 
     max_bytes = int(request["max_bytes"])
-    env = templates._environment()
+    env = jinja_env.environment()
     env.max_bytes = max_bytes
     limits = []
     try:
@@ -47,7 +47,7 @@ def _render_one(request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") == "caps":
             import dataclasses
 
-            return {"caps": dataclasses.asdict(templates.caps_of(request["source"]))}
+            return {"caps": dataclasses.asdict(template_probe.caps_of(request["source"]))}
         text = tpl.render(**request["ctx"])
         if len(text) > max_bytes:
             return {"kind": "budget", "message": f"a prompt of {len(text):,} characters is over the output budget"}
