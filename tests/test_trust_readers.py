@@ -100,3 +100,30 @@ def test_one_bad_field_is_one_short_line(tmp_path):
         load_session(f)
     msg = str(err.value)
     assert "field name: Input should be a valid string" in msg and "pydantic.dev" not in msg
+
+
+def test_a_small_file_is_read_without_allocating_the_readers_limit():
+    """``read(limit + 1)`` allocated the limit up front: 256 MB of address space for a 1 KB
+    aider history, a ``MemoryError`` traceback under an address-space limit a pi session of
+    the same size stays well inside."""
+    def limited():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (230 << 20, 230 << 20))  # inspect peaks near 170 MB
+
+    for f in (FIXTURES / "aider" / ".aider.chat.history.md", PI):
+        r = subprocess.run([sys.executable, "-m", "replayer.cli", "inspect", str(f)], capture_output=True,
+                           text=True, cwd=REPO, timeout=120, preexec_fn=limited)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1500:]
+
+
+def test_a_file_that_reports_no_size_is_read_whole_and_still_bounded(tmp_path):
+    from replayer.core.errors import ReplayerError
+    from replayer.core.textfile import read_bytes
+
+    assert read_bytes("/proc/self/status", "status").startswith(b"Name:")  # st_size 0, content all the same
+    f = tmp_path / "three.bin"
+    f.write_bytes(b"a" * (3 << 20))
+    assert len(read_bytes(f, "file", 3 << 20)) == 3 << 20
+    with pytest.raises(ReplayerError, match="too large"):
+        read_bytes(f, "file", (3 << 20) - 1)
