@@ -10,6 +10,8 @@ untrusted data and must return 0 for anything they do not understand, never rais
 
 from __future__ import annotations
 
+import os
+
 import pkgutil
 from dataclasses import dataclass
 from functools import cached_property
@@ -55,8 +57,9 @@ class Head:
         self.bytes = b""
         if not self.is_dir:
             check_readable_file(path)
-            with open(path, "rb") as fh:
-                self.bytes = fh.read(HEAD_BYTES).removeprefix(UTF8_BOM)
+            with open(path, "rb") as fh:  # read(n) allocates n: a 200-byte file reads 201, not 64 KB
+                size = os.fstat(fh.fileno()).st_size
+                self.bytes = fh.read(min(HEAD_BYTES, size + 1) if size else HEAD_BYTES).removeprefix(UTF8_BOM)
 
     @cached_property
     def text(self) -> str:
