@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import orjson
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session import salvage
 
 #: String fields holding binary payloads, replaced by their length on read.
 _BLOB_KEYS = {"data", "base64", "image_url", "url"}
@@ -207,7 +208,9 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
             if not isinstance(obj, dict):
                 stats.bad_lines += 1
                 continue
-            yield _strip_blobs(obj)
+            obj = salvage.admit(_strip_blobs(obj), f"line {lineno}")
+            if obj is not None:  # None: left out of this import for a field it could not read
+                yield obj
     stats.partial_tail = last_bad_no_newline
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import orjson
 
 from replayer.core.errors import FormatUnknown, ImportFailed, ReplayerError, did_you_mean
+from replayer.core.session import salvage
 from replayer.core.session.model import Session
 from replayer.core.session.reader import UTF8_BOM, check_readable_file, head_objects
 
@@ -134,7 +135,13 @@ def whole_json(path: Path) -> Any:
         data = read_bytes(path, "session", WHOLE_JSON_LIMIT)
     except ReplayerError as exc:
         raise ImportFailed(str(exc)) from None
-    return orjson.loads(data.removeprefix(UTF8_BOM))
+    doc = orjson.loads(data.removeprefix(UTF8_BOM))
+    if salvage.active():  # an import: each item of the document's lists named, to be left out by name
+        if isinstance(doc, list):
+            doc = salvage.admit_all(doc, "item")
+        elif isinstance(doc, dict):
+            doc = {k: salvage.admit_all(v, k) if isinstance(v, list) else v for k, v in doc.items()}
+    return doc
 
 
 def read_doc(path: Path, detect: Callable[[Any], bool], what: str) -> Any:
