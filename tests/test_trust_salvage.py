@@ -113,3 +113,22 @@ def test_opencode_database_row_left_out_by_its_id(tmp_path):
     con.close()
     s = load_session(db)
     assert s.messages and f"part {pid} (" in s.incomplete
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--jsonl"], ["--markdown"], ["--mode", "session"]])
+def test_the_record_left_out_is_named_in_every_output(tmp_path, extra):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    lines = (FIXTURES / "claude-code" / "small.jsonl").read_bytes().split(b"\n")
+    rec = orjson.loads(lines[2])
+    rec["message"]["content"] = 5
+    lines[2] = orjson.dumps(rec)
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(b"\n".join(lines))
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(f), *extra], capture_output=True,
+                       text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1500:]
+    assert "record(s) had a field that could not be read (line 3 (" in r.stdout
