@@ -29,8 +29,6 @@ def _content_of(rec: dict) -> None:
     (rec.get("message") or rec.get("payload"))["content"] = 5
 
 
-# pi and Codex: a message record's content of the wrong type is still refused whole (the error
-# is raised where only the header is in hand, so no record can be named: a wrong blame is not tried)
 @pytest.mark.parametrize("src,lineno", [(FIXTURES / "claude-code" / "small.jsonl", 3)])
 def test_a_record_whose_content_cannot_be_read_is_named_and_the_rest_imported(tmp_path, src, lineno):
     whole, s = _jsonl_with(src, tmp_path, lineno, _content_of)

@@ -56,7 +56,6 @@ class _Attempt:
     level: dict[str, int] = field(default_factory=dict)
     seq: int = 0  # records handed out so far: the latest one in a frame is the one being converted
     skipped: list[str] = field(default_factory=list)
-    why: dict[str, str] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
 
 
@@ -79,7 +78,9 @@ def admit(obj: Any, label: str) -> Any:
     if level == 1:
         obj = {k: v for k, v in obj.items() if v is None or isinstance(v, (str, int, float, bool))}
     st.seq += 1
-    return Record(obj, label, st.seq)
+    # its objects one level down named too: a converter is handed ``r["message"]`` or
+    # ``r["payload"]``, and the record itself may be held only by a frame further out
+    return Record({k: Record(v, label, st.seq) if isinstance(v, dict) else v for k, v in obj.items()}, label, st.seq)
 
 
 def admit_all(items: list, prefix: str) -> list:
@@ -149,11 +150,8 @@ def load(run: Callable[[], Any]) -> Any:
                 label, why = _blame(exc), first_error(exc)
                 if label is None or st.level.get(label, 0) >= 2 or len(st.level) >= MAX_RECORDS + 1:
                     raise
-                if st.level.get(label) == 1 and st.why.get(label) == why:
-                    raise  # the same failure without its content: it was not this record's (a wrong blame)
                 if label not in st.level:
                     st.skipped.append(f"{label} ({why})")
-                    st.why[label] = why
                 st.level[label] = st.level.get(label, 0) + 1
                 del exc
     finally:
