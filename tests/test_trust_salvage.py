@@ -130,3 +130,22 @@ def test_the_record_left_out_is_named_in_every_output(tmp_path, extra):
                        text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-1500:]
     assert "record(s) had a field that could not be read (line 3 (" in r.stdout
+
+
+def test_the_app_verdict_names_the_record_left_out(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    lines = (FIXTURES / "claude-code" / "small.jsonl").read_bytes().split(b"\n")
+    rec = orjson.loads(lines[2])
+    rec["message"]["content"] = 5
+    lines[2] = orjson.dumps(rec)
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(b"\n".join(lines))
+    svg = tmp_path / "bad.svg"
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(f), "--screenshot", str(svg)],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert "record(s)&#160;had&#160;a&#160;field" in svg.read_text()
