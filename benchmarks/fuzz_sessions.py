@@ -14,17 +14,29 @@ exception other than one ``ReplayerError``:
 - templates: the bundled templates mutated or with hostile constructs inserted, rendered as
   untrusted (sandbox worker, render budget).
 
-It also reports the slowest case (a hang would show there) and the process's peak RSS.
+Each case is measured on its own (``CaseMeter``): its wall time (a hang is a case over 20 s),
+the peak of the Python heap during it above the heap before it (``tracemalloc``, reset per
+case; numpy's buffers are traced too), and the growth of the process's resident high-water mark
+over its resident size before the case (``/proc/self/clear_refs`` resets the mark), and for
+templates the same of the render worker. A case's input is the bytes it reads: the session file,
+the storage folder's files, the GGUF, the template source. The goal is a peak of at most 4× the
+input; the report gives the largest peak, the largest ratio and the cases over 4×, over 4× plus
+1 MiB (a few KB of input cannot bound the heap a parse needs: an interpreter frame, a pydantic
+model, a Jinja compile), and the worst cases by name. Before the measured cases each kind's
+unmutated inputs run once, unmeasured: the first use of a format imports its modules and fills
+caches (a tokenizer, the template worker), which is the process's cost, not a case's.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import re
 import resource
 import sys
 import tempfile
 import time
+import tracemalloc
 import traceback
 from pathlib import Path
 
@@ -36,6 +48,94 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 import fuzzing  # noqa: E402
 
 KINDS = ("sessions", "storage", "gguf", "templates")
+#: a case slower than this is a hang (the issue's goal: none)
+HANG_S = 20.0
+#: the memory goal: a case's peak at most this many times its input
+RATIO = 4
+#: the allowance the second count adds to 4× the input (see the module's docstring)
+SLACK = 1 << 20
+
+
+def _status(pid: int | str, key: str) -> int:
+    """A ``/proc/PID/status`` field in bytes (0 when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            m = re.search(key + r":\s+(\d+) kB", fh.read())
+    except OSError:
+        return 0
+    return int(m.group(1)) * 1024 if m else 0
+
+
+def _reset_hwm(pid: int | str) -> bool:
+    """Reset the resident high-water mark (Linux ≥ 4.0); False where it cannot be."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _worker_pid() -> int | None:
+    from replayer.core.prompt import sandbox
+
+    proc = sandbox._worker.proc  # the benchmark reads the worker's own numbers
+    return proc.pid if proc is not None and proc.poll() is None else None
+
+
+class CaseMeter:
+    """Per-case time and peak memory (see the module's docstring); one row per case."""
+
+    def __init__(self) -> None:
+        tracemalloc.start()
+        self.rss = _reset_hwm("self")
+        self.rows: list[tuple[str, int, int, int, int, float, str]] = []  # kind, input, heap, rss, worker, s, name
+
+    def run(self, kind: str, name: str, size: int, fn, *args):
+        rss0 = _status("self", "VmRSS")
+        wpid = _worker_pid() if kind == "templates" else None
+        w0 = _status(wpid, "VmRSS") if wpid and _reset_hwm(wpid) else 0
+        tracemalloc.reset_peak()
+        heap0 = tracemalloc.get_traced_memory()[0]
+        _reset_hwm("self")
+        t = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            dt = time.monotonic() - t
+            heap = tracemalloc.get_traced_memory()[1] - heap0
+            rss = max(_status("self", "VmHWM") - rss0, 0) if self.rss else 0
+            worker = 0
+            if kind == "templates":
+                now = _worker_pid()
+                if now is not None and now == wpid:
+                    worker = max(_status(now, "VmHWM") - w0, 0)
+                elif now is None or wpid is None:
+                    worker = -1  # killed by its budget (or started by this case): not measured
+            self.rows.append((kind, size, heap, rss, worker, dt, name))
+
+    def summary(self) -> dict:
+        """Largest peaks and ratios per kind, the cases over the goal, hangs."""
+        out: dict = {}
+        for kind in sorted({r[0] for r in self.rows}):
+            rows = [r for r in self.rows if r[0] == kind]
+
+            def peak(r) -> int:
+                return max(r[2], r[3], r[4])
+
+            over = [r for r in rows if peak(r) > RATIO * r[1]]
+            over_slack = [r for r in rows if peak(r) > RATIO * r[1] + SLACK]
+            worst = max(rows, key=lambda r: peak(r) / max(r[1], 1))
+            out[kind] = {
+                "cases": len(rows), "input_max": max(r[1] for r in rows),
+                "heap_max": max(r[2] for r in rows), "rss_max": max(r[3] for r in rows),
+                "worker_max": max(r[4] for r in rows), "worker_unmeasured": sum(r[4] < 0 for r in rows),
+                "ratio_max": peak(worst) / max(worst[1], 1), "ratio_max_case": worst,
+                "over_4x": len(over), "over_4x_1mib": len(over_slack),
+                "worst_over": sorted(over_slack, key=peak, reverse=True)[:5],
+                "hangs": sum(r[5] > HANG_S for r in rows), "slowest_s": max(r[5] for r in rows),
+            }
+        return out
 
 
 def run_fuzz(n: int, kinds: tuple[str, ...] = KINDS, work: Path | None = None) -> dict:
@@ -45,6 +145,7 @@ def run_fuzz(n: int, kinds: tuple[str, ...] = KINDS, work: Path | None = None) -
     examples: dict[str, str] = {}
     counts: collections.Counter[str] = collections.Counter()
     slowest = [0.0, ""]
+    meter = CaseMeter()
 
     def guard(stage: str, name: str, fn, *args):
         t = time.monotonic()
@@ -74,6 +175,14 @@ def run_fuzz(n: int, kinds: tuple[str, ...] = KINDS, work: Path | None = None) -
         extra = [p for p in sorted(shared.rglob("*")) if p.is_file() and p.stat().st_size < 2_000_000
                  and p.suffix in (".jsonl", ".json", ".md")] if shared.is_dir() else []
         files = fuzzing.corpus(extra)
+        for name, data in files:  # warm-up, not measured: each format's first imports and caches
+            f = work / Path(name).name
+            for part in (data, data[:len(data) // 2]):  # whole, and cut (a replay with the note)
+                f.write_bytes(part)
+                fmt = guard("detect", name, fuzzing.check_detection, f)
+                if fmt is not None:
+                    guard("load", name, fuzzing.check_loading, f, fmt)
+                    guard("note", name, fuzzing.check_incomplete_note, f, fmt)
 
         @cfg(share["sessions"])
         @given(fuzzing.mutated_sessions(files))
@@ -82,6 +191,9 @@ def run_fuzz(n: int, kinds: tuple[str, ...] = KINDS, work: Path | None = None) -
             f = work / Path(name).name
             f.write_bytes(data)
             counts["sessions"] += 1
+            meter.run("sessions", name, len(data), session_case, name, f)
+
+        def session_case(name: str, f: Path) -> None:
             fmt = guard("detect", name, fuzzing.check_detection, f)
             if fmt is None:
                 return
@@ -95,18 +207,22 @@ def run_fuzz(n: int, kinds: tuple[str, ...] = KINDS, work: Path | None = None) -
 
     if "storage" in kinds:
         base = fuzzing.storage_files()
+        guard("storage", "opencode storage", fuzzing.check_storage, fuzzing.write_storage(work / "oc", base))
 
         @cfg(share["storage"])
         @given(fuzzing.mutated_storage(base))
         def storage(files):
             counts["storage"] += 1
-            guard("storage", "opencode storage", fuzzing.check_storage, fuzzing.write_storage(work / "oc", files))
+            root = fuzzing.write_storage(work / "oc", files)
+            meter.run("storage", "opencode storage", sum(map(len, files.values())),
+                      guard, "storage", "opencode storage", fuzzing.check_storage, root)
         storage()
 
     if "gguf" in kinds:
         from replayer.core.tiny_models import make_tiny
 
         tiny = make_tiny("llama", work / "tiny.gguf").read_bytes()
+        guard("gguf", "tiny llama", fuzzing.check_gguf, work / "tiny.gguf")
 
         @cfg(share["gguf"])
         @given(fuzzing.mutated_gguf(tiny))
@@ -114,21 +230,26 @@ def run_fuzz(n: int, kinds: tuple[str, ...] = KINDS, work: Path | None = None) -
             counts["gguf"] += 1
             f = work / "fuzz.gguf"
             f.write_bytes(data)
-            guard("gguf", "tiny llama", fuzzing.check_gguf, f)
+            meter.run("gguf", "tiny llama", len(data), guard, "gguf", "tiny llama", fuzzing.check_gguf, f)
         gguf()
 
     if "templates" in kinds:
         sources = fuzzing.template_sources()
+        for src in sources:
+            guard("template", "bundled", fuzzing.check_template, src)
 
         @cfg(share["templates"])
         @given(fuzzing.mutated_templates(sources))
         def templates(src):
             counts["templates"] += 1
-            guard("template", "bundled", fuzzing.check_template, src)
+            meter.run("templates", f"bundled ({src[:40]!r}…)", len(src.encode("utf-8", "surrogatepass")),
+                      guard, "template", "bundled", fuzzing.check_template, src)
         templates()
 
+    tracemalloc.stop()
     return {"counts": dict(counts), "crashes": dict(crashes), "examples": examples, "slowest_s": slowest[0],
-            "slowest": slowest[1], "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "slowest": slowest[1], "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "memory": meter.summary(), "hangs": sum(r[5] > HANG_S for r in meter.rows), "rows": meter.rows}
 
 
 def main(argv: list[str]) -> int:
@@ -148,7 +269,20 @@ def main(argv: list[str]) -> int:
           f"peak RSS {res['peak_rss_mb']:.0f} MB")
     for key, count in collections.Counter(res["crashes"]).most_common():
         print(f"  {count:>6}  {key}   e.g. {res['examples'][key]}")
-    return 1 if res["crashes"] or c.get("incomplete", 0) != c.get("incomplete_noted", 0) else 0
+    print(f"  hangs over {HANG_S:g} s: {res['hangs']}")
+    mb = 1 << 20
+    for kind, m in res["memory"].items():
+        w = m["ratio_max_case"]
+        print(f"  {kind}: {m['cases']:,} cases, input ≤ {m['input_max'] / mb:.2f} MB; peak heap ≤ "
+              f"{m['heap_max'] / mb:.2f} MB, RSS growth ≤ {m['rss_max'] / mb:.2f} MB"
+              + (f", worker growth ≤ {m['worker_max'] / mb:.2f} MB ({m['worker_unmeasured']} killed)"
+                 if kind == "templates" else "")
+              + f"; largest ratio {max(w[2], w[3], w[4]) / max(w[1], 1):.1f}× ({w[1]:,} B in, {w[6]}); "
+              f"over 4×: {m['over_4x']:,}, over 4× + 1 MiB: {m['over_4x_1mib']:,}; slowest {m['slowest_s']:.2f} s")
+        for r in m["worst_over"]:
+            print(f"      {r[1]:>10,} B in: heap {r[2]:,}, RSS {r[3]:,}, worker {r[4]:,} B, {r[5]:.2f} s  {r[6]}")
+    bad = res["crashes"] or res["hangs"] or c.get("incomplete", 0) != c.get("incomplete_noted", 0)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

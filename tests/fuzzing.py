@@ -193,11 +193,18 @@ def mutated_gguf(draw, data: bytes) -> bytes:
 
 
 def check_gguf(path: Path) -> None:
+    """Both GGUF readers: the model profile's (``gguf.GGUFReader`` behind header checks) and the
+    tokenizer's bounded key-value reader; each reads or raises one ``ReplayerError``."""
     from replayer.core.hardware import gguf_model
+    from replayer.core.prompt import gguf_kv
 
     gguf_model._read.cache_clear()
     try:
         gguf_model.read(path)
+    except ReplayerError:
+        pass
+    try:
+        gguf_kv.read(path).close()
     except ReplayerError:
         pass
 

@@ -19,3 +19,8 @@ def test_bounded_fuzz_run(tmp_path):
     assert res["crashes"] == {}, res["examples"]
     assert min(c.get(k, 0) for k in ("sessions", "storage", "gguf", "templates")) > 0, c
     assert c.get("incomplete", 0) == c.get("incomplete_noted", 0)
+    # each case's peak (heap or resident growth) near its input: a GGUF with a flipped layer
+    # count took 1.7 GB for a 0.6 MB file; 16 MiB is far above what any case here needs (≤ 3 MB)
+    for row in res["rows"]:
+        kind, size, heap, rss, worker = row[:5]
+        assert max(heap, rss, worker) <= 4 * size + (16 << 20), row

@@ -35,7 +35,7 @@ def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes
                                 f"the limit is {max_bytes >> 20} MB)")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
+            data = _read_upto(fh, st.st_size, max_bytes + 1)
     except OSError as exc:
         raise ReplayerError(f"cannot read {what} {p}: {exc.strerror or exc}") from None
     finally:
@@ -43,6 +43,25 @@ def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes
     if len(data) > max_bytes:
         raise ReplayerError(f"{what} {p} is too large (the limit is {max_bytes >> 20} MB)")
     return data
+
+
+#: what ``_read_upto`` reads at a time once a file has outgrown its ``fstat`` size
+_CHUNK = 1 << 20
+
+
+def _read_upto(fh, size: int, limit: int) -> bytes:
+    """At most ``limit`` bytes, allocating for what the file holds: ``read(n)`` allocates ``n``
+    up front, so ``read(limit)`` took 256 MB of address space for a 1 KB aider history (a
+    ``MemoryError`` traceback under ``ulimit -v 300000``). A file that grew since ``fstat`` (or
+    reports no size, as /proc files do) is read on in chunks, still to the limit."""
+    data = fh.read(min(size, limit - 1) + 1)
+    if len(data) <= size:
+        return data
+    parts, n = [data], len(data)
+    while n < limit and (chunk := fh.read(min(_CHUNK, limit - n))):
+        parts.append(chunk)
+        n += len(chunk)
+    return b"".join(parts)
 
 
 def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:

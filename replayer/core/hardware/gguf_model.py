@@ -170,6 +170,10 @@ def read(path: str | Path) -> GGUFModel:
     return _read(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
+#: ``LLAMA_MAX_LAYERS`` and ``LLAMA_MAX_EXPERTS`` (src/llama-hparams.h): the loader refuses more
+#: ("n > N_MAX"). The per-layer tuples are built from block_count, so a flipped byte there
+#: (200 million layers) took 6 GB and 42 s before this check.
+MAX_LAYERS, MAX_EXPERTS = 512, 512
 #: far above any real model (~50 key-values; a few thousand tensors with unmerged experts):
 #: the reader builds Python objects per entry, so a million-entry header takes minutes and GBs
 MAX_KV, MAX_TENSORS = 65_536, 262_144
@@ -301,6 +305,9 @@ def _profile(path: str, reader: Any) -> GGUFModel:
     t = _tensor_table(path, reader)
     n_expert = int(get(f"{arch}.expert_count", 0) or 0)
     n_used = int(get(f"{arch}.expert_used_count", 0) or 0)
+    if n_expert > MAX_EXPERTS or not 0 <= n_used <= max(n_expert, 0):
+        raise ReplayerError(f"{path}: expert_count {n_expert:,} / used {n_used:,}; llama.cpp loads at most "
+                            f"{MAX_EXPERTS} experts and uses no more than it has (damaged header)")
     if t.expert_params and (n_expert < 1 or not 0 < n_used <= n_expert):
         raise ReplayerError(f"{path}: expert tensors but expert_count {n_expert} / used {n_used} (damaged header)")
     return GGUFModel(
@@ -338,6 +345,9 @@ def _identity(path: str, reader: Any, get: Callable[..., Any]) -> tuple[str, int
     n_embd = get(f"{arch}.embedding_length")
     if not n_layer or not n_embd:
         raise ReplayerError(f"{path} has no {arch}.block_count / embedding_length: not a language model")
+    if not 1 <= int(n_layer) <= MAX_LAYERS:
+        raise ReplayerError(f"{path}: {arch}.block_count is {int(n_layer):,}; llama.cpp loads 1 to {MAX_LAYERS} "
+                            "layers (damaged header)")
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     if tokens is None:
         raise ReplayerError(f"{path} has no tokenizer vocabulary: not a language model llama-server can serve")

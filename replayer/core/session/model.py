@@ -12,13 +12,23 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+from replayer.core.session import salvage
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 #: What pi (0.80+) sends in place of an image to a model without image input; replayer uses it
 #: for every format, since replays run text-only models unless images are kept.
 IMAGE_OMITTED = "(image omitted: model does not support images)"
+
+
+#: fields an import may leave out when their value has the wrong type (see ``salvage.validate``)
+_MESSAGE_DROPPABLE = frozenset({"reasoning", "reasoning_field", "tool_call_id", "name", "timestamp", "origin"})
+_USAGE_DROPPABLE = frozenset({"input_tokens", "output_tokens", "cache_read_tokens", "context_tokens"})
+_SESSION_DROPPABLE = frozenset({"format_version", "agent_version", "session_id", "title", "cwd", "provider", "model",
+                                "thinking_level", "created", "updated", "system_prompt", "tools", "extra_body",
+                                "usage"})
 
 
 class TextPart(BaseModel):
@@ -61,6 +71,12 @@ class Message(BaseModel):
     timestamp: float | None = None  # unix seconds
     origin: str | None = None  # e.g. compaction_summary, branch_summary, bash, attachment
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _salvage(cls, data: Any, handler: Any) -> Any:
+        """During an import, a name, id, timestamp or origin of the wrong type is left out, not the message."""
+        return salvage.validate(cls, data, handler, _MESSAGE_DROPPABLE)
+
     def text(self) -> str:
         """All text the model would read in this message (for counts and estimates)."""
         if self.content is None:
@@ -94,6 +110,7 @@ class ImportStats(BaseModel):
     recovered_tool_results: int = 0  # their results, found on sibling branches
     image_placeholders: int = 0  # images (in tool results too) replaced by the omitted-image text
     orphan_results: int = 0  # tool results whose call is not in the rebuilt history
+    skipped: list[str] = Field(default_factory=list)  # records left out for a bad field, named (salvage.py)
 
     def count_unknown(self, kind: object) -> None:
         """One more record of a type the importer does not know (any JSON value: the file is untrusted)."""
@@ -106,6 +123,12 @@ class Usage(BaseModel):
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
     context_tokens: int | None = None  # the last request's prompt size, when stored
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _salvage(cls, data: Any, handler: Any) -> Any:
+        """During an import, a count of the wrong type is left out (unknown), not the record."""
+        return salvage.validate(cls, data, handler, _USAGE_DROPPABLE)
 
 
 class Session(BaseModel):
@@ -130,16 +153,29 @@ class Session(BaseModel):
     stats: ImportStats = Field(default_factory=ImportStats)
     warnings: list[str] = Field(default_factory=list)
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _salvage(cls, data: Any, handler: Any) -> Any:
+        """During an import, a metadata field of the wrong type (title, model, cwd, times, the
+        stored prompt or tools) is left out with a note, not the session."""
+        return salvage.validate(cls, data, handler, _SESSION_DROPPABLE)
+
     @property
     def incomplete(self) -> str | None:
         """The caveat every verdict carries when the replay is of part of what the file stored
-        (lines that did not parse, a cut last line); None for a whole session."""
+        (lines that did not parse, a cut last line, records left out for a bad field, each
+        named); None for a whole session."""
         st = self.stats
-        if not (st.bad_lines or st.partial_tail):
+        parts = []
+        if st.bad_lines or st.partial_tail:
+            cut = " (the last one cut off)" if st.partial_tail else ""
+            parts.append(f"{st.bad_lines} line(s) of the file did not parse{cut}")
+        if st.skipped:
+            named = "; ".join(st.skipped[:3]) + (f"; and {len(st.skipped) - 3} more" if len(st.skipped) > 3 else "")
+            parts.append(f"{len(st.skipped)} record(s) had a field that could not be read ({named})")
+        if not parts:
             return None
-        cut = " (the last one cut off)" if st.partial_tail else ""
-        return (f"incomplete session: {st.bad_lines} line(s) of the file did not parse{cut} and are not in the "
-                "replay; the verdict is on the rest")
+        return f"incomplete session: {' and '.join(parts)} and are not in the replay; the verdict is on the rest"
 
     @property
     def notes(self) -> list[str]:

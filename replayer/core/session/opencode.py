@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from replayer.core.errors import ImportFailed, ReplayerError
+from replayer.core.session import salvage
 from replayer.core.session.model import (
     IMAGE_OMITTED, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
@@ -79,9 +80,10 @@ def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") 
     except sqlite3.DatabaseError as exc:
         raise ImportFailed(f"cannot read {path}: {exc}") from None
     by_msg: dict[str, list[dict]] = {}
-    for mid, pid, data in parts:
-        by_msg.setdefault(mid, []).append(_loads(data) | {"id": pid})
-    messages = [(_loads(data) | {"id": mid}) for mid, _, data in msgs]
+    for mid, pid, data in parts:  # each row named, to be left out by name if a field cannot be read
+        if (part := salvage.admit(_loads(data) | {"id": pid}, f"part {pid}")) is not None:
+            by_msg.setdefault(mid, []).append(part)
+    messages = [m for mid, _, data in msgs if (m := salvage.admit(_loads(data) | {"id": mid}, f"message {mid}"))]
     warnings = []
     if len(top) > 1 and not session_id:
         warnings.append(f"{len(top)} sessions in this database; replaying the newest ({chosen['id']})")
@@ -102,11 +104,11 @@ def load_storage(path: Path, *, images: str = "omit") -> Session:
             raise ImportFailed(f"{root} holds no sessions")
         info = _read_json(files[-1])
     sid = info.get("id")
-    messages = [_read_json(f) for f in _stored_files(root, "message", sid, "session")]
+    messages = _admitted(root, _stored_files(root, "message", sid, "session"))
     messages.sort(key=lambda m: ((m.get("time") or {}).get("created") or 0, str(m.get("id", ""))))
     by_msg = {}
     for m in messages:
-        by_msg[m.get("id")] = [_read_json(f) for f in _stored_files(root, "part", m.get("id"), "message")]
+        by_msg[m.get("id")] = _admitted(root, _stored_files(root, "part", m.get("id"), "message"))
     t = info.get("time") or {}
     revert = info.get("revert") if isinstance(info.get("revert"), dict) else {}
     return _build(path, messages, by_msg, sid, info.get("title"), info.get("directory"), info.get("version"),
@@ -174,6 +176,17 @@ def _loads(data: Any) -> dict:
 
 #: one stored message or part (a tool's output can be large, not this large)
 MAX_RECORD_BYTES = 64 << 20
+
+
+def _admitted(root: Path, files: list[Path]) -> list[dict]:
+    """The stored records, each named by its path under the storage folder (a record with a
+    field that cannot be read is left out by that name)."""
+    out = []
+    for f in files:
+        r = salvage.admit(_read_json(f), f.relative_to(root).as_posix())
+        if r is not None:
+            out.append(r)
+    return out
 
 
 def _read_json(p: Path) -> dict:

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import orjson
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session import salvage
 
 #: String fields holding binary payloads, replaced by their length on read.
 _BLOB_KEYS = {"data", "base64", "image_url", "url"}
@@ -136,14 +137,23 @@ def _big(line: bytearray) -> bytearray | str:
         return line  # orjson refuses it: counted as a bad line
 
 
+def _chunk(fh) -> int:
+    """``_CHUNK``, or less for a small file: ``read(n)`` allocates ``n`` before it reads, and
+    a 2 KB session needs no megabyte (a file still being written is read on in these chunks)."""
+    try:
+        return min(_CHUNK, max(os.fstat(fh.fileno()).st_size + 1, 1 << 16))
+    except (OSError, AttributeError, ValueError):  # not a real file
+        return _CHUNK
+
+
 def _lines(fh, max_line: int | None = None) -> Iterator[bytes | bytearray | str]:
     """The file's lines with their ``\\n``. A line longer than a chunk grows in one
     ``bytearray`` (realloc moves pages, it does not copy them), where ``for line in file``
     would hold its pieces and their join: twice a 50 MB message. A line growing past
     ``max_line`` (default ``MAX_LINE``) raises ``OverflowError`` with its size so far."""
     limit = MAX_LINE if max_line is None else max_line
-    buf = bytearray()
-    while data := fh.read(_CHUNK):
+    buf, chunk = bytearray(), _chunk(fh)
+    while data := fh.read(chunk):
         start = 0
         while (nl := data.find(b"\n", start)) >= 0:
             if buf:
@@ -198,7 +208,9 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
             if not isinstance(obj, dict):
                 stats.bad_lines += 1
                 continue
-            yield _strip_blobs(obj)
+            obj = salvage.admit(_strip_blobs(obj), f"line {lineno}")
+            if obj is not None:  # None: left out of this import for a field it could not read
+                yield obj
     stats.partial_tail = last_bad_no_newline
 
 

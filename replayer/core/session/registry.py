@@ -10,6 +10,8 @@ untrusted data and must return 0 for anything they do not understand, never rais
 
 from __future__ import annotations
 
+import os
+
 import pkgutil
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,6 +22,7 @@ from typing import Any, Callable
 import orjson
 
 from replayer.core.errors import FormatUnknown, ImportFailed, ReplayerError, did_you_mean
+from replayer.core.session import salvage
 from replayer.core.session.model import Session
 from replayer.core.session.reader import UTF8_BOM, check_readable_file, head_objects
 
@@ -55,8 +58,9 @@ class Head:
         self.bytes = b""
         if not self.is_dir:
             check_readable_file(path)
-            with open(path, "rb") as fh:
-                self.bytes = fh.read(HEAD_BYTES).removeprefix(UTF8_BOM)
+            with open(path, "rb") as fh:  # read(n) allocates n: a 200-byte file reads 201, not 64 KB
+                size = os.fstat(fh.fileno()).st_size
+                self.bytes = fh.read(min(HEAD_BYTES, size + 1) if size else HEAD_BYTES).removeprefix(UTF8_BOM)
 
     @cached_property
     def text(self) -> str:
@@ -131,7 +135,13 @@ def whole_json(path: Path) -> Any:
         data = read_bytes(path, "session", WHOLE_JSON_LIMIT)
     except ReplayerError as exc:
         raise ImportFailed(str(exc)) from None
-    return orjson.loads(data.removeprefix(UTF8_BOM))
+    doc = orjson.loads(data.removeprefix(UTF8_BOM))
+    if salvage.active():  # an import: each item of the document's lists named, to be left out by name
+        if isinstance(doc, list):
+            doc = salvage.admit_all(doc, "item")
+        elif isinstance(doc, dict):
+            doc = {k: salvage.admit_all(v, k) if isinstance(v, list) else v for k, v in doc.items()}
+    return doc
 
 
 def read_doc(path: Path, detect: Callable[[Any], bool], what: str) -> Any:
