@@ -290,3 +290,30 @@ async def test_x_writes_the_reproduction_bundle_of_the_replay_on_screen(changed_
         assert [(r["cache_n"], r["prompt_n"]) for r in exp[name]["requests"]] == \
             [(t.cache_n, t.prompt_n) for t in run.turns]
     assert len((bundle / "requests.jsonl").read_bytes().splitlines()) == len(runs[0].turns) == 23
+
+
+async def choose_mode(pilot, app, steps: str) -> Select:
+    """Tab to the mode list, open it, move ``steps`` and choose: by keyboard only."""
+    mode = await tab_to(pilot, app, "#mode")
+    await pilot.press("enter", steps, "enter")
+    await pilot.pause()
+    return mode
+
+
+async def test_the_setup_remembers_the_mode_in_the_saved_settings(changed_log):
+    from replayer.core import settings
+
+    app = ReplayerApp(session=changed_log, default_speed=0.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        assert app.screen.query_one("#mode", Select).value == "resume", "a first run starts in resume mode"
+        assert (await choose_mode(pilot, app, "down")).value == "session"
+    assert settings.load_settings()[0].mode == "session"
+    again = ReplayerApp(session=changed_log, default_speed=0.0)  # a later run of the app
+    async with again.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(again.screen, SetupScreen))
+        setup = again.screen
+        assert setup.query_one("#mode", Select).value == "session"
+        assert setup.query_one("#what-if").display, "the session mode's what-if is shown with it"
+        assert (await choose_mode(pilot, again, "up")).value == "resume"
+    assert settings.load_settings()[0].mode == "resume"
