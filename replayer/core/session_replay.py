@@ -214,7 +214,7 @@ def session_report(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun], fmt
     raise ValueError(f"unknown session report format {fmt!r}; known: {', '.join(SESSION_FORMATS)}")
 
 
-def _miss_line(t) -> str:
+def miss_line(t) -> str:
     c = t.cause
     line = f"turn {t.turn}: {c['cause']}, {c['lost_tokens']:,} tokens re-processed ({c['lost_ms']:.1f} ms)"
     if c.get("where"):
@@ -256,7 +256,7 @@ def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
         lines.append(f"{r['label']}: reused {r['cache_n']:,}, processed {r['prompt_n']:,} tokens in "
                      f"{r['prompt_ms'] / 1000:.2f} s, {r['n_batches']} batches, {r['n_checkpoints']} checkpoints, "
                      f"{len(r['misses'])} misses")
-        lines += ["  " + _miss_line(t) for t in sr.turns if t.cause][:20]
+        lines += ["  " + miss_line(t) for t in sr.turns if t.cause][:20]
         lines += ["  " + line for line in _why_lines(r)[:20]]
     lines.append(doc["verdict"])
     lines += [f"note: {n}" for n in doc["session"]["notes"]]
@@ -311,7 +311,7 @@ def to_markdown(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str
     for r, sr in zip(doc["runs"], runs):
         missed = [t for t in sr.turns if t.cause]
         if missed:
-            out += ["", f"**{r['label']}** misses:", ""] + [f"- {_miss_line(t)}" for t in missed[:30]]
+            out += ["", f"**{r['label']}** misses:", ""] + [f"- {miss_line(t)}" for t in missed[:30]]
         if r.get("why"):
             out += ["", f"**{r['label']}** threads:", ""] + [f"- {line}" for line in _why_lines(r)[:30]]
     if doc["session"]["notes"]:
