@@ -31,9 +31,11 @@ SESSION_TAG = os.environ.setdefault("REPLAYER_TEST_SESSION", f"{os.getpid()}-{os
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory, monkeypatch):
-    """Config, exports and built tokenizers go to a temp dir; the build cache stays shared (builds are slow)."""
+    """Config, exports and built tokenizers go to a temp dir; the build cache stays shared (builds are slow).
+    The config folder is each test's own: saved settings (the theme, the setup's mode) must not
+    carry from one test into the next."""
     base = tmp_path_factory.getbasetemp()
-    monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(base / "config"))
+    monkeypatch.setenv("REPLAYER_CONFIG_DIR", str(tmp_path_factory.mktemp("config")))
     monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(base / "exports"))
     monkeypatch.setenv("REPLAYER_AGENTS_DIR", str(base / "agents"))  # no capture of the user's agents
     monkeypatch.setenv("REPLAYER_TOKENIZER_CACHE", str(base / "tokenizers"))

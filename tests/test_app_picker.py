@@ -106,6 +106,39 @@ async def test_picker_sorts_by_tokens_and_back_from_a_session_focuses_the_list(h
         assert app.screen.session.path == str(home[1])
 
 
+def one_write(app, text: str) -> None:
+    """``text`` as a terminal delivers one fast write (a paste, tmux send-keys): every key queued
+    at once, none waiting for the one before it to be handled (``pilot.press`` waits)."""
+    from textual import events
+
+    names = {"/": "slash", " ": "space", ".": "full_stop", "-": "minus", "_": "underscore"}
+    for ch in text:
+        app.post_message(events.Key(names.get(ch, ch), ch))
+
+
+async def test_a_filter_typed_in_one_fast_write_keeps_every_letter(home):
+    app = ReplayerApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        t = await _listed(pilot, screen)
+        assert app.focused is t
+        one_write(app, "/proj5 so/d")  # the picker's keys s, o, /, d are letters once in the filter
+        await pilot.pause()
+        f = screen.query_one("#filter", Input)
+        assert app.focused is f and f.value == "proj5 so/d"
+        assert "sorted by newest" in str(screen.query_one("#picker-status", Static).render())
+        await pilot.press("escape")
+        assert app.focused is t and f.value == ""
+        one_write(app, f"o{home[2]}")  # a path typed fast after "o": the "/"s are the path's
+        await pilot.pause()
+        path = screen.query_one("#path", Input)
+        assert app.focused is path and path.value == str(home[2]) and f.value == ""
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        assert app.screen.session.path == str(home[2])
+
+
 @pytest.mark.parametrize("size", [(80, 24), (140, 45)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_picker_snapshot_with_a_filter(snap_compare, home, size):
     async def run_before(pilot):

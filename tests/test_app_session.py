@@ -200,6 +200,59 @@ def test_session_screen_snapshot(snap_compare, changed_log, size):
                         run_before=run_before)
 
 
+async def test_the_strip_takes_focus_and_n_enter_show_a_turn(changed_log):
+    """Keys only: the strip has focus, ``n`` jumps to the miss, ←/→ move by turn, Enter shows
+    the turn; the pane's stats line then holds that turn's facts (the core's TurnRecord)."""
+    _, runs = core_report(changed_log, ReplayConfig(model=HYBRID))
+    app = session_app(changed_log, ReplayConfig(model=HYBRID))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen) and app.screen.comparison is not None)
+        screen = app.screen
+        await pilot.pause()
+        assert app.focused is screen.query_one("#summary"), "focus moves to the verdict when the runs end"
+        shown = {k for k, ab in app.active_bindings.items() if ab.binding.show}
+        assert "r" in shown and "e" in shown and "space" not in shown and "a" not in shown, shown
+        strip = await tab_to(pilot, app, "#pane-A #strip")
+        shown = {k for k, ab in app.active_bindings.items() if ab.binding.show}
+        assert {"n", "enter", "right"} <= shown, "the footer offers the strip's keys while it has focus"
+        stats = screen.pane("A").query_one("#stats", Static)
+        await pilot.press("n")
+        await pilot.pause()
+        assert strip.selected == CHANGE_AT
+        text = str(stats.render())
+        t = runs[0].turns[CHANGE_AT]
+        assert text.startswith(f"▲ {CHANGE_AT}: reused {t.cache_n:,} · new {t.prompt_n:,} · ")
+        assert f"\n{len(t.batches)} batches · {len(t.created)} checkpoints" in text
+        assert f"miss: client_changed, {t.cause['lost_tokens']:,} tokens" in text
+        assert f"▲ turn {CHANGE_AT}" in str(strip.render())
+        await pilot.press("n")  # the only miss: n wraps round to it
+        assert strip.selected == CHANGE_AT
+        await pilot.press("right", "right")
+        await pilot.pause()
+        assert strip.selected == CHANGE_AT + 2
+        assert str(stats.render()).startswith(f"▲ {CHANGE_AT + 2}: ") and "no miss" in str(stats.render())
+        await pilot.press("left", "enter")
+        await pilot.pause()
+        assert strip.selected == CHANGE_AT + 1 and str(stats.render()).startswith(f"▲ {CHANGE_AT + 1}: ")
+        await pilot.press("tab")
+        assert app.focused is strip_of(screen, "B"), "Tab reaches B's strip"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 45)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_session_strip_snapshot_with_a_turn_selected(snap_compare, changed_log, size):
+    async def run_before(pilot):
+        app = pilot.app
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen) and app.screen.comparison is not None)
+        await pilot.pause()
+        await tab_to(pilot, app, "#pane-A #strip")
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.pause()
+
+    assert snap_compare(session_app(changed_log, ReplayConfig(model=HYBRID)), terminal_size=size,
+                        run_before=run_before)
+
+
 @pytest.mark.live
 async def test_live_session_in_the_app_marks_the_real_servers_miss(changed_log, tmp_path):
     """Real b9859 and b10001 with a tiny hybrid model: the strip's miss at turn 20 is the servers'
@@ -290,3 +343,30 @@ async def test_x_writes_the_reproduction_bundle_of_the_replay_on_screen(changed_
         assert [(r["cache_n"], r["prompt_n"]) for r in exp[name]["requests"]] == \
             [(t.cache_n, t.prompt_n) for t in run.turns]
     assert len((bundle / "requests.jsonl").read_bytes().splitlines()) == len(runs[0].turns) == 23
+
+
+async def choose_mode(pilot, app, steps: str) -> Select:
+    """Tab to the mode list, open it, move ``steps`` and choose: by keyboard only."""
+    mode = await tab_to(pilot, app, "#mode")
+    await pilot.press("enter", steps, "enter")
+    await pilot.pause()
+    return mode
+
+
+async def test_the_setup_remembers_the_mode_in_the_saved_settings(changed_log):
+    from replayer.core import settings
+
+    app = ReplayerApp(session=changed_log, default_speed=0.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        assert app.screen.query_one("#mode", Select).value == "resume", "a first run starts in resume mode"
+        assert (await choose_mode(pilot, app, "down")).value == "session"
+    assert settings.load_settings()[0].mode == "session"
+    again = ReplayerApp(session=changed_log, default_speed=0.0)  # a later run of the app
+    async with again.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(again.screen, SetupScreen))
+        setup = again.screen
+        assert setup.query_one("#mode", Select).value == "session"
+        assert setup.query_one("#what-if").display, "the session mode's what-if is shown with it"
+        assert (await choose_mode(pilot, again, "up")).value == "resume"
+    assert settings.load_settings()[0].mode == "resume"

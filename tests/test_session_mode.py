@@ -279,7 +279,32 @@ def test_cli_session_json_markdown_and_bad_combinations(tmp_path):
         assert run["misses"] == [20] and run["lost_by_cause"]["client_changed"]["tokens"] > 0
     md = cli("replay", str(log), "--mode", "session", "--markdown")
     assert md.returncode == 0 and "turn 20: client_changed" in md.stdout
+    check_markdown_report(md.stdout, doc)
     frozen = orjson.loads(cli("replay", str(log), "--mode", "session", "--freeze-system-prompt", "--json").stdout)
     assert frozen["session"]["what_if"] == ["freeze-system-prompt"] and all(not r["misses"] for r in frozen["runs"])
     bad = cli("replay", str(log), "--freeze-system-prompt")
     assert bad.returncode == 2 and "--mode session" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def check_markdown_report(md: str, doc: dict) -> None:
+    """The session Markdown serves as a bug report: the resume export's header block (session,
+    engine and settings, builds, status) and one table row per turn with the JSON's numbers."""
+    a, b = doc["runs"]
+    lines = md.splitlines()
+    assert lines[0] == f"## Session replay: {a['build']} vs {b['build']}"
+    assert f"**{doc['verdict']}**" in lines
+    assert f"- session: `{doc['session']['session']}` ({doc['session']['format']}, 23 turns)" in lines
+    engine = next(x for x in lines if x.startswith("- engine: "))
+    assert engine.startswith(f"- engine: {a['engine']}; ") and "model = qwen3.6-35b-a3b-q8_0" in engine
+    assert f"- builds: A = {a['build']} ({a['generation']}), B = {b['build']} ({b['generation']})" in lines
+    assert "- status: A = complete; B = complete" in lines
+    head = lines.index("| turn | A reused | A processed | A ms | B reused | B processed | B ms | miss |")
+    rows = [x.strip("|").split("|") for x in lines[head + 2:] if x.startswith("| ")]
+    assert len(rows) == doc["session"]["turns"]
+    for cells, ta, tb in zip(rows, a["turns"], b["turns"]):
+        cells = [c.strip() for c in cells]
+        assert cells[:3] == [str(ta["turn"]), f"{ta['cache_n']:,}", f"{ta['prompt_n']:,}"]
+        assert cells[4:6] == [f"{tb['cache_n']:,}", f"{tb['prompt_n']:,}"]
+        want = "; ".join(f"{r}: {t['cause']}" for r, t in (("A", ta), ("B", tb)) if t.get("cause"))
+        assert cells[7] == want
+    assert rows[20][7].strip() == "A: client_changed; B: client_changed"

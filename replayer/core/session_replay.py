@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from replayer import __version__
 from replayer.core.engine.cache import SessionRun, TurnReader, simulate_session, simulate_session_records
 from replayer.core.engine.misses import explain, lost_by_cause
 from replayer.core.errors import ReplayerError
@@ -219,7 +220,7 @@ def session_report(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun], fmt
     raise ValueError(f"unknown session report format {fmt!r}; known: {', '.join(SESSION_FORMATS)}")
 
 
-def _miss_line(t) -> str:
+def miss_line(t) -> str:
     c = t.cause
     line = f"turn {t.turn}: {c['cause']}, {c['lost_tokens']:,} tokens re-processed ({c['lost_ms']:.1f} ms)"
     if c.get("where"):
@@ -261,7 +262,7 @@ def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
         lines.append(f"{r['label']}: reused {r['cache_n']:,}, processed {r['prompt_n']:,} tokens in "
                      f"{r['prompt_ms'] / 1000:.2f} s, {r['n_batches']} batches, {r['n_checkpoints']} checkpoints, "
                      f"{len(r['misses'])} misses")
-        lines += ["  " + _miss_line(t) for t in sr.turns if t.cause][:20]
+        lines += ["  " + miss_line(t) for t in sr.turns if t.cause][:20]
         lines += ["  " + line for line in _why_lines(r)[:20]]
     lines += observed_text(doc)
     lines.append(doc["verdict"])
@@ -269,21 +270,59 @@ def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
     return "\n".join(lines)
 
 
+MD_TURN_ROWS = 500  # the per-turn table of a longer session stops here (the JSON has every turn)
+
+
+def _md_header(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> list[str]:
+    """The header block of the resume export (``export.to_markdown``): what was replayed, how,
+    by which builds, and whether each run completed, so the document serves as a bug report."""
+    a, b = runs
+    sess = doc["session"]
+    settings = a.settings or b.settings
+    return [
+        f"## Session replay: {a.build} vs {b.build}", "",
+        f"**{doc['verdict']}**", "",
+        *([f"> **Warning:** {sess['incomplete']}", ""] if sess.get("incomplete") else []),
+        f"- session: `{sess['session']}` ({sess['format']}, {sess['turns']} turns"
+        f"{'' if sess.get('turns_exact', True) else ', turn boundaries estimated'})",
+        f"- engine: {a.engine or b.engine}"
+        + "".join(f"; {k} = {v}" for k, v in settings.items() if v is not None),
+        *([f"- what-if: {', '.join(sess['what_if'])}"] if sess.get("what_if") else []),
+        f"- builds: A = {a.build} ({a.generation}), B = {b.build} ({b.generation})",
+        f"- status: A = {a.status}; B = {b.status}", ""]
+
+
+def _md_turns(runs: tuple[SessionRun, SessionRun]) -> list[str]:
+    """One row per turn: what each run reused and processed, its time, and a miss's cause."""
+    a, b = runs
+    out = ["", "<details><summary>Per turn</summary>", "",
+           "| turn | A reused | A processed | A ms | B reused | B processed | B ms | miss |",
+           "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for ta, tb in list(zip(a.turns, b.turns))[:MD_TURN_ROWS]:
+        miss = "; ".join(f"{run}: {t.cause['cause']}" for run, t in (("A", ta), ("B", tb)) if t.cause)
+        out.append(f"| {ta.turn} | {ta.cache_n:,} | {ta.prompt_n:,} | {ta.prompt_ms:.1f} | "
+                   f"{tb.cache_n:,} | {tb.prompt_n:,} | {tb.prompt_ms:.1f} | {miss} |")
+    n = min(len(a.turns), len(b.turns))
+    if n > MD_TURN_ROWS:
+        out += ["", f"_{n - MD_TURN_ROWS:,} more turns: see `--json`._"]
+    return out + ["", "</details>"]
+
+
 def to_markdown(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
-    out = [f"### Session replay ({doc['session']['turns']} turns, {doc['session']['format']})", "",
-           f"**{doc['verdict']}**", "",
-           "| run | reused | processed | prompt time | batches | checkpoints | misses |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = _md_header(doc, runs) + [
+        "| run | reused | processed | prompt time | batches | checkpoints | misses |",
+        "|---|---:|---:|---:|---:|---:|---:|"]
     for r in doc["runs"]:
         out.append(f"| {r['label']} | {r['cache_n']:,} | {r['prompt_n']:,} | {r['prompt_ms'] / 1000:.2f} s | "
                    f"{r['n_batches']} | {r['n_checkpoints']} | {len(r['misses'])} |")
     for r, sr in zip(doc["runs"], runs):
         missed = [t for t in sr.turns if t.cause]
         if missed:
-            out += ["", f"**{r['label']}** misses:", ""] + [f"- {_miss_line(t)}" for t in missed[:30]]
+            out += ["", f"**{r['label']}** misses:", ""] + [f"- {miss_line(t)}" for t in missed[:30]]
         if r.get("why"):
             out += ["", f"**{r['label']}** threads:", ""] + [f"- {line}" for line in _why_lines(r)[:30]]
     out += observed_markdown(doc)
     if doc["session"]["notes"]:
         out += [""] + [f"> {n}" for n in doc["session"]["notes"]]
-    return "\n".join(out)
+    out += _md_turns(runs)
+    return "\n".join(out + ["", f"_Generated by replayer {__version__}._", ""])

@@ -9,7 +9,7 @@ so tests and CI never depend on, or write to, a user's choices.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -28,6 +28,8 @@ class SettingsFile(BaseModel):
     theme: str = DEFAULT_THEME
     export_dir: Path | None = None  # where the app writes reports and screenshots
     calibrations_file: Path | None = None  # the lines saved by --calibrate (default: presets.json)
+    # the setup's mode as last chosen: a user who replays sessions whole should not pick it for every file
+    mode: Literal["resume", "session"] = "resume"
 
 
 class Settings(BaseSettings, SettingsFile):

@@ -109,6 +109,12 @@ class ReplayerApp(App):
         except (OSError, ValueError) as exc:
             self.notify(f"cannot save settings: {exc}", severity="warning", markup=False)
 
+    def remember_mode(self, mode: str) -> None:
+        """The setup's mode, kept for the next session opened (now and in later runs)."""
+        if mode in ("resume", "session") and mode != self.settings.mode:
+            self.settings.mode = mode
+            self.save_settings(mode=mode)
+
     def watch_theme(self, theme: str) -> None:
         if self.is_mounted:
             self.save_settings(theme=theme)
@@ -127,7 +133,7 @@ class ReplayerApp(App):
             return
         for w in session.warnings:
             self.notify(w, severity="warning")
-        self.push_screen(self.setup_screen(session, self.config))
+        self.push_screen(self.setup_screen(session, self.config, mode=self.settings.mode))
 
     def _show_open_error(self, path: Path, text: str) -> None:
         from textual.widgets import Input

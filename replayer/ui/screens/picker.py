@@ -95,8 +95,11 @@ def _tokens_n(text: str) -> int:
 
 
 class PickerScreen(Screen):
-    BINDINGS = [Binding("slash", "filter", "filter"), Binding("s", "sort", "sort"),
-                Binding("o", "focus_path", "open file…"), Binding("d", "open_demo", "demo"),
+    # "/" and "o" are priority keys, run before the next key is passed on: in one fast write
+    # ("/review" pasted, or tmux send-keys) the letters behind them were already on their way to
+    # the list; in a text field they are characters (check_action)
+    BINDINGS = [Binding("slash", "filter", "filter", priority=True), Binding("s", "sort", "sort"),
+                Binding("o", "focus_path", "open file…", priority=True), Binding("d", "open_demo", "demo"),
                 Binding("ctrl+b", "builds", "builds")]
     DEFAULT_CSS = """
     PickerScreen #picker-empty { height: auto; color: $text-muted; padding: 1 0; }
@@ -280,8 +283,17 @@ class PickerScreen(Screen):
         self.query_one("#picker-error", Static).update("")
         self.query_one("#sessions", DataTable).focus()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """In a text field "/" and "o" are characters (paths have them), not the picker's keys."""
+        if action in ("filter", "focus_path"):
+            return not isinstance(self.focused, Input)
+        return True
+
     def action_filter(self) -> None:
-        self.query_one("#filter", Input).focus()
+        """Focus now, not after a refresh (``Widget.focus`` defers it): the letters that follow
+        ``/`` in one fast write (a paste, tmux send-keys) arrive before a deferred focus and went
+        to the list."""
+        self.set_focus(self.query_one("#filter", Input))
 
     def action_sort(self) -> None:
         self.sort_index = (self.sort_index + 1) % len(SORTS)
@@ -289,7 +301,7 @@ class PickerScreen(Screen):
         self.describe_more()
 
     def action_focus_path(self) -> None:
-        self.query_one("#path", Input).focus()
+        self.set_focus(self.query_one("#path", Input))  # now: see action_filter
 
     def action_open_demo(self) -> None:
         self.open(demo_session_path())

@@ -170,6 +170,8 @@ class SessionScreen(ReplayScreen):
         self.query_one("#verdict", Static).update(Text(self.summary_doc["verdict"], style="bold"))
         self.query_one("#session-report", Static).update(Text(self.report_text()))
         self.query_one("#summary").display = True
+        self.query_one("#summary").focus()  # the user's next read: ↑/↓ scroll it, Tab goes to the strips
+        self.refresh_bindings()  # the footer now offers replay again and export, not pause
         if self.has_class("-tiny"):
             self.add_class("-verdict")
         self.post_message(self.Finished(self.comparison))

@@ -226,6 +226,7 @@ class SetupScreen(Screen):
             self.query_one("#backend", Select).value = presets.gpu(str(event.value)).backend
         elif event.select.id == "mode":
             self.show_what_if(event.value == "session")
+            self.app.remember_mode(str(event.value))
         elif event.select.id == "engine":
             # a live run starts an installed build on this machine: the CPU build `builds install`
             # makes by default; the simulated engine prices the GPU preset's backend

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from replayer.core.engine import events as ev
 from replayer.core.engine.cache import SessionRun, TurnFinished, TurnStarted
 from replayer.core.engine.misses import lost_by_cause
-from replayer.core.session_replay import SessionFacts, SessionPrepared
+from replayer.core.session_replay import SessionFacts, SessionPrepared, miss_line
 from replayer.ui.widgets.run_pane import Applied, RunPane
 from replayer.ui.widgets.timeline import Timeline
 from replayer.ui.widgets.turn_strip import CAUSE_MARKS, TurnStrip
@@ -135,6 +135,21 @@ class SessionPane(RunPane):
         self.query_one(TurnStrip).update_turns(self.facts.turns, current=self.turn)
         self._stats()
         return self.facts
+
+    def on_turn_strip_selected(self, event: TurnStrip.Selected) -> None:
+        """The chosen turn's facts where the running totals were (they come back with the next turn)."""
+        self.query_one("#stats", Static).update(self.turn_detail(event.turn), layout=False)
+
+    def turn_detail(self, turn: int) -> str:
+        """What the core says of one turn: reuse, batches, checkpoints and, for a miss, its cause."""
+        t = next((t for t in (self.facts.turns if self.facts else []) if t.turn == turn), None)
+        if t is None:
+            return f"▲ {turn}: " + ("running" if turn == self.turn else "not replayed yet")
+        restored = f" · restored the one at {t.restored.n_tokens:,}" if t.restored else ""
+        # "▲" as on the strip's axis: the line fits a pane at 80 columns
+        text = (f"▲ {turn}: reused {t.cache_n:,} · new {t.prompt_n:,} · {t.prompt_ms / 1000:,.1f} s\n"
+                f"{len(t.batches)} batches · {len(t.created)} checkpoints{restored} · ")
+        return text + ("miss: " + miss_line(t).removeprefix(f"turn {turn}: ") if t.cause else "no miss")
 
     def _stats(self) -> None:
         s = self.facts

@@ -13,7 +13,9 @@ decides what a miss is.
 from __future__ import annotations
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.color import Color
+from textual.message import Message
 from textual.widget import Widget
 
 from replayer.core.engine.cache import TurnRecord
@@ -38,16 +40,56 @@ def bar(share: float) -> str:
     return BARS[min(len(BARS) - 1, max(0, round(share * (len(BARS) - 1))))]
 
 
-class TurnStrip(Widget):
+class TurnStrip(Widget, can_focus=True):
+    """Focusable: ←/→ move by turn, ``n`` to the next miss, Enter (re)shows the selected turn;
+    each selection posts ``Selected`` so the pane shows that turn's facts."""
+
     DEFAULT_CSS = """
     TurnStrip { height: 3; }
+    TurnStrip:focus { background-tint: $foreground 8%; }
     """
+    BINDINGS = [
+        Binding("left", "move(-1)", "turn", show=False),
+        Binding("right", "move(1)", "turn"),
+        Binding("n", "next_miss", "next miss"),
+        Binding("enter", "choose", "turn detail"),
+    ]
+
+    class Selected(Message):
+        """A turn chosen on the strip (by key): ``turn`` is the session's turn index."""
+
+        def __init__(self, strip: "TurnStrip", turn: int) -> None:
+            super().__init__()
+            self.strip = strip
+            self.turn = turn
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.n_turns = 0
         self.turns: list[TurnRecord] = []
         self.current: int | None = None  # the turn being prefilled
+        self.selected: int | None = None  # the turn chosen by key (shown reversed)
+
+    def select(self, turn: int) -> None:
+        self.selected = max(0, min(turn, max(self.n_turns, len(self.turns)) - 1))
+        self.refresh()
+        self.post_message(self.Selected(self, self.selected))
+
+    def action_move(self, step: int) -> None:
+        if max(self.n_turns, len(self.turns)):
+            self.select((self.selected if self.selected is not None else -1 if step > 0 else 0) + step)
+
+    def action_next_miss(self) -> None:
+        """The next finished turn with a miss after the selected one (wrapping round)."""
+        missed = [t.turn for t in self.turns if t.cause and not _running(t, self.current)]
+        if not missed:
+            self.notify("no miss among the finished turns", timeout=3)
+            return
+        after = [k for k in missed if self.selected is None or k > self.selected]
+        self.select(after[0] if after else missed[0])
+
+    def action_choose(self) -> None:
+        self.select(self.selected if self.selected is not None else 0)
 
     def set_turns(self, n_turns: int) -> None:
         self.n_turns = n_turns
@@ -59,7 +101,7 @@ class TurnStrip(Widget):
         self.refresh()
 
     def reset(self) -> None:
-        self.turns, self.current = [], None
+        self.turns, self.current, self.selected = [], None, None
         self.refresh()
 
     def _color(self, name: str, default: str) -> str:
@@ -113,7 +155,9 @@ class TurnStrip(Widget):
         processed = self._color("primary", "#0178D4")
         strip = Text()
         seen: list[str] = []
-        for ch, kind in self.cells(width):
+        chosen = self.column_of(self.selected) if self.selected is not None else None
+        for col, (ch, kind) in enumerate(self.cells(width)):
+            start = len(strip)
             if kind in CAUSE_MARKS:
                 _, var, default, _ = CAUSE_MARKS[kind]
                 strip.append(ch, style=f"bold #000000 on {self._color(var, default)}")
@@ -125,10 +169,14 @@ class TurnStrip(Widget):
                 strip.append(ch, style=f"bold {processed}")
             else:
                 strip.append(ch, style="dim")
+            if col == chosen:
+                strip.stylize("reverse", start, len(strip))
         n = max(self.n_turns, len(self.turns))
         left = "turn 0"
         right = f"{n - 1}" if n else ""
         now = f"now {self.current}" if self.current is not None else f"{len(self.turns)}/{n} done"
+        if self.selected is not None:
+            now = f"▲ turn {self.selected} · " + now
         gap = max(1, width - len(left) - len(right) - len(now))
         axis = Text(left + " " * (gap // 2) + now + " " * (gap - gap // 2) + right, style="dim")
         causes = Text()
