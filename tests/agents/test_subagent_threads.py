@@ -6,6 +6,7 @@ The transcript is written at test time in a temporary HOME and never kept."""
 from __future__ import annotations
 
 import glob
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +88,25 @@ def test_the_session_replay_runs_the_subagent_requests_in_place(claude_subagent)
         assert [t.turn for t in records] == [r.prompt.index for r in reqs]
         first_sub = next(k for k, r in enumerate(reqs) if r.thread != MAIN)
         assert records[first_sub].prompt_n > 0
+
+
+def test_inspect_shows_the_threads_and_their_requests(claude_subagent):
+    """``replayer inspect`` (the CLI, text and --json): the main thread and the subagent's, with
+    as many requests each as the session replay runs."""
+    import json
+    import subprocess
+    import sys
+
+    _, parent_file, _, _ = claude_subagent
+    want: dict[str, int] = {}
+    for t in load_turns(parent_file).turns:
+        want[thread_of(t)] = want.get(thread_of(t), 0) + 1
+    r = subprocess.run([str(Path(sys.executable).with_name("replayer")), "inspect", "--json", parent_file],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-300:]
+    info = json.loads(r.stdout)
+    assert info["threads"] == want and len(want) == 2 and info["turns"] == sum(want.values())
+    r = subprocess.run([str(Path(sys.executable).with_name("replayer")), "inspect", parent_file],
+                       capture_output=True, text=True, timeout=120)
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("threads"))
+    assert " ".join(line.split()) == "threads 2: " + ", ".join(f"{k} {v}" for k, v in want.items())

@@ -199,6 +199,31 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
     return out
 
 
+def session_threads(s: Session, request: ChatRequest, path: str | Path, images: str = "omit") -> dict[str, int]:
+    """Requests per thread, as ``load_turns`` would order them, without laying out the turns
+    (what ``inspect`` shows): a request log's ``thread`` fields, else the main thread's turns
+    and each Claude Code subagent file's sent requests."""
+    if s.format in ("chat-requests", "traffic-log"):
+        from replayer.core.session import recorded_traffic, request_log
+
+        reader = request_log if s.format == "chat-requests" else recorded_traffic
+        bodies, _ = reader.read_bodies(Path(path).expanduser())
+        out: dict[str, int] = {}
+        for b in bodies:
+            th = thread_of(Turn(0, b))
+            out[th] = out.get(th, 0) + 1
+        return out
+    out = {MAIN: count_turns(request)}
+    if s.format == "claude-code":
+        from replayer.core.session.claude_code import subagent_files
+
+        for f in subagent_files(Path(path).expanduser(), s.session_id):
+            n = count_turns(request_from_files(load_session(f, "claude-code", images=images))) - 1
+            if n > 0:
+                out[f.stem] = n
+    return out
+
+
 def freeze_system_prompt(turns: list[Turn]) -> list[Turn]:
     """What-if: every turn carries the first turn's system prompt (a client that never changed it)."""
     first = next((t.messages[0] for t in turns if t.messages and t.messages[0].get("role") in ("system", "developer")),
