@@ -37,6 +37,7 @@ def main() -> None:
         t = best(replay, 2)
         rows.append((f"session replay A and B, {label}", f"{t * 1000:.1f} ms = {t / t_layout:.2f}× layout"))
     rows += _threads(cfg)
+    rows += _subagent_session(cfg, t_layout)
     rows.append(("load avg", " ".join(Path("/proc/loadavg").read_text().split()[:3])))
     w = max(len(a) for a, _ in rows)
     for a, b in rows:
@@ -61,6 +62,73 @@ def _threads(cfg) -> list[tuple[str, str]]:
         prep.server_args = args
         t = best(lambda: [sr.simulated_session_run(prep, r) for r in ("A", "B")], 2)
         rows.append((f"  simulation A and B, {label}", f"{t * 1000:.1f} ms"))
+    return rows
+
+
+def _claude_records(n_messages: int, session: str, t0: float, step: float, side: bool, rng) -> list[dict]:
+    """A Claude Code 2.1-shaped thread: a prompt every 100 messages, else a Read call and its
+    result (synthetic code text, ~60 tokens); one record a ``step`` seconds from ``t0``."""
+    import datetime
+
+    from make_fixtures import IDENT, _code, _prose
+
+    out: list[dict] = []
+    parent = None
+
+    def add(kind: str, message: dict) -> None:
+        nonlocal parent
+        ts = datetime.datetime.fromtimestamp(t0 + step * len(out), datetime.timezone.utc)
+        uid = f"{session}-{'s' if side else 'm'}-{len(out)}"
+        out.append({"type": kind, "uuid": uid, "parentUuid": parent, "sessionId": session, "isSidechain": side,
+                    "timestamp": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "message": message})
+        parent = uid
+
+    n = 0
+    while n < n_messages:
+        if n % 100 == 0:
+            add("user", {"role": "user", "content": _prose(rng, 30)})
+            n += 1
+        k = len(out)
+        add("assistant", {"id": f"msg_{uuid_of(session, side, k)}", "role": "assistant", "model": "m", "content": [
+            {"type": "tool_use", "id": f"t{k}", "name": "Read", "input": {"path": f"src/{rng.choice(IDENT)}.py"}}]})
+        add("user", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{k}",
+                                                  "content": _code(rng, rng.randint(3, 9))}]})
+        n += 2
+    return out
+
+
+def uuid_of(session: str, side: bool, k: int) -> str:
+    return f"{session[:8]}{'s' if side else 'm'}{k}"
+
+
+def _subagent_session(cfg, t_layout: float) -> list[tuple[str, str]]:
+    """The 2,000-message session as Claude Code 2.1 writes it with subagents: the main file and
+    ten per-agent files (``<session>/subagents/agent-*.jsonl``) of 40 messages each, their
+    requests between the main turns by time; imported, laid out and simulated for A and B."""
+    import json
+    import random
+    import tempfile
+
+    rng = random.Random(5)
+    d = Path(tempfile.mkdtemp(prefix="claude-sub-bench-"))
+    sid = "b3nch000-0000-4000-8000-000000000000"
+    main = _claude_records(2000, sid, 1_790_000_000.0, 1.0, False, rng)
+    (d / f"{sid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in main))
+    (d / sid / "subagents").mkdir(parents=True)
+    for a in range(10):
+        recs = _claude_records(40, sid, 1_790_000_000.0 + 200 * a + 100.5, 0.01, True, rng)
+        (d / sid / "subagents" / f"agent-a{a:04d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    st = sr.load_turns(d / f"{sid}.jsonl")
+    threads = len({t.thread for t in st.turns})
+    rows = [("2,000-message Claude Code session + 10 subagent files",
+             f"{len(st.turns)} requests on {threads} threads")]
+    for label, args in (("one slot", None), ("defaults", "")):
+        def replay():
+            prep = sr.prepare_session(d / f"{sid}.jsonl", cfg, turns=st)
+            prep.server_args = args
+            return [sr.simulated_session_run(prep, r) for r in ("A", "B")]
+        t = best(replay, 2)
+        rows.append((f"  session replay A and B, {label}", f"{t * 1000:.1f} ms = {t / t_layout:.2f}× layout"))
     return rows
 
 

@@ -18,7 +18,7 @@ from replayer.core.errors import ReplayerError
 def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
-    from replayer.core.session.turns import count_turns
+    from replayer.core.session.turns import count_turns, session_threads
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
@@ -42,7 +42,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "replay_refused": refused,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
         "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
+        "threads": session_threads(s, req, args.session),
     }
+    if len(info["threads"]) > 1:
+        info["turns"] = sum(info["threads"].values())
     if args.json:
         _json(info)
         return 0
@@ -61,6 +64,7 @@ def _inspect_text(s, info: dict[str, Any], req) -> str:
         f"  model          {s.provider or '?'} / {s.model or '?'}",
         f"  messages       {len(s.messages)}  ({roles})",
         f"  turns          {info['turns']}  (requests the agent sent; replay --mode session)",
+        f"  threads        {len(info['threads'])}: " + ", ".join(f"{k} {v}" for k, v in info["threads"].items()),
         f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}" + (
             f"  ({s.stats.recovered_tool_calls} calls and {s.stats.recovered_tool_results} results recovered "
             "from parallel branches)" if s.stats.recovered_tool_calls or s.stats.recovered_tool_results else ""),

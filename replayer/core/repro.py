@@ -37,6 +37,7 @@ from replayer.core.engine.cache import SessionRun
 from replayer.core.errors import ReplayerError
 from replayer.core.redact import redact, redact_bytes
 from replayer.core.runspec import DEFAULT_SESSION_CTX
+from replayer.core.session.turns import thread_of
 
 _QUOTED = 40  # lines of the log ISSUE.md quotes; the rest is in logs/
 ENDPOINT = "/v1/chat/completions"
@@ -50,7 +51,7 @@ def requests_of(prep) -> tuple[list[dict[str, Any]], int]:
         raw = orjson.dumps(turn.body)
         masked = redact_bytes(raw)
         n_changed += masked != raw
-        out.append({"index": turn.index, "thread": getattr(turn, "thread", "main"), "endpoint": ENDPOINT,
+        out.append({"index": turn.index, "thread": thread_of(turn), "endpoint": ENDPOINT,
                     "body": orjson.loads(masked)})
     return out, n_changed
 

@@ -32,7 +32,7 @@ from replayer.core.prompt import templates
 from replayer.core.prompt.estimate import counts_between
 from replayer.core.prompt.layout import ExactTokenizer, PromptLayout, layout_of_text, offline_tokenizer
 from replayer.core.prompt.templates import Template
-from replayer.core.session.turns import Turn, response_starts
+from replayer.core.session.turns import Turn, response_starts, thread_of
 
 
 @dataclass(slots=True)
@@ -121,36 +121,36 @@ class _Recording:
 
 
 def families(turns: list[Turn]) -> list[tuple[Turn, list[tuple[Turn, int]]]]:
-    """Group turns under the latest request they are a response-boundary prefix of.
+    """Group turns under the latest request of their thread they are a response-boundary prefix of.
 
     Returns (base turn, [(member turn, message count)]) with members in turn order; the base
     is its own last member. A turn that ends with an assistant message (the resume request of a
     conversation whose last word was the model's) is continued, not given a generation prompt:
-    it is a family of its own.
+    it is a family of its own. Each thread's turns are grouped apart (a subagent's requests
+    between the main turns do not split the main thread's family), so families of different
+    threads interleave in turn order.
     """
     out: list[tuple[Turn, list[tuple[Turn, int]]]] = []
-    base: Turn | None = None
-    starts: set[int] = set()
-    members: list[tuple[Turn, int]] = []
+    open_: dict[str, tuple[Turn, set[int], list[tuple[Turn, int]]]] = {}  # thread → base, its starts, members
     for t in reversed(turns):
-        m = t.n_messages
-        if (base is not None and m in starts and t.same_fields(base)
-                and (t.prefix_of == base.index or base.messages[:m] == t.messages)):
-            members.append((t, m))
-            continue
-        if base is not None:
+        m, th = t.n_messages, thread_of(t)
+        fam = open_.get(th)
+        if fam is not None:
+            base, starts, members = fam
+            if (m in starts and t.same_fields(base)
+                    and (t.prefix_of == base.index or base.messages[:m] == t.messages)):
+                members.append((t, m))
+                continue
             out.append((base, members[::-1]))
+            del open_[th]
         if t.messages and t.messages[-1].get("role") == "assistant":
             # a continued assistant message: rendered with no generation prompt, so no earlier
             # turn's prompt is a cut of it; a family of its own, the turn before it the next base
             out.append((t, [(t, m)]))
-            base, members = None, []
             continue
-        base, members = t, [(t, m)]
-        starts = set(response_starts(t.messages))
-    if base is not None:
-        out.append((base, members[::-1]))
-    return out[::-1]
+        open_[th] = (t, set(response_starts(t.messages)), [(t, m)])
+    out.extend((base, members[::-1]) for base, _, members in open_.values())
+    return sorted(out, key=lambda f: f[1][0][0].index)  # by each family's first turn
 
 
 def turn_layouts(turns: list[Turn], *, template: Template | None = None, tokenizer: str = "estimate",
@@ -163,6 +163,7 @@ def turn_layouts(turns: list[Turn], *, template: Template | None = None, tokeniz
         if prompts is None:
             prompts = [_render(fam, t, tpl, delims, tok, build, out)[0] for t, _ in members]
         out.prompts.extend(prompts)
+    out.prompts.sort(key=lambda p: p.index)  # in turn order: the threads' families interleave
     return out
 
 

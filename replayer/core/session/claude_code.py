@@ -12,6 +12,7 @@ excluded. Claude Code stores neither system prompt nor tool schemas.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -431,6 +432,49 @@ def _image(block: dict, images: str) -> TextPart | ImagePart:
     """An Anthropic image block (``source.media_type``, base64 ``source.data``) as the request carries it."""
     src = block.get("source") or {}
     return image_part(images, src.get("media_type", "image/png"), blob_size(src.get("data")))
+
+
+def subagent_files(path: Path, session_id: str | None) -> list[Path]:
+    """The subagents' own transcripts of the session at ``path``: 2.1.x writes them under
+    ``<session>/subagents/agent-*.jsonl``; 2.0.x wrote ``agent-*.jsonl`` beside the session,
+    told apart by the ``sessionId`` of their first record."""
+    if path.name.startswith("agent-"):
+        return []
+    found = sorted((path.parent / path.stem / "subagents").glob("agent-*.jsonl"))
+    if session_id:
+        for f in sorted(path.parent.glob("agent-*.jsonl")):
+            try:
+                with f.open("rb") as fh:
+                    head = json.loads(fh.readline(1 << 20) or b"{}")
+            except (OSError, ValueError):
+                continue
+            if isinstance(head, dict) and head.get("sessionId") == session_id:
+                found.append(f)
+    return found
+
+
+def request_times(path: Path) -> list[float | None]:
+    """When each request of the file's own thread was sent, in order: Claude Code's own
+    ``api-request`` records when it wrote them, else the time each API response began (its
+    first record; the k-th is the reply to the k-th request). Either dates a request also when
+    the messages are rebuilt from the wire records (which carry no times)."""
+    records, _, _ = read_records(path, "Claude Code")
+    sent = claude_wire.request_times(records)
+    if sent:
+        return [iso_to_s(t) for t in sent]
+    side = not any(not r.get("isSidechain") for r in records if r.get("type") in ("user", "assistant"))
+    out: list[float | None] = []
+    seen: set = set()
+    for r in records:
+        msg = r.get("message") if isinstance(r.get("message"), dict) else {}
+        if r.get("type") != "assistant" or bool(r.get("isSidechain")) != side or msg.get("model") == "<synthetic>" \
+                or r.get("isApiErrorMessage"):
+            continue
+        key = (msg.get("id"), r.get("requestId") or r.get("requestRef"))
+        if key[0] is None or key not in seen:
+            seen.add(key)
+            out.append(iso_to_s(r.get("timestamp")))
+    return out
 
 
 def detect_head(head: Head) -> float:

@@ -35,6 +35,12 @@ def _main(r: dict) -> bool:
     return not isinstance(thread, dict) or thread.get("type") in (None, "none")
 
 
+def request_times(records: list[dict]) -> list[str | None]:
+    """The timestamp of each main-thread ``api-request`` record, in file order: when each request
+    was sent (a subagent's own file holds only its thread's)."""
+    return [r.get("timestamp") for r in records if r.get("type") == "api-request" and _main(r)]
+
+
 def message_hash(message: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(message, separators=(",", ":"), sort_keys=True,
                                      ensure_ascii=False).encode()).hexdigest()

@@ -48,13 +48,14 @@ class Turn:
     each holding their own list would make a long session quadratic in memory).
     ``messages`` and ``body`` build the turn's own when asked."""
 
-    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire")
+    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire", "thread")
 
     def __init__(self, index: int, body: dict[str, Any], notes: list[str] | None = None,
                  prefix_of: int | None = None, *, n_messages: int | None = None,
-                 wire: tuple[str, dict[str, Any]] | None = None) -> None:
+                 wire: tuple[str, dict[str, Any]] | None = None, thread: str | None = None) -> None:
         self.index = index
         self.wire = wire  # (endpoint, body) as recorded, when not the chat body itself (a traffic log)
+        self.thread = thread  # the thread an importer put it on (None: its body's field, else main)
         self.notes = notes if notes is not None else []
         self.prefix_of = prefix_of  # a turn whose messages begin with these, by construction
         self._body = body
@@ -180,12 +181,74 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
         exact = True
     else:
         turns, exact = turns_of_request(req), False
+        turns = _with_subagents(turns, s, Path(path).expanduser(), images, notes)
         if s.stats.compactions_applied:
             notes.append(f"{s.stats.compactions_total} compaction(s) in the file: turns start after the latest "
                          "one (the importer keeps only the history the agent sent from then on)")
     if not turns:
         raise ReplayerError(f"{s.path}: no turns to replay")
     return SessionTurns(s, req, turns, exact, notes)
+
+
+def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, notes: list[str]) -> list[Turn]:
+    """The main thread's turns with each subagent's requests (Claude Code's per-agent files)
+    put between them by the time each was sent, each on its own thread. A subagent's last
+    turn (its whole conversation, ending with its answer) was never sent: it is left out."""
+    from replayer.core.session.claude_code import request_times, subagent_files
+
+    if s.format != "claude-code":
+        return turns
+    keyed: list[tuple[float, int, Turn]] = []
+    last = float("-inf")
+    for t, when in itertools.zip_longest(turns[:-1], request_times(path)[:len(turns) - 1]):
+        last = when if when is not None else last
+        keyed.append((last, 0, t))
+    untimed = 0
+    for f in subagent_files(path, s.session_id):
+        sub = load_session(f, "claude-code", images=images)
+        sub_turns = turns_of_request(request_from_files(sub))[:-1]
+        for t, when in itertools.zip_longest(sub_turns, request_times(f)[:len(sub_turns)]):
+            t.thread = f.stem
+            if when is None:
+                untimed += 1
+            keyed.append((when if when is not None else float("inf"), 1, t))
+    if len(keyed) == len(turns) - 1:
+        return turns
+    keyed.sort(key=operator.itemgetter(0, 1))  # stable: each thread keeps its own order
+    merged = [k[2] for k in keyed] + [turns[-1]]
+    out = [Turn(k, t._body, t.notes, None if t.thread else len(merged) - 1, n_messages=t.n_messages,
+                thread=t.thread) for k, t in enumerate(merged)]
+    threads = {t.thread for t in merged if t.thread}
+    notes.append(f"{len(out) - len(turns)} subagent request(s) on {len(threads)} thread(s) from the per-agent "
+                 "files, placed between the main turns by their times")
+    if untimed:
+        notes.append(f"{untimed} subagent request(s) carry no time: placed before the resume request")
+    return out
+
+
+def session_threads(s: Session, request: ChatRequest, path: str | Path, images: str = "omit") -> dict[str, int]:
+    """Requests per thread, as ``load_turns`` would order them, without laying out the turns
+    (what ``inspect`` shows): a request log's ``thread`` fields, else the main thread's turns
+    and each Claude Code subagent file's sent requests."""
+    if s.format in ("chat-requests", "traffic-log"):
+        from replayer.core.session import recorded_traffic, request_log
+
+        reader = request_log if s.format == "chat-requests" else recorded_traffic
+        bodies, _ = reader.read_bodies(Path(path).expanduser())
+        out: dict[str, int] = {}
+        for b in bodies:
+            th = thread_of(Turn(0, b))
+            out[th] = out.get(th, 0) + 1
+        return out
+    out = {MAIN: count_turns(request)}
+    if s.format == "claude-code":
+        from replayer.core.session.claude_code import subagent_files
+
+        for f in subagent_files(Path(path).expanduser(), s.session_id):
+            n = count_turns(request_from_files(load_session(f, "claude-code", images=images))) - 1
+            if n > 0:
+                out[f.stem] = n
+    return out
 
 
 def freeze_system_prompt(turns: list[Turn]) -> list[Turn]:

@@ -98,11 +98,11 @@ def main(argv=None):
         n_diff += bool(diff)
         n_err += got["error"] is not None and got["prompt_n"] is None
         if args.json:
-            print(json.dumps(dict(got, thread=req.get("thread", "main"), differs=diff)))
+            print(json.dumps(dict(got, thread=req.get("thread") or "main", differs=diff)))
             continue
         exp = "%s/%s %s" % (w["cache_n"], w["prompt_n"], "DIFFERS" if diff else "ok") if w else ""
         print("%4d %-9s %8s %8s %8s %8d %10s  %s" % (
-            req["index"], req.get("thread", "main")[:9], req.get("n_prompt", ""), got["cache_n"], got["prompt_n"],
+            req["index"], str(req.get("thread") or "main")[:9], req.get("n_prompt", ""), got["cache_n"], got["prompt_n"],
             len(got["batches"]), "" if got["prompt_ms"] is None else "%.1f" % got["prompt_ms"], exp))
         if got["error"]:
             print("     error: %s" % got["error"][:200])
