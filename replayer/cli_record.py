@@ -22,14 +22,20 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Arguments of ``replayer record``."""
-    from replayer.core.record.run import DEFAULT_LISTEN
-
     p = sub.add_parser("record", help="a proxy between an agent and llama-server that logs every request as sent "
                                       "(a traffic log: replay LOG --mode session)")
+    add_proxy_options(p)
+    p.set_defaults(func=cmd_record)
+
+
+def add_proxy_options(p: Any) -> None:
+    """The proxy's own options, shared by ``record`` and ``watch``: where to forward, where to
+    listen, where the traffic log goes."""
+    from replayer.core.record.run import DEFAULT_LISTEN
+
     p.add_argument("--upstream", required=True, metavar="URL",
                    help="the llama-server (or router) to forward to, e.g. http://127.0.0.1:8080")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help="where the agent connects (127.0.0.1 unless a host is given)")
     p.add_argument("--out", metavar="FILE", help="the traffic log (JSONL, appended; default "
                                                  "replayer-traffic-DATE-TIME.jsonl here)")
-    p.set_defaults(func=cmd_record)

@@ -53,17 +53,12 @@ def _lines(w, url: str) -> int:
 def add_parser(sub: Any) -> None:
     """Arguments of ``replayer watch``: the proxy's, build B and the cost model's."""
     from replayer.cli_args import add_options
+    from replayer.cli_record import add_proxy_options
     from replayer.core.options import KNOBS, MODEL
-    from replayer.core.record.run import DEFAULT_LISTEN
 
     p = sub.add_parser("watch", help="the app on a recording proxy: each request as it passes, what the server "
                                      "re-processed beside what build B's simulation predicts")
-    p.add_argument("--upstream", required=True, metavar="URL",
-                   help="the llama-server (or router) to forward to, e.g. http://127.0.0.1:8080")
-    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                   help="where the agent connects (127.0.0.1 unless a host is given)")
-    p.add_argument("--out", metavar="FILE", help="the traffic log (JSONL, appended; default "
-                                                 "replayer-traffic-DATE-TIME.jsonl here)")
+    add_proxy_options(p)
     p.add_argument("--lines", action="store_true", help="no app: print one line a request")
     add_options(p, ("b", *MODEL, *KNOBS), b="the build whose simulation is shown beside the server "
                                            "(number or generation)",
