@@ -225,6 +225,25 @@ def test_record_bad_arguments_are_one_line_errors(argv, message, capsys, tmp_pat
     assert message in err and err.count("\n") == 1
 
 
+def test_record_on_a_port_in_use_is_one_line_and_leaves_no_log(capsys, tmp_path):
+    """A port another process holds: one error line, exit 2, and no empty traffic log left —
+    while a log that was there before is kept as it was."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        new, old = tmp_path / "new.jsonl", tmp_path / "old.jsonl"
+        old.write_text('{"kept": true}\n')
+        for out in (new, old):
+            assert main(["record", "--upstream", "http://127.0.0.1:1", "--listen", f"127.0.0.1:{port}",
+                         "--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert "cannot listen on" in err and err.count("\n") == 1
+    assert not new.exists() and old.read_text() == '{"kept": true}\n'
+
+
 def test_record_runs_until_interrupted_and_reports_its_lines(tmp_path):
     import signal
     import subprocess

@@ -31,11 +31,15 @@ def record(upstream: str, listen: str = DEFAULT_LISTEN, out: Path | None = None,
     up = Upstream.parse(upstream)
     host, port = parse_listen(listen)
     path = out or default_out()
+    existed = path.exists()
     log = open_log(path)
     proxy = RecordingProxy(up, log, host, port)
+    listening = False
 
     async def main() -> None:
+        nonlocal listening
         url = await proxy.start()
+        listening = True
         if on_ready is not None:
             on_ready(url, path)
         try:
@@ -49,4 +53,6 @@ def record(upstream: str, listen: str = DEFAULT_LISTEN, out: Path | None = None,
         pass
     finally:
         log.close()
+        if not listening and not existed:  # a proxy that never listened (a port in use) leaves no empty log
+            path.unlink(missing_ok=True)
     return log.lines
