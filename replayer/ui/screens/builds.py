@@ -134,7 +134,7 @@ class BuildsScreen(Screen):
     BuildsScreen #source-where { width: 2fr; min-width: 12; }
     BuildsScreen #source-ref { width: 1fr; min-width: 9; max-width: 16; }
     BuildsScreen #source-patch { width: 2fr; min-width: 12; }
-    BuildsScreen #source-row Button { min-width: 9; width: auto; }
+    BuildsScreen #install-row Button, BuildsScreen #source-row Button { min-width: 9; width: auto; }
     BuildsScreen #source-builds { height: auto; color: $text-muted; }
     BuildsScreen #toolchain { height: auto; color: $text-muted; }
     BuildsScreen #stage { height: 1; }
@@ -162,9 +162,9 @@ class BuildsScreen(Screen):
                 yield Label("install build ")
                 yield Input(placeholder="e.g. 9763", id="install-number", type="integer")
                 yield Select([(b, b) for b in BACKEND_CHOICES], value="cpu", allow_blank=False, id="install-backend")
-                yield Button("Install  i", variant="primary", id="install")
-                yield Button("Cancel  c", id="cancel", disabled=True)
-                yield Button("Log  l", id="log")
+                yield Button("Install i", variant="primary", id="install")
+                yield Button("Cancel c", id="cancel", disabled=True)
+                yield Button("Log l", id="log")
             with Horizontal(id="source-row"):
                 yield Label("or source ")
                 yield Input(placeholder="llama.cpp folder or git URL", id="source-where")
