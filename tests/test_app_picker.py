@@ -74,6 +74,8 @@ async def test_picker_hides_non_sessions_and_filters_as_you_type(home):
         assert app.focused is t
         await pilot.press("slash", "escape")  # Esc clears the filter and returns to the list
         assert t.row_count == 301 and app.focused is t
+        await pilot.press("o", *"/tmp/x", "escape")  # and the path field, the same way
+        assert screen.query_one("#path", Input).value == "" and app.focused is t
 
 
 async def test_picker_sorts_by_tokens_and_back_from_a_session_focuses_the_list(home):

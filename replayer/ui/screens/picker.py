@@ -270,9 +270,9 @@ class PickerScreen(Screen):
             self.open(Path(event.value.strip()).expanduser())
 
     def on_key(self, event) -> None:
-        f = self.query_one("#filter", Input)
-        if event.key == "escape" and self.focused is f:
-            f.value = ""
+        """Esc in the filter or the path field clears it and gives the list back its focus."""
+        if event.key == "escape" and isinstance(self.focused, Input) and self.focused.id in ("filter", "path"):
+            self.focused.value = ""
             self.query_one("#sessions", DataTable).focus()
             event.stop()
 
