@@ -37,6 +37,7 @@ from replayer.core.engine.cache import TurnFinished, TurnStarted, context_full, 
 from replayer.core.engine.live_server import LiveOptions, LiveServer, live_options, resolve_server, server_memory
 from replayer.core.engine.live_stream import LiveResult, stream
 from replayer.core.engine.live_wire import is_wire, send_wire_turn
+from replayer.core.engine.logparse import FULL_REPROCESS
 from replayer.core.runspec import DEFAULT_SESSION_CTX, DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Clock, Guard
 from replayer.core.errors import ReplayerError, RunError
@@ -45,7 +46,6 @@ from replayer.core.prompt.layout import PromptLayout
 from replayer.core.prompt.server_tokenizer import ServerTokenizer
 from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, server_turn_prompt, shared_prefix
 
-FULL_REPROCESS = "forcing full prompt re-processing"
 
 
 def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ctx_size: int = DEFAULT_SESSION_CTX,

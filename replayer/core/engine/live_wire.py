@@ -19,7 +19,6 @@ The events are the chat turn's (``BatchDone``, ``Progress``, checkpoints, ``Turn
 
 from __future__ import annotations
 
-import time
 from typing import Any, Iterator
 
 import httpx
@@ -28,14 +27,13 @@ import orjson
 from replayer.core.engine import events as ev
 from replayer.core.engine.cache import TurnFinished
 from replayer.core.engine.live_stream import LiveResult, fact_events
-from replayer.core.engine.logparse import LogFact, parse_line
+from replayer.core.engine.logparse import FULL_REPROCESS, LogFact, parse_line
 from replayer.core.engine.schedule import Knobs, ReasonRule
 from replayer.core.errors import RunError
 from replayer.core.prompt.layout import PromptLayout
 from replayer.core.record.traffic_log import prompt_counts
 from replayer.core.server_protocol import http_error
 
-FULL_REPROCESS = "forcing full prompt re-processing"
 #: the endpoints a turn is sent to as recorded, and each one's generation limit field
 MAX_TOKENS_FIELD = {"/v1/messages": "max_tokens", "/v1/responses": "max_output_tokens",
                     "/responses": "max_output_tokens"}
@@ -92,9 +90,9 @@ def send_wire_turn(run: str, p, lay: PromptLayout, server, client: httpx.Client,
 
 def _request_lines(server, first: int) -> list[str]:
     """The log lines of the request just answered, once its slot is released (bounded wait)."""
-    end = time.monotonic() + LOG_WAIT_S
-    while time.monotonic() < end and not any("all slots are idle" in ln for ln in server.all_lines[first:]):
-        time.sleep(0.01)
+    from replayer.core.server.live_slots import wait_idle
+
+    wait_idle(server, first, LOG_WAIT_S)
     return list(server.all_lines[first:])
 
 

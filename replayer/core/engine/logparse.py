@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+#: the line a server logs when it re-processes the whole prompt (no usable cache or checkpoint)
+FULL_REPROCESS = "forcing full prompt re-processing"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^(?:\[\s*(?P<port>\d+)\]\s+)?(?:(?P<ts>\d+\.\d{2}\.\d{3}\.\d{3})\s+)?(?:(?P<lvl>[IWEDT])\s+)?(?P<msg>.*)$")
 _SLOT = re.compile(r"^slot\s+(?P<tag>.{1,12}?):\s+id\s+(?P<id>-?\d+)\s+\|\s+task\s+(?P<task>-?\d+)\s+\|\s+(?P<text>.*)$")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from replayer.core.engine.logparse import parse_line, strip_colour
+from replayer.core.engine.logparse import FULL_REPROCESS, parse_line, strip_colour
 
 __all__ = ["LiveRequestFacts", "read_request", "relevant_lines"]
 
@@ -44,7 +44,6 @@ _LOADED = re.compile(r"found better prompt with f_keep")
 _EVICTED = re.compile(r"removing oldest entry \(size = ([\d.]+) MiB\)")
 _OBSOLETE = re.compile(r"removing obsolete cached prompt with length (\d+)")
 _PURGED = re.compile(r"purging slot (\d+) with (\d+) tokens")
-_FULL = "forcing full prompt re-processing"
 _HOW = {"LRU": "lru", "LCP similarity": "lcp", "id": "id"}
 
 
@@ -85,7 +84,7 @@ def read_request(lines: Iterable[str]) -> LiveRequestFacts:
             out.cache.append(("removed", int(m.group(1)), 0.0))
         elif (m := _PURGED.search(line)):
             out.purged.append(int(m.group(1)))
-        elif _FULL in line:
+        elif FULL_REPROCESS in line:
             out.full_reprocess = True
         else:
             f = parse_line(raw)
