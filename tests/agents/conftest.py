@@ -44,3 +44,16 @@ def agent_binary(agent: Agent) -> Path:
 @pytest.fixture(params=sorted(AGENTS), scope="session")
 def agent(request) -> Agent:
     return AGENTS[request.param]
+
+
+def run_subagent(agent: Agent, home: Path, project: Path) -> list:
+    """The agent run headless on a prompt the stub answers with its Task tool (a subagent);
+    the requests the stub received, in order."""
+    from replayer.core.agents.run import run
+    from replayer.core.agents.stub_model import ModelServer
+
+    with ModelServer(str(project / "hello.txt")) as m:
+        r = run(agent, agent_binary(agent), agent.prompt("SUBAGENT: have a helper look around"),
+                home=home, project=project, url=m.url)
+        assert r.returncode == 0, r.stderr[-300:]
+        return m.log

@@ -21,7 +21,7 @@ from replayer.core.agents.run import run
 from replayer.core.agents.stub_model import Logged, ModelServer
 from replayer.core.session.turns import load_turns
 
-from agents.conftest import agent_binary
+from agents.conftest import agent_binary, run_subagent
 from agents import wire
 
 pytestmark = pytest.mark.agents
@@ -34,19 +34,6 @@ class Run:
     session_file: Path
     sent: list[Logged]  # the main thread's requests, in order
     others: list[Logged]  # side requests (titles, memory, quota)
-
-
-def _main_thread(agent: Agent, log: list[Logged]) -> tuple[list[Logged], list[Logged]]:
-    """The conversation's own requests: same system prompt and tools as the first one with tools."""
-    first = next((r for r in log if r.body.get("tools")), None)
-    if first is None:
-        return [], log
-    key = wire.FROM[agent.api](first.body)
-    main, other = [], []
-    for r in log:
-        q = wire.FROM[agent.api](r.body) if r.path.endswith(("/chat/completions", "/responses", "/messages")) else None
-        (main if q is not None and q.tools == key.tools and q.system == key.system else other).append(r)
-    return main, other
 
 
 _runs: dict[str, Run] = {}
@@ -68,7 +55,7 @@ def _run(agent: Agent, tmp_path_factory) -> Run:
         log = m.log
     files = sorted(glob.glob(str(home / agent.sessions)))
     assert len(files) == 1, f"{agent.label} wrote {files}"
-    main, other = _main_thread(agent, log)
+    main, other = wire.main_thread(agent, log)
     _runs[agent.name] = Run(agent, home, Path(files[0]), main, other)
     return _runs[agent.name]
 
@@ -182,14 +169,10 @@ def test_a_subagent_thread_and_its_parent_are_rebuilt_as_sent(name, tmp_path):
     agent = AGENTS[name]
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir(), project.mkdir()
-    with ModelServer(str(project / "hello.txt")) as m:
-        r = run(agent, agent_binary(agent), agent.prompt("SUBAGENT: have a helper look around"),
-                home=home, project=project, url=m.url)
-        assert r.returncode == 0, r.stderr[-300:]
-        log = m.log
+    log = run_subagent(agent, home, project)
     [parent_file] = glob.glob(str(home / agent.sessions))
     [sub_file] = glob.glob(str(home / agent.subagents))
-    parent, other = _main_thread(agent, log)
+    parent, other = wire.main_thread(agent, log)
     sub = [q for q in other if q.body.get("tools")]
     assert len(parent) >= 2 and len(sub) >= 1
     for f, sent in ((parent_file, parent), (sub_file, sub)):

@@ -11,14 +11,11 @@ from pathlib import Path
 import pytest
 
 from replayer.core.agents.registry import AGENTS
-from replayer.core.agents.run import run
-from replayer.core.agents.stub_model import ModelServer
 from replayer.core.server.traffic import MAIN, requests_of, thread_counts, thread_of
 from replayer.core.session.turns import load_turns
 
 from agents import wire
-from agents.conftest import agent_binary
-from agents.test_conformance import _main_thread
+from agents.conftest import run_subagent
 
 pytestmark = pytest.mark.agents
 
@@ -30,13 +27,9 @@ def claude_subagent(tmp_path_factory):
     project = home / "project"
     project.mkdir()
     (project / "hello.txt").write_text("hello\n")
-    with ModelServer(str(project / "hello.txt")) as m:
-        r = run(agent, agent_binary(agent), agent.prompt("SUBAGENT: have a helper look around"),
-                home=home, project=project, url=m.url)
-        assert r.returncode == 0, r.stderr[-300:]
-        log = m.log
+    log = run_subagent(agent, home, project)
     [parent_file] = glob.glob(str(home / agent.sessions))
-    parent, other = _main_thread(agent, log)
+    parent, other = wire.main_thread(agent, log)
     main_ids = {id(q) for q in parent}
     sub_ids = {id(q) for q in other if q.body.get("tools")}
     # the order the stub received the conversation requests: main or subagent, side requests left out

@@ -167,3 +167,16 @@ def diff(rebuilt: Req, sent: Req, *, reasoning: bool = True) -> list[str]:
             out.append(f"message {k}: {json.dumps(x)[:300]} vs sent {json.dumps(y)[:300]}")
             break
     return out
+
+
+def main_thread(agent, log: list) -> tuple[list, list]:
+    """The conversation's own requests: same system prompt and tools as the first one with tools."""
+    first = next((r for r in log if r.body.get("tools")), None)
+    if first is None:
+        return [], log
+    key = FROM[agent.api](first.body)
+    main, other = [], []
+    for r in log:
+        q = FROM[agent.api](r.body) if r.path.endswith(("/chat/completions", "/responses", "/messages")) else None
+        (main if q is not None and q.tools == key.tools and q.system == key.system else other).append(r)
+    return main, other
