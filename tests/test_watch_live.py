@@ -72,7 +72,8 @@ async def test_the_strip_grows_per_request_and_shows_observed_vs_predicted(tmp_p
     with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX), Knobs(), CTX) as server, \
             httpx.Client(timeout=120) as client:
         server.wait_healthy(client)
-        spec = WatchSpec(server.url, cfg, f"127.0.0.1:{port}", log)
+        # build B's simulated server runs the live server's own command line (one slot, no host cache)
+        spec = WatchSpec(server.url, cfg, f"127.0.0.1:{port}", log, server_args=f"-np 1 --cache-ram 0 -c {CTX}")
         app = ReplayerApp(config=cfg, replay=spec)
         async with app.run_test(size=(80, 24)) as pilot:
             await _until(pilot, lambda: isinstance(app.screen, WatchScreen) and app.screen.watch is not None
