@@ -119,7 +119,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         cases = [(["--upstream", "ftp://x"], "http://"),
                  (["--upstream", "http://127.0.0.1:9", "--listen", f"127.0.0.1:{port}"], "cannot listen"),
                  (["--upstream", "http://127.0.0.1:9", "--listen", "nope"], "--listen"),
-                 (["--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--b", "nonsense"], "build")]
+                 (["--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--b", "nonsense"], "build"),
+                 (["--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--server-args=--no-such-flag"],
+                  "does not know --no-such-flag")]
         for args, says in cases:
             r = _watch(tmp_path, *args)
             assert r.returncode == 2, (args, r.stderr)
