@@ -352,7 +352,8 @@ class _Misses:
                 held: list[tuple[int, int, int]]) -> tuple[dict | None, dict | None]:
         from replayer.core.session.turns import thread_of
 
-        obs_rec, pred_rec = _record(row.index, row.observed, row.slot, None), _record(row.index, pred, row.predicted_slot, None)
+        obs_rec = _record(row.index, row.observed, row.slot, None)
+        pred_rec = _record(row.index, pred, row.predicted_slot, None)
         obs_rec.n_prompt = pred_rec.n_prompt = p.n_tokens  # the layout's count: the ideal reuse is measured on it
         pred_rec.held = held
         prompts = [*self.seen, *self.last.values(), p]
