@@ -332,9 +332,10 @@ def describe(name: str, cal: Calibration, dest: Path | None = None) -> str:
         lines.append(f"  the fitted runs have {cal.small_ubatches} ubatches under {costmod.FA_TILE_Q} tokens: "
                      "their extra attention cost is not measured (priced at 0)")
     for h in cal.holdout or []:
-        lines.append(f"  held out {Path(h.session).name} {h.build}: simulated {h.simulated_ms / 1000:.2f} s, "
-                     f"{'server' if h.requests is not None else 'live'} {h.live_ms / 1000:.2f} s, "
-                     f"error {h.error * 100:+.1f} %"
+        logged = h.requests is not None  # a traffic log's requests: priced by the line against the server's times
+        lines.append(f"  held out {Path(h.session).name}" + ("" if logged else f" {h.build}")
+                     + f": {'priced' if logged else 'simulated'} {h.simulated_ms / 1000:.2f} s, "
+                     f"{'server' if logged else 'live'} {h.live_ms / 1000:.2f} s, error {h.error * 100:+.1f} %"
                      + ("" if h.batches_match else
                         f" (simulated batches differ: {h.simulated_batches} vs {h.live_batches} live)")
                      + ("" if h.request_error is None else
