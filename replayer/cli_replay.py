@@ -30,10 +30,40 @@ def _calibration_flags(args: argparse.Namespace) -> None:
                             f"{where} (calibrate without {where}, then replay with --calibration ID)")
 
 
+def _traffic_log(path: str) -> bool:
+    from replayer.core.session import registry
+
+    try:
+        return registry.detect(Path(path).expanduser()) == "traffic-log"
+    except ReplayerError:
+        return False  # the replay itself says what is wrong with the file
+
+
+def _calibrate_log(args: argparse.Namespace, cfg) -> int:
+    """``replay LOG --calibrate``: the line fitted on the log's recorded timings (no run at all)."""
+    from replayer.core.record.calibrate_log import calibrate_log
+
+    if args.repeat != 1:
+        raise ReplayerError("--repeat times live runs; a traffic log's timings were recorded once")
+    if args.app or args.screenshot:
+        raise ReplayerError("--calibrate on a traffic log fits its recorded timings in the CLI; in the app, "
+                            "open the log and press c in its session screen")
+    name, cal, said = calibrate_log(Path(args.session).expanduser(), cfg)
+    if args.json:
+        _out(orjson.dumps({"calibration": {"id": name, **cal.model_dump(mode="json"),
+                                           "held_out_error": cal.held_out_error()}},
+                          option=orjson.OPT_INDENT_2).decode())
+    else:
+        _out(said)
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.engine import events as ev
     from replayer.core.pipeline import Replay
 
+    if args.calibrate and args.engine != "live" and _traffic_log(args.session):
+        return _calibrate_log(args, _config(args))
     _calibration_flags(args)
     cfg = _config(args)
     if args.repro:
@@ -57,6 +87,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     rp.prepare()
     if args.app or args.screenshot:
         return _replay_app(args, rp.prepared)
+    if cfg.calibrate and cfg.engine != "live":  # (was dropped silently: a simulated run times nothing)
+        raise ReplayerError("--calibrate fits a cost line on live runs (--engine live) or on the timings a "
+                            f"traffic log recorded (replayer record); {Path(args.session).name} is not a traffic log")
     if args.jsonl:
         _jsonl_notes(rp.prepared.meta())
     done = rp.run(on_event=(lambda e: _out(ev.to_json(e))) if args.jsonl else None,

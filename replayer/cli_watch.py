@@ -16,14 +16,20 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from replayer.core.record.watch import Watch
 
     config = config_from(args)
-    w = Watch(args.upstream, config, args.listen, Path(args.out).expanduser() if args.out else None)
+    server_args = None
+    if args.server_args is not None:
+        from replayer.core.server.session import check_server_args
+
+        server_args = check_server_args(args.server_args, config)
+    w = Watch(args.upstream, config, args.listen, Path(args.out).expanduser() if args.out else None,
+              server_args=server_args)
     url = w.start()
     try:
         if args.lines:
             return _lines(w, url)
         from replayer.ui.screens.watch import WatchSpec, run_watch_app
 
-        return run_watch_app(WatchSpec(args.upstream, config, args.listen, w.path, watch=w))
+        return run_watch_app(WatchSpec(args.upstream, config, args.listen, w.path, watch=w, server_args=server_args))
     finally:
         w.stop()
 
@@ -60,6 +66,10 @@ def add_parser(sub: Any) -> None:
                                      "re-processed beside what build B's simulation predicts")
     add_proxy_options(p)
     p.add_argument("--lines", action="store_true", help="no app: print one line a request")
+    p.add_argument("--server-args", metavar="ARGS|@FILE",
+                   help="the upstream llama-server's command line (slots, --cache-ram, …), or @file holding it: "
+                        "build B's simulated server runs it (default: B's own defaults, with the upstream's "
+                        "number of slots)")
     add_options(p, ("b", *MODEL, *KNOBS), b="the build whose simulation is shown beside the server "
                                            "(number or generation)",
                 tokenizer="estimate | gguf:PATH (default: the upstream server's own /apply-template and /tokenize)")

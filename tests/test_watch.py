@@ -22,17 +22,59 @@ def _rec(seq: int, endpoint: str, body, **kw) -> dict:
             "id_slot": 0, "stream": False, "timings": None, "cache_n": None, "prompt_n": None, **kw}
 
 
-def test_each_record_is_predicted_on_its_slot_and_a_different_reuse_is_flagged():
-    p = Predictor.for_upstream(ReplayConfig(b="9859", tokenizer="estimate"), "http://127.0.0.1:9")
+def test_each_record_is_predicted_on_the_slot_the_simulated_server_picks_and_a_difference_is_flagged():
+    """Two slots (``-np 2``, no host cache): the simulated server puts each request where build B's
+    ``get_available_slot`` would (the least recently used while nothing is similar, then the slot
+    holding the thread's last prompt); a request the server answered from another slot, or with
+    another reuse, is flagged."""
+    p = Predictor.for_upstream(ReplayConfig(b="9859", tokenizer="estimate"), "http://127.0.0.1:9",
+                               server_args="-np 2 --cache-ram 0")
     turns = anthropic_turns(3)
-    first = p.add(_rec(1, "/v1/messages", turns[0], cache_n=0, prompt_n=10))
-    assert first.predicted is not None and first.predicted.cache_n == 0 and not first.differs
-    grown = p.add(_rec(2, "/v1/messages", turns[1], cache_n=0, prompt_n=10))  # the server kept nothing
-    assert grown.predicted.cache_n == first.predicted.n_prompt  # the simulation extends the last prompt
-    assert grown.differs  # …so the server's 0 is flagged
-    other_slot = p.add(_rec(3, "/v1/messages", turns[2], id_slot=1, cache_n=5, prompt_n=1))
-    assert other_slot.predicted.cache_n == 0  # slot 1 held nothing yet
-    assert (p.totals.requests, p.totals.compared, p.totals.differ) == (3, 3, 2)
+    side = {"model": "m", "max_tokens": 5, "system": "Write a five-word title for this conversation.",
+            "messages": [{"role": "user", "content": "Summarize in one line what the user asked for today."}]}
+    first = p.add(_rec(1, "/v1/messages", turns[0], id_slot=1, cache_n=0, prompt_n=10))
+    assert first.predicted_slot == 1 and not first.slot_differs  # both idle and empty: the last in slot order
+    assert first.predicted.cache_n == 0 and not first.differs
+    title = p.add(_rec(2, "/v1/messages", side, thread="t2", id_slot=0, cache_n=0, prompt_n=10))
+    assert title.predicted_slot == 0 and title.predicted.cache_n == 0  # not similar: the least recently used
+    grown = p.add(_rec(3, "/v1/messages", turns[1], id_slot=1, cache_n=0, prompt_n=10))  # the server kept nothing
+    assert grown.predicted_slot == 1 and grown.predicted.cache_n == first.predicted.n_prompt  # its own slot
+    assert grown.differs and not grown.slot_differs  # the server's 0 is flagged, its slot is the predicted one
+    moved = p.add(_rec(4, "/v1/messages", turns[2], id_slot=0, cache_n=0, prompt_n=10))
+    assert moved.predicted_slot == 1 and moved.slot_differs  # the server took another slot: flagged
+    assert row_line(moved).split("│")[1].split()[0] == "1*" and "slot" in export([moved], p.totals, {}, "md").decode()
+    assert (p.totals.requests, p.totals.compared, p.totals.differ) == (4, 4, 2)
+    assert (p.totals.slots_compared, p.totals.slots_differ) == (4, 1)
+    assert "slot on 1/4" in totals_lines(p.totals, "b9859")[1]
+
+
+def test_an_explicit_id_slot_in_the_body_is_where_the_simulated_server_runs_it():
+    p = Predictor.for_upstream(ReplayConfig(b="9859", tokenizer="estimate"), "http://127.0.0.1:9",
+                               server_args="-np 3 --cache-ram 0")
+    turns = anthropic_turns(2)
+    rows = [p.add(_rec(1, "/v1/messages", {**turns[0], "id_slot": 1}, id_slot=1)),
+            p.add(_rec(2, "/v1/messages", {**turns[1], "id_slot": 0}, id_slot=0))]
+    assert [r.predicted_slot for r in rows] == [1, 0] and not any(r.slot_differs for r in rows)
+    assert rows[1].predicted.cache_n == 0  # slot 0 held nothing: the body's slot, not the similar one
+
+
+def test_without_server_args_the_simulated_server_has_the_upstreams_slots():
+    class OneSlotServer:  # what ServerPrompts reads from the upstream's /props
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def total_slots(self):
+            return 1
+
+    cfg = ReplayConfig(b="9859", tokenizer="estimate")
+    p = Predictor.for_upstream(cfg, "http://127.0.0.1:9")
+    p.prompts = OneSlotServer(p.prompts)
+    p.add(_rec(1, "/v1/messages", anthropic_turns(1)[0]))
+    assert p.setup.n_parallel == 1 and len(p.server().slots) == 1
+    assert Predictor.for_upstream(cfg, "http://127.0.0.1:9").setup.n_parallel == 4  # b9859's -np auto
 
 
 def test_what_cannot_be_predicted_is_a_row_that_says_why():
@@ -77,7 +119,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         cases = [(["--upstream", "ftp://x"], "http://"),
                  (["--upstream", "http://127.0.0.1:9", "--listen", f"127.0.0.1:{port}"], "cannot listen"),
                  (["--upstream", "http://127.0.0.1:9", "--listen", "nope"], "--listen"),
-                 (["--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--b", "nonsense"], "build")]
+                 (["--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--b", "nonsense"], "build"),
+                 (["--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--server-args=--no-such-flag"],
+                  "does not know --no-such-flag")]
         for args, says in cases:
             r = _watch(tmp_path, *args)
             assert r.returncode == 2, (args, r.stderr)
@@ -89,7 +133,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_each_side_says_why_it_re_processed_against_its_own_threads_last_request():
     import copy
 
-    p = Predictor.for_upstream(ReplayConfig(b="9859", tokenizer="estimate"), "http://127.0.0.1:9")
+    p = Predictor.for_upstream(ReplayConfig(b="9859", tokenizer="estimate"), "http://127.0.0.1:9",
+                               server_args="-np 1 --cache-ram 0")
     turns = anthropic_turns(4)
     changed = copy.deepcopy(turns[3])
     changed["system"] = [{"type": "text", "text": "You are a different agent."}]

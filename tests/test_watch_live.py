@@ -72,7 +72,8 @@ async def test_the_strip_grows_per_request_and_shows_observed_vs_predicted(tmp_p
     with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX), Knobs(), CTX) as server, \
             httpx.Client(timeout=120) as client:
         server.wait_healthy(client)
-        spec = WatchSpec(server.url, cfg, f"127.0.0.1:{port}", log)
+        # build B's simulated server runs the live server's own command line (one slot, no host cache)
+        spec = WatchSpec(server.url, cfg, f"127.0.0.1:{port}", log, server_args=f"-np 1 --cache-ram 0 -c {CTX}")
         app = ReplayerApp(config=cfg, replay=spec)
         async with app.run_test(size=(80, 24)) as pilot:
             await _until(pilot, lambda: isinstance(app.screen, WatchScreen) and app.screen.watch is not None
@@ -164,3 +165,54 @@ def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
         assert row.split()[0] == str(k) and f"{x['cache_n']:,}+{x['prompt_n']:,}" in row  # the server's numbers
         assert row.count(f"{x['cache_n']:,}+{x['prompt_n']:,}") == 2 and "≠" not in row  # …and the prediction
     assert f"server: {len(sent)} requests" in err and "Traceback" not in err
+
+
+def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it_on(tmp_path):
+    """Two agents interleaved on a real two-slot server (``-np 2 --cache-ram 0``): the server keeps
+    each agent on the slot holding its prompt (``get_available_slot``'s similarity), so both keep
+    their cache. Build B's simulated server in the same setup (``--server-args``) picks the same
+    slots: its reuse is the server's on every request. The same requests predicted on one slot
+    (``-np 1``) lose the cache at every switch: the slot choice is what makes the numbers agree."""
+    from replayer.core.record.predict import Predictor
+    from replayer.core.record.watch import Watch
+    from replayer.core.server.help import help_for
+    from replayer.core.server.setup import parse_server_args
+
+    from test_calibrate_log_live import conversation
+
+    model = make_tiny("llama", tmp_path / "llama.gguf")
+    log = tmp_path / "watch.jsonl"
+    args = f"-np 2 --cache-ram 0 -c {2 * CTX}"
+    cfg = ReplayConfig(b=str(BUILD), model=str(model))
+    sent = conversation()[:12]
+    with LiveServer(LiveOptions(binary=_binary(), model=model), Knobs(), 2 * CTX,
+                    setup=parse_server_args(args, help_for(BUILD))) as server, httpx.Client(timeout=120) as client:
+        server.wait_healthy(client)
+        w = Watch(server.url, cfg, "127.0.0.1:0", log, server_args=args)
+        url = w.start()
+        try:
+            rows = []
+            for k, body in enumerate(sent, 1):
+                assert client.post(f"{url}/v1/chat/completions", json=body).status_code == 200
+                for _ in range(1200):  # a bound on the wait for the row, not a timing assertion
+                    rows += w.drain()
+                    if len(rows) == k:
+                        break
+                    threading.Event().wait(0.05)
+        finally:
+            w.stop()
+        rows += w.drain()
+        one = Predictor.for_upstream(cfg, server.url, server_args="-np 1 --cache-ram 0")
+        lines = [json.loads(x) for x in log.read_text().splitlines()]
+        on_one_slot = [one.add(x) for x in lines]
+    assert len(rows) == len(sent) == len(lines)
+    threads = [x["thread"] for x in lines]
+    assert len(set(threads)) == 2 and any(a != b for a, b in zip(threads, threads[1:]))  # interleaved
+    assert [r.predicted.cache_n for r in rows] == [x["cache_n"] for x in lines]  # the server's reuse, exactly
+    assert not any(r.differs for r in rows)
+    slot_of = {}
+    for r, th in zip(rows, threads):  # each agent stays on one slot, the two on different ones
+        assert slot_of.setdefault(th, r.predicted_slot) == r.predicted_slot
+    assert len(set(slot_of.values())) == 2
+    switched = [k for k in range(1, len(lines)) if threads[k] != threads[k - 1] and lines[k]["cache_n"] > 0]
+    assert switched and all(on_one_slot[k].predicted.cache_n < lines[k]["cache_n"] for k in switched)

@@ -37,6 +37,8 @@ class HeldOut(BaseModel):
     batches_match: bool  # the simulated batches are the live run's (start and size of each)
     live_batches: int = 0
     simulated_batches: int = 0
+    requests: int | None = None  # a traffic log's held-out requests (``record.calibrate_log``)
+    request_error: float | None = None  # the median of their |priced / server − 1|
 
 
 class Calibration(BaseModel):
@@ -222,13 +224,37 @@ def fit_cost(batches: list[ev.BatchDone], n_ubatch: int, match_totals: bool = Fa
         mask = [np.array([r[2] == run for r in rows]) for run in runs]
         a = np.vstack([a, *[weight * a[m].sum(axis=0) for m in mask]])
         y = np.concatenate([y, [weight * y[m].sum() for m in mask]])
-    else:
+        return _solve(a, y, q_tile)
+    return _solve(a, y, q_tile, weighted=True)
+
+
+def _solve(a, y, q_tile: int, weighted: bool = False) -> Terms:
+    """NNLS of the rows (each weighted by 1/√ms when ``weighted``), columns scaled first."""
+    import numpy as np
+
+    if weighted:
         w = 1.0 / np.sqrt(y)
         a, y = a * w[:, None], y * w
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
     coef = _nnls(a / scale, y) / scale  # the features differ by orders of magnitude
     return Terms(*(float(c) for c in coef), q_tile=q_tile)
+
+
+def fit_groups(groups: Sequence[tuple[Sequence[ev.BatchDone], float]], n_ubatch: int, q_tile: int = 0) -> Terms:
+    """``fit_cost`` where only the total time of a group of batches is known: one row per group
+    (its batches' features summed, weighted by 1/√ms as a batch is). A traffic log's request is
+    such a group: the server's ``timings.prompt_ms`` covers all the batches of its prompt."""
+    import numpy as np
+
+    rows = [(np.sum([_features(b, n_ubatch, q_tile) for b in bs], axis=0), ms) for bs, ms in groups if bs and ms > 0]
+    if len(rows) < 3:
+        raise ReplayerError("need at least three timed requests to calibrate")
+    a = np.array([r[0] for r in rows], dtype=float)
+    y = np.array([r[1] for r in rows], dtype=float)
+    if small_ubatches([b for bs, _ in groups for b in bs], n_ubatch) < MIN_SMALL_UBATCHES:
+        a[:, 3] = 0.0
+    return _solve(a, y, q_tile, weighted=True)
 
 
 def calibrate(batches: list[ev.BatchDone], n_ubatch: int, backend: str, model: Path,
@@ -285,7 +311,10 @@ def held_out_summary(cal: Calibration) -> str:
     err = cal.held_out_error()
     if err is None:
         return "held-out error: not measured (check the line on other sessions with --holdout SESSION …)"
-    return f"held-out error: at most {err * 100:.1f} % over {len(cal.holdout or [])} runs"
+    held = cal.holdout or []
+    if all(h.requests is not None for h in held):  # a traffic log's requests (``record.calibrate_log``)
+        return f"held-out error: at most {err * 100:.1f} % over {sum(h.requests or 0 for h in held)} requests"
+    return f"held-out error: at most {err * 100:.1f} % over {len(held)} runs"
 
 
 def describe(name: str, cal: Calibration, dest: Path | None = None) -> str:
@@ -303,10 +332,14 @@ def describe(name: str, cal: Calibration, dest: Path | None = None) -> str:
         lines.append(f"  the fitted runs have {cal.small_ubatches} ubatches under {costmod.FA_TILE_Q} tokens: "
                      "their extra attention cost is not measured (priced at 0)")
     for h in cal.holdout or []:
-        lines.append(f"  held out {Path(h.session).name} {h.build}: simulated {h.simulated_ms / 1000:.2f} s, "
-                     f"live {h.live_ms / 1000:.2f} s, error {h.error * 100:+.1f} %"
+        logged = h.requests is not None  # a traffic log's requests: priced by the line against the server's times
+        lines.append(f"  held out {Path(h.session).name}" + ("" if logged else f" {h.build}")
+                     + f": {'priced' if logged else 'simulated'} {h.simulated_ms / 1000:.2f} s, "
+                     f"{'server' if logged else 'live'} {h.live_ms / 1000:.2f} s, error {h.error * 100:+.1f} %"
                      + ("" if h.batches_match else
-                        f" (simulated batches differ: {h.simulated_batches} vs {h.live_batches} live)"))
+                        f" (simulated batches differ: {h.simulated_batches} vs {h.live_batches} live)")
+                     + ("" if h.request_error is None else
+                        f"; per request: median error {h.request_error * 100:.1f} % over {h.requests}"))
     lines.append("  " + held_out_summary(cal))
     return "\n".join(lines)
 

@@ -59,6 +59,7 @@ class Props(_Reply):
     bos_token: str | None = None
     eos_token: str | None = None
     default_generation_settings: GenerationSettings = GenerationSettings()
+    total_slots: NonNegativeInt | None = None  # -np as the server resolved it
 
 
 class AppliedTemplate(_Reply):

@@ -6,26 +6,35 @@ the simulated engine predicts for the same request on build B. The prediction is
 replay's own machinery, fed one turn at a time: the body converted as the server converts its
 endpoint (``session.server_conversions``), laid out (by default with the upstream server's own
 ``/apply-template`` + ``/tokenize``, as the live engine lays turns out, so a difference is the
-cache's, not the tokenizer's), then run on a simulated slot (``engine.cache.OneSlot``) and timed by
-the config's cost model. Each request runs on the simulated slot of the slot the server chose
-(``id_slot``; one slot when the answer does not say, as b9859's do not): slot *selection* is not predicted here (``replay --mode session --server-args``
-models it); what the server kept on that slot is. A request whose ``cache_n`` differs from the
-prediction is flagged.
+cache's, not the tokenizer's), then sent to build B's simulated server (``server.slots.ServerSim``:
+its slots, slot selection and host cache, as ``replay --mode session --server-args`` runs them) and
+timed by the config's cost model. The simulated server is the user's command line
+(``watch --server-args``), else build B's defaults with the upstream's number of slots (``/props``
+``total_slots``). So each request goes to the slot the simulation picks (an explicit ``id_slot`` in
+the body, the most similar idle slot, else the least recently used), which is shown beside the
+slot the server chose (``id_slot`` of its answer; b9859's answers do not say): a request whose
+``cache_n`` differs from the prediction is flagged, and so is one the server put on another slot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, Protocol
 
-from replayer.core.engine.cache import OneSlot, SessionRun, TurnRecord, context_full
+from replayer.core.engine.cache import SessionRun, TurnRecord, context_full
 from replayer.core.engine.misses import explain
 from replayer.core.engine.simulate import prefill_into
 from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig, run_spec
 from replayer.core.prompt import templates
 from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, server_turn_prompt, turn_layouts
+from replayer.core.runspec import DEFAULT_SESSION_CTX
+from replayer.core.server.help import help_for
+from replayer.core.server.session import setup_knobs
+from replayer.core.server.setup import ServerSetup, parse_server_args
+from replayer.core.server.slots import ServerSim
+from replayer.core.server.traffic import MAIN, Request
 from replayer.core.session import openai_body
 from replayer.core.session.server_conversions import CONVERSIONS, to_chat
 from replayer.core.session.turns import Turn
@@ -67,6 +76,7 @@ class WatchRow:
     error: str | None = None  # the exchange's error (the server's or the proxy's)
     note: str | None = None  # why there is no prediction
     causes: tuple[dict | None, dict | None] = (None, None)  # why each side re-processed (``engine.misses``)
+    predicted_slot: int | None = None  # the slot build B's simulated server put the request on
 
     @property
     def differs(self) -> bool:
@@ -74,13 +84,18 @@ class WatchRow:
         p, o = self.predicted, self.observed
         return p is not None and o.cache_n is not None and p.cache_n != o.cache_n
 
+    @property
+    def slot_differs(self) -> bool:
+        """The server put the request on another slot than the simulation (both known)."""
+        return self.slot is not None and self.predicted_slot is not None and self.slot != self.predicted_slot
+
     def records(self) -> tuple[TurnRecord, TurnRecord | None]:
         """The row as the turn strip's records: (observed, predicted)."""
         obs = _record(self.index, self.observed, self.slot, self.error)
         obs.cause = self.causes[0]
         if self.predicted is None:
             return obs, None
-        pred = _record(self.index, self.predicted, self.slot, None)
+        pred = _record(self.index, self.predicted, self.predicted_slot, None)
         pred.cause = self.causes[1]
         return obs, pred
 
@@ -92,7 +107,8 @@ class WatchRow:
                     "prompt_ms": None if s.prompt_ms is None else round(s.prompt_ms, 3),
                     "full_reprocess": s.full_reprocess}
         return {"request": self.index, "seq": self.seq, "endpoint": self.endpoint, "thread": self.thread,
-                "slot": self.slot, "status": self.status, "observed": side(self.observed),
+                "slot": self.slot, "predicted_slot": self.predicted_slot, "slot_differs": self.slot_differs,
+                "status": self.status, "observed": side(self.observed),
                 "observed_ms_is_first_byte": self.ms_estimated, "predicted": side(self.predicted),
                 "differs": self.differs, "observed_cause": self.causes[0], "predicted_cause": self.causes[1],
                 "error": self.error, "note": self.note}
@@ -133,6 +149,7 @@ def _text(v: Any) -> str | None:
 class Prompts(Protocol):
     def prompt(self, turn: Turn) -> TurnPrompt: ...
     def n_ctx(self) -> int | None: ...
+    def total_slots(self) -> int | None: ...
     def delimiters(self) -> list: ...
 
 
@@ -165,6 +182,10 @@ class ServerPrompts:
         self._ready()
         return self.st.n_ctx()
 
+    def total_slots(self) -> int | None:
+        self._ready()
+        return self.st.props().total_slots or None
+
     def delimiters(self) -> list:
         return self.layouts.delimiters if self.layouts is not None else []
 
@@ -184,6 +205,9 @@ class OfflinePrompts:
     def n_ctx(self) -> int | None:
         return None
 
+    def total_slots(self) -> int | None:
+        return None
+
     def delimiters(self) -> list:
         return self.delims
 
@@ -200,6 +224,8 @@ class Totals:
     predicted_ms: float = 0.0
     compared: int = 0  # rows with both sides' cache_n
     differ: int = 0
+    slots_compared: int = 0  # rows with both sides' slot
+    slots_differ: int = 0
 
     def add(self, row: WatchRow) -> None:
         self.requests += 1
@@ -214,6 +240,9 @@ class Totals:
             if o.cache_n is not None:
                 self.compared += 1
                 self.differ += row.differs
+        if row.slot is not None and row.predicted_slot is not None:
+            self.slots_compared += 1
+            self.slots_differ += row.slot_differs
 
 
 @dataclass
@@ -222,6 +251,7 @@ class Predictor:
 
     config: ReplayConfig
     prompts: Prompts
+    server_args: str | None = None  # the user's llama-server command line (None: build B's defaults)
     rows: list[WatchRow] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
 
@@ -229,16 +259,34 @@ class Predictor:
         self.spec = run_spec("B", self.config)
         self.cost = self.config.cost()
         self.build = self.spec.build
-        self.slots: dict[int, OneSlot] = {}
+        self.help = help_for(self.build.effective_number)
+        self.setup: ServerSetup = parse_server_args(self.server_args or "", self.help)  # a bad flag: refused now
+        self.sim: ServerSim | None = None  # made at the first request: the upstream may come up after the proxy
         self.t_ms = 0.0
         self.misses = _Misses()
 
     @classmethod
-    def for_upstream(cls, config: ReplayConfig, upstream_url: str) -> "Predictor":
+    def for_upstream(cls, config: ReplayConfig, upstream_url: str, server_args: str | None = None) -> "Predictor":
         """Laid out by the upstream server unless the config names a tokenizer."""
         build = run_spec("B", config).build
         prompts: Prompts = OfflinePrompts(config, build) if config.tokenizer else ServerPrompts(upstream_url, build)
-        return cls(config, prompts)
+        return cls(config, prompts, server_args)
+
+    def server(self) -> ServerSim:
+        """Build B's simulated server in the user's setup; without ``--server-args``, with as many
+        slots as the upstream says it has (``-np N``: a per-slot KV cache, as the server runs it)."""
+        if self.sim is None:
+            slots = self.prompts.total_slots() if self.server_args is None else None
+            if slots and slots != self.setup.n_parallel:
+                self.setup = parse_server_args(f"-np {slots}", self.help)
+            setup, per_slot = self.setup, self.prompts.n_ctx()
+            total = setup.n_ctx or (per_slot * (1 if setup.kv_unified else setup.n_parallel) if per_slot
+                                    else DEFAULT_SESSION_CTX)
+            knobs = setup_knobs(setup, self.spec.knobs,
+                                n_ctx=total if setup.kv_unified else total // max(1, setup.n_parallel))
+            self.spec = replace(self.spec, knobs=knobs)
+            self.sim = ServerSim(setup, self.build, knobs, None, total)
+        return self.sim
 
     def add(self, rec: dict[str, Any]) -> WatchRow:
         row = observed_of(len(self.rows), rec)
@@ -267,19 +315,25 @@ class Predictor:
         if row.thread:  # the proxy's thread: each request's misses are read against its own thread's last
             chat = {**chat, "thread": row.thread}
         p = self.prompts.prompt(Turn(row.index, chat))
-        slot = self.slots.get(row.slot or 0)
-        if slot is None:
-            slot = self.slots[row.slot or 0] = OneSlot(self.spec, self.prompts.n_ctx())
-        held = [(c[0], c[1], c[2]) for c in slot.slot.checkpoints]  # alive when the request came
-        _, _, sched, full, _ = slot.turn(p)
+        sim = self.server()
+        held = {s.id: [(c[0], c[1], c[2]) for c in s.slot.checkpoints] for s in sim.slots}  # alive when it came
+        facts = sim.request(row.index, Request(p, row.thread or MAIN, _id_slot(body)))
+        row.predicted_slot = facts.slot
+        sched = facts.schedule
         if sched is None:
-            return Side(0, 0, 0.0), context_full(p, slot.n_ctx)
+            return Side(0, 0, 0.0), context_full(p, sim.n_ctx_slot)
         ms = prefill_into(self.spec, sched, self.cost, self.t_ms, [], [], [], progress=False)
         self.t_ms += ms
-        pred = Side(sched.n_past, p.n_tokens - sched.n_past, ms, full)
+        pred = Side(facts.cache_n, facts.prompt_n, ms, facts.full_reprocess)
         if row.observed.n_prompt is not None:  # what the server said, explained on the same prompts
-            row.causes = self.misses.explain(row, p, pred, self.prompts.delimiters(), held)
+            row.causes = self.misses.explain(row, p, pred, self.prompts.delimiters(), held[facts.slot])
         return pred, None
+
+
+def _id_slot(body: dict[str, Any]) -> int:
+    """The body's ``id_slot`` (-1: the server chooses), as the server reads it."""
+    v = body.get("id_slot", -1)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= -1 else -1
 
 
 class _Misses:
@@ -298,7 +352,8 @@ class _Misses:
                 held: list[tuple[int, int, int]]) -> tuple[dict | None, dict | None]:
         from replayer.core.session.turns import thread_of
 
-        obs_rec, pred_rec = _record(row.index, row.observed, row.slot, None), _record(row.index, pred, row.slot, None)
+        obs_rec = _record(row.index, row.observed, row.slot, None)
+        pred_rec = _record(row.index, pred, row.predicted_slot, None)
         obs_rec.n_prompt = pred_rec.n_prompt = p.n_tokens  # the layout's count: the ideal reuse is measured on it
         pred_rec.held = held
         prompts = [*self.seen, *self.last.values(), p]

@@ -7,6 +7,11 @@ never wait for a repaint or a prediction (a layout asks the upstream server for
 loop once a line is on disk; that only queues the record. The predictor thread turns each into
 a ``WatchRow`` (``predict.Predictor``) and appends it to ``rows``, which the app drains on its own
 timer — the same hand-over as a replay's runs (workers append, the screen drains).
+
+Build B can change while the watch runs (``rebuild``): a new predictor is queued like a record,
+and the predictor thread feeds it every line this watch logged so far, read back from the log
+(the watch keeps no request bodies), then hands over the new rows as a new ``epoch``: the
+screen starts its strips and table again from them.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ import concurrent.futures
 import queue
 import threading
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from replayer.core.prepare import ReplayConfig
 from replayer.core.record.predict import Predictor, ServerPrompts, Side, Totals, WatchRow
@@ -32,13 +40,18 @@ class Watch:
     the last call; ``stop()`` closes the proxy, finishes the queued predictions and the log."""
 
     def __init__(self, upstream: str, config: ReplayConfig, listen: str = DEFAULT_LISTEN,
-                 out: Path | None = None, predictor: Predictor | None = None) -> None:
+                 out: Path | None = None, predictor: Predictor | None = None, server_args: str | None = None) -> None:
         self.upstream = Upstream.parse(upstream)
         self.host, self.port = parse_listen(listen)
         self.path = out or default_out()
         self.upstream_url = f"http://{self.upstream.host}:{self.upstream.port}{self.upstream.prefix}"
         config.check()
-        self.predictor = predictor or Predictor.for_upstream(config, self.upstream_url)
+        self.predictor = predictor or Predictor.for_upstream(config, self.upstream_url, server_args)
+        self.server_args = server_args
+        self.epoch = 0  # +1 each time build B changed and every row was predicted again
+        self._lock = threading.Lock()  # the rows and the epoch change together
+        self._fed = 0  # log lines the predictor has been given
+        self._offset = 0  # where this watch's lines start in the log (it may append to an older one)
         self.url: str | None = None
         self.rows: deque[WatchRow] = deque()
         self.failure: str | None = None  # the predictor thread's end, if it was not asked for
@@ -67,6 +80,7 @@ class Watch:
     def start(self) -> str:
         existed = self.path.exists()
         self._log = open_log(self.path, self._queue.put)
+        self._offset = self.path.stat().st_size
         self._proxy = RecordingProxy(self.upstream, self._log, self.host, self.port)
         bound: queue.Queue[str | BaseException] = queue.Queue()
         proxy_thread = threading.Thread(target=self._serve, args=(bound,), name="replayer-watch-proxy", daemon=True)
@@ -107,20 +121,59 @@ class Watch:
             rec = self._queue.get()
             if rec is _STOP:
                 return
-            try:
-                self.rows.append(self.predictor.add(rec))
-            except Exception as exc:  # a bug must show, not stop the watch silently: the row says it
-                self.failure = f"prediction failed on request {rec.get('seq')}: {type(exc).__name__}: {exc}"
-                row = WatchRow(len(self.predictor.rows), 0, str(rec.get("endpoint")), None, None, None, Side(),
-                               note=self.failure)
-                self.predictor.rows.append(row)
+            if isinstance(rec, Predictor):
+                self._switch(rec)
+                continue
+            self._fed += 1
+            row = self._add(self.predictor, rec)
+            with self._lock:
                 self.rows.append(row)
 
+    def _add(self, predictor: Predictor, rec: dict[str, Any]) -> WatchRow:
+        try:
+            return predictor.add(rec)
+        except Exception as exc:  # a bug must show, not stop the watch silently: the row says it
+            self.failure = f"prediction failed on request {rec.get('seq')}: {type(exc).__name__}: {exc}"
+            row = WatchRow(len(predictor.rows), 0, str(rec.get("endpoint")), None, None, None, Side(),
+                           note=self.failure)
+            predictor.rows.append(row)
+            return row
+
+    def rebuild(self, b: str) -> None:
+        """Predict with build ``b`` from now on, every request logged so far again first. A build
+        that cannot be simulated is refused here (``ReplayerError``), before anything changes."""
+        config = replace(self.predictor.config, b=b)
+        config.check()
+        self._queue.put(Predictor.for_upstream(config, self.upstream_url, self.server_args))
+
+    def _switch(self, new: Predictor) -> None:
+        rows = []
+        with open(self.path, "rb") as fh:  # this watch's lines, each written whole by the log
+            fh.seek(self._offset)
+            for k, line in enumerate(fh):
+                if k >= self._fed:
+                    break
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:  # (the log is the user's file: never a crash)
+                    rec = {"seq": None, "endpoint": "?"}
+                rows.append(self._add(new, rec))
+        with self._lock:
+            self.predictor = new
+            self.rows.clear()
+            self.rows.extend(rows)
+            self.epoch += 1
+
     def drain(self) -> list[WatchRow]:
-        out = []
-        while self.rows:
-            out.append(self.rows.popleft())
-        return out
+        """The rows predicted since the last call (after a change of build, every row again)."""
+        return self.drain_epoch()[1]
+
+    def drain_epoch(self) -> tuple[int, list[WatchRow]]:
+        """(epoch, the rows since the last call): a new epoch's rows are every request again, on the new build."""
+        with self._lock:
+            out = list(self.rows)
+            self.rows.clear()
+            return self.epoch, out
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving (requests in flight are cancelled upstream), then let the predictor

@@ -2,8 +2,9 @@
 running totals, and the exports (JSON, Markdown, text) — all written through ``core/export.py``.
 
 A row is at most ``ROW_WIDTH`` characters, so the table is whole at 80 columns (with a scroll
-bar): request, endpoint letter, thread, slot, then observed and predicted ``cached+new`` tokens
-and prompt time, and ``≠`` where the prediction's reuse is not the server's.
+bar): request, endpoint letter, thread, the server's slot and its ``cached+new`` tokens and prompt
+time, then the simulated slot (``*`` when the server chose another), its ``cached+new`` and prompt
+time, and ``≠`` where the prediction's reuse is not the server's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ ROW_WIDTH = 77
 ENDPOINT_MARK = {"/v1/chat/completions": "c", "/chat/completions": "c", "/v1/messages": "m", "/v1/responses": "r",
                  "/responses": "r", "/completion": "p", "/completions": "p", "/v1/completions": "p"}
 FLAG = "≠"
+SLOT_FLAG = "*"  # after the predicted slot: the server put the request on another one
 
 
 def _tokens(s: Side | None) -> str:
@@ -28,26 +30,32 @@ def _tokens(s: Side | None) -> str:
 
 def _ms(s: Side | None, estimated: bool = False) -> str:
     if s is None or s.prompt_ms is None:
-        return f"{'—':>9}"
-    return f"{('~' if estimated else '') + format(s.prompt_ms, ',.1f'):>9}"
+        return f"{'—':>8}"
+    return f"{('~' if estimated else '') + format(s.prompt_ms, ',.1f'):>8}"
+
+
+def _slot(row: WatchRow) -> str:
+    if row.predicted_slot is None:
+        return f"{'':>3}"
+    return f"{str(row.predicted_slot) + (SLOT_FLAG if row.slot_differs else ''):>3}"
 
 
 def header_line() -> str:
-    return (f"{'#':>4} e {'thread':<6} {'sl':>2} {'server: cached+new':>18} {'ms':>5} {'tok/s':>6} │ "
-            f"{'predicted':>14} {'ms':>9}")
+    return (f"{'#':>4} e {'thrd':<4} {'sl':>2} {'server: cached+new':>18} {'ms':>4} {'tok/s':>6} │ "
+            f"{'sl':>3} {'predicted':>14} {'ms':>8}")
 
 
 def row_line(row: WatchRow) -> str:
     """One request as a line of ``ROW_WIDTH`` characters or fewer."""
     o = row.observed
     tps = o.tok_s if not row.ms_estimated else None
-    left = (f"{row.index:>4} {ENDPOINT_MARK.get(row.endpoint, '?')} {(row.thread or '—')[:6]:<6} "
+    left = (f"{row.index:>4} {ENDPOINT_MARK.get(row.endpoint, '?')} {(row.thread or '—')[:4]:<4} "
             f"{'' if row.slot is None else row.slot:>2} {_tokens(o)} {_ms(o, row.ms_estimated)} "
             f"{'—' if tps is None else format(tps, ',.0f'):>6}")
     if row.predicted is None:
         right = (row.note or row.error or "")[:ROW_WIDTH - len(left) - 3]
     else:
-        right = f"{_tokens(row.predicted)} {_ms(row.predicted)}"
+        right = f"{_slot(row)} {_tokens(row.predicted)} {_ms(row.predicted)}"
     flag = f" {FLAG}" if row.differs else ""  # kept when outsized numbers push the line past the width
     return f"{left} │ {right}"[:ROW_WIDTH - len(flag)] + flag
 
@@ -61,6 +69,8 @@ def totals_lines(t: Totals, build: str) -> list[str]:
     pred = f"{build}: re-processed {t.predicted_prompt_n:,} tokens in {t.predicted_ms / 1000:.2f} s"
     if t.compared:
         pred += f" · reuse differs on {t.differ}/{t.compared}"
+    if t.slots_compared:
+        pred += f" · slot on {t.slots_differ}/{t.slots_compared}"
     return [server, pred]
 
 
@@ -75,7 +85,8 @@ def report(rows: list[WatchRow], totals: Totals, meta: dict[str, Any]) -> dict[s
                        "observed_prompt_ms": round(totals.observed_ms, 3), "observed_timed": totals.observed_timed,
                        "predicted_prompt_n": totals.predicted_prompt_n,
                        "predicted_prompt_ms": round(totals.predicted_ms, 3),
-                       "compared": totals.compared, "differ": totals.differ},
+                       "compared": totals.compared, "differ": totals.differ,
+                       "slots_compared": totals.slots_compared, "slots_differ": totals.slots_differ},
             "requests": [r.to_dict() for r in rows]}
 
 
@@ -90,9 +101,9 @@ def to_text(rows: list[WatchRow], totals: Totals, meta: dict[str, Any]) -> str:
 def to_markdown(rows: list[WatchRow], totals: Totals, meta: dict[str, Any]) -> str:
     out = [f"### replayer watch ({totals.requests} requests, predicted by {meta.get('build')})", "",
            f"**{totals_line(totals, str(meta.get('build')))}**", "",
-           "| # | endpoint | thread | slot | server cached | server new | server ms | predicted cached | "
-           "predicted new | predicted ms | differs |",
-           "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "| # | endpoint | thread | slot | server cached | server new | server ms | predicted slot | "
+           "predicted cached | predicted new | predicted ms | differs |",
+           "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
 
     def cell(v: Any, fmt: str = ",") -> str:
         return "—" if v is None else format(v, fmt)
@@ -100,10 +111,16 @@ def to_markdown(rows: list[WatchRow], totals: Totals, meta: dict[str, Any]) -> s
         o, p = r.observed, r.predicted
         out.append(f"| {r.index} | {r.endpoint} | {r.thread or '—'} | {cell(r.slot, '')} | {cell(o.cache_n)} | "
                    f"{cell(o.prompt_n)} | {('~' if r.ms_estimated else '') + cell(o.prompt_ms, ',.1f')} | "
+                   f"{cell(r.predicted_slot, '')}{SLOT_FLAG if r.slot_differs else ''} | "
                    f"{cell(p.cache_n if p else None)} | {cell(p.prompt_n if p else None)} | "
                    f"{cell(p.prompt_ms if p else None, ',.1f')} | "
-                   f"{'yes' if r.differs else (r.note or '')} |")
+                   f"{_differs(r)} |")
     return "\n".join(out)
+
+
+def _differs(r: WatchRow) -> str:
+    said = [w for w, on in (("yes", r.differs), ("slot", r.slot_differs)) if on]
+    return ", ".join(said) or (r.note or "")
 
 
 FORMATS = ("json", "md", "text")

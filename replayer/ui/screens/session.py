@@ -57,7 +57,8 @@ class SessionSpec:
 
 class SessionScreen(ReplayScreen):
     PANE = SessionPane
-    BINDINGS = [Binding("x", "repro", "reproduction for a maintainer", show=False)]
+    BINDINGS = [Binding("x", "repro", "reproduction for a maintainer", show=False),
+                Binding("c", "calibrate", "calibrate on the log's timings", show=False)]
 
     def __init__(self, spec: SessionSpec, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
@@ -67,6 +68,7 @@ class SessionScreen(ReplayScreen):
         self._doc: dict[str, Any] | None = None
         self.runs: tuple[Any, Any] | None = None
         self.prepare_error: str | None = None
+        self.calibration_text: str | None = None  # what ``c`` fitted on a traffic log's timings
 
     def summary_widgets(self) -> ComposeResult:
         yield Static("", id="session-report")
@@ -132,6 +134,11 @@ class SessionScreen(ReplayScreen):
             if event.state == WorkerState.ERROR:  # anything but a ReplayerError: still a message
                 err = event.worker.error
                 self._prepare_failed(f"{type(err).__name__}: {err}")
+        elif event.worker.group == "calibrate":  # no run either
+            event.prevent_default()
+            if event.state == WorkerState.ERROR:
+                err = event.worker.error
+                self.notify(f"{type(err).__name__}: {err}", title="cannot calibrate", severity="error", markup=False)
 
     @property
     def drain_slice(self) -> int:
@@ -236,6 +243,25 @@ class SessionScreen(ReplayScreen):
             self.notify(f"reproduction not written: {exc}", severity="error")
             return
         self.notify(f"reproduction written to {dest.resolve()} (python3 repro.py --expect A)", timeout=10)
+
+    def action_calibrate(self) -> None:
+        """A traffic log's recorded timings fitted as a cost line (``record.calibrate_log``, what
+        ``replay LOG --calibrate`` prints), saved for ``--calibration ID``; no run needed."""
+        self.notify("fitting a cost line on the log's timings…", timeout=3)
+        self._calibrate()
+
+    @work(thread=True, group="calibrate", exclusive=True, exit_on_error=False)
+    def _calibrate(self) -> None:
+        from replayer.core.record.calibrate_log import calibrate_log
+
+        try:
+            _, _, said = calibrate_log(Path(self.spec.path).expanduser(), self.spec.config)
+        except ReplayerError as exc:
+            self.app.call_from_thread(self.notify, str(exc), title="cannot calibrate", severity="error",
+                                      timeout=10, markup=False)
+            return
+        self.calibration_text = said
+        self.app.call_from_thread(self.notify, said, title="calibrated on the log", timeout=30, markup=False)
 
     def export_bytes(self, fmt: str) -> bytes:
         if fmt in SESSION_FORMATS:  # the CLI's documents, redacted by core/export.py

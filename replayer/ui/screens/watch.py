@@ -6,6 +6,10 @@ replay's panes drain their runs) into two turn strips — what the server re-pro
 build B's simulation predicts, one cell a request, the shared ``TurnStrip`` — the running
 totals, and a table of one line a request (``record.watch_text.row_line``: fits 80 columns)
 with ``≠`` where the predicted reuse is not the server's. Nothing here computes a number.
+
+``b`` chooses build B among the setup's builds (the presets and what is installed, ✓): the
+watch predicts every request logged so far again on it (``Watch.rebuild``) and the strips and
+table start again from the new rows.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ from pathlib import Path
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
-from textual.widgets import RichLog, Static
+from textual.screen import ModalScreen, Screen
+from textual.widgets import OptionList, RichLog, Static
+from textual.widgets.option_list import Option
 
 from replayer.core.engine.cache import TurnRecord
 from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig
 from replayer.core.record.predict import WatchRow
 from replayer.core.record.watch import Watch
-from replayer.core.record.watch_text import FLAG, export, header_line, row_line, totals_lines
+from replayer.core.record.watch_text import FLAG, SLOT_FLAG, export, header_line, row_line, totals_lines
 from replayer.ui.widgets.key_footer import KeyFooter
 from replayer.ui.widgets.watch_strip import GrowingStrip
 
@@ -41,9 +46,42 @@ class WatchSpec:
     listen: str
     out: Path | None = None
     watch: Watch | None = None  # already listening (the CLI binds before the app opens)
+    server_args: str | None = None  # the upstream's command line: build B's simulated server runs it
 
     def open_screen(self) -> "WatchScreen":
         return WatchScreen(self, self.watch)
+
+
+class ChooseBuild(ModalScreen[str | None]):
+    """Build B for the prediction: the setup screen's choices (``setup.build_options``)."""
+
+    DEFAULT_CSS = """
+    ChooseBuild { align: center middle; }
+    ChooseBuild > OptionList { width: 70; max-width: 95%; height: auto; max-height: 80%; border: round $accent; }
+    """
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def __init__(self, current: str) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        from replayer.ui.screens.setup import build_options
+
+        opts = build_options()
+        if self.current not in {v for _, v in opts}:
+            opts.insert(0, (self.current, self.current))
+        ol = OptionList(*(Option(label, id=value) for label, value in opts), id="build-b-choices")
+        ol.border_title = "build B: what the simulation predicts with"
+        yield ol
+
+    def on_mount(self) -> None:
+        ol = self.query_one(OptionList)
+        ol.highlighted = ol.get_option_index(self.current)
+        ol.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
 
 
 class WatchScreen(Screen):
@@ -56,8 +94,8 @@ class WatchScreen(Screen):
     WatchScreen #watch-cols { height: 1; color: $text-muted; }
     WatchScreen #watch-rows { height: 1fr; scrollbar-size-vertical: 1; }
     """
-    BINDINGS = [Binding("e", "export('md')", "export md"), Binding("j", "export('json')", "export json"),
-                Binding("q", "app.quit", "quit")]
+    BINDINGS = [Binding("b", "choose_build", "build B"), Binding("e", "export('md')", "export md"),
+                Binding("j", "export('json')", "export json"), Binding("q", "app.quit", "quit")]
 
     def __init__(self, spec: WatchSpec, watch: Watch | None = None) -> None:
         super().__init__()
@@ -67,6 +105,7 @@ class WatchScreen(Screen):
         self.observed: list[TurnRecord] = []
         self.predicted: list[TurnRecord] = []
         self.error: str | None = None
+        self.epoch = 0  # the watch's epoch the rows shown are of (a new build B starts a new one)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="watch-head", markup=False)
@@ -82,7 +121,8 @@ class WatchScreen(Screen):
     def on_mount(self) -> None:
         try:
             if self.watch is None:
-                self.watch = Watch(self.spec.upstream, self.spec.config, self.spec.listen, self.spec.out)
+                self.watch = Watch(self.spec.upstream, self.spec.config, self.spec.listen, self.spec.out,
+                                   server_args=self.spec.server_args)
             url = self.watch.url or self.watch.start()
         except ReplayerError as exc:
             self.error = str(exc)
@@ -92,17 +132,53 @@ class WatchScreen(Screen):
         w = self.watch
         self.query_one("#watch-head", Static).update(
             f"watch {url} → {w.upstream_url} · log {w.path.name}")
-        self.query_one("#label-predicted", Static).update(f"predicted by {w.build_label} ({w.meta()['layout']} "
-                                                          "layout, simulated slot)")
+        self._show_label()
         self._show_totals()
         self.set_interval(DRAIN_S, self.drain)
+
+    def _show_label(self) -> None:
+        assert self.watch is not None
+        w = self.watch
+        self.query_one("#label-predicted", Static).update(
+            f"predicted by {w.build_label} ({w.meta()['layout']} layout, simulated slots) · b: build B")
+
+    def action_choose_build(self) -> None:
+        if self.watch is None or self.error:
+            self.notify("the watch did not start", severity="warning")
+            return
+        self.app.push_screen(ChooseBuild(self.watch.predictor.config.b), self._chosen)
+
+    def _chosen(self, b: str | None) -> None:
+        if b is None or self.watch is None or b == self.watch.predictor.config.b:
+            return
+        try:
+            self.watch.rebuild(b)
+        except ReplayerError as exc:
+            self.notify(str(exc), title="cannot predict with this build", severity="error", markup=False)
+            return
+        self.notify(f"predicting every request again on {b}…", markup=False)
+
+    def _restart(self) -> None:
+        """A new build B: every row comes again, so the strips and the table start empty."""
+        self.rows, self.observed, self.predicted = [], [], []
+        self.query_one("#watch-rows", RichLog).clear()
+        for strip in ("#watch-observed", "#watch-predicted"):
+            s = self.query_one(strip, GrowingStrip)
+            s.n_turns = 0
+            s.update_turns([])
+        self._show_label()
 
     def drain(self) -> None:
         """Rows predicted since the last tick: the strips, the totals and the table."""
         if self.watch is None:
             return
-        new = self.watch.drain()
+        epoch, new = self.watch.drain_epoch()
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._restart()
         if not new:
+            if epoch and not self.rows:  # a build change before any request: the strips stay empty
+                self._show_totals()
             return
         log = self.query_one("#watch-rows", RichLog)
         for row in new:
@@ -112,6 +188,10 @@ class WatchScreen(Screen):
             if pred is not None:
                 self.predicted.append(pred)
             line = Text(row_line(row), no_wrap=True)
+            if row.slot_differs:
+                at = line.plain.find(SLOT_FLAG, line.plain.find("│") + 1)
+                if at > 0:
+                    line.stylize("bold yellow", at, at + 1)
             if row.differs:
                 line.stylize("bold red", len(line) - len(FLAG))
             elif row.predicted is None:
