@@ -46,6 +46,8 @@ def sub_threads(s: Session, path: Path, images: str = "omit") -> list[SubThread]
     if s.format == "claude-code":
         out = [SubThread(f.stem, "file", _loader(f, "claude-code", images), lambda _s, f=f: request_times(f))
                for f in subagent_files(path, s.session_id)]
+        if not s.stats.sidechain_records:  # the main import counted them: no second read without
+            return out
         try:
             records, _, _ = read_records(path, "Claude Code")
         except (ReplayerError, OSError):  # the main import read it; a file gone since has no sidechains
@@ -58,6 +60,18 @@ def sub_threads(s: Session, path: Path, images: str = "omit") -> list[SubThread]
         return [SubThread(c, "child", _loader(path, "opencode", images, session_id=c), message_times)
                 for c in opencode.children(path, s.session_id)]
     return []
+
+
+def loaded(subs: list[SubThread], notes: list[str]) -> list[tuple[SubThread, Session]]:
+    """Each thread with its conversation; one that cannot be read is left out with a note (the
+    main thread and the others stand)."""
+    out = []
+    for sub in subs:
+        try:
+            out.append((sub, sub.load()))
+        except ReplayerError as exc:
+            notes.append(f"subagent thread {sub.name} left out: {exc}")
+    return out
 
 
 def main_times(s: Session, path: Path) -> list[float | None]:

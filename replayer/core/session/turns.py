@@ -207,8 +207,7 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
         keyed.append((last, 0, t))
     untimed = 0
     sources: list[str] = []
-    for sub in subs:
-        sess = sub.load()
+    for sub, sess in threads.loaded(subs, notes):
         sub_turns = turns_of_request(request_from_files(sess))[:-1]
         for t, when in itertools.zip_longest(sub_turns, sub.times(sess)[:len(sub_turns)]):
             t.thread = sub.name
@@ -248,8 +247,8 @@ def session_threads(s: Session, request: ChatRequest, path: str | Path, images: 
     from replayer.core.session import threads
 
     out = {MAIN: count_turns(request)}
-    for sub in threads.sub_threads(s, Path(path).expanduser(), images):
-        n = count_turns(request_from_files(sub.load())) - 1
+    for sub, sess in threads.loaded(threads.sub_threads(s, Path(path).expanduser(), images), s.warnings):
+        n = count_turns(request_from_files(sess)) - 1
         if n > 0:
             out[sub.name] = n
     return out
