@@ -149,3 +149,18 @@ def test_a_child_session_loads_on_its_own_by_id(stored):
     s = load_session(stored, session_id="ses_c2")
     assert [m.role for m in s.messages] == ["user", "assistant", "tool", "assistant"]
     assert s.messages[-1].text() == "c2 done"
+
+
+def test_odd_session_files_beside_the_parent_do_not_stop_it(tmp_path):
+    """A session file whose ``parentID`` is not an id, one that is not JSON, and a child whose
+    messages cannot be read: the parent and its readable children still import."""
+    st = _storage(tmp_path)
+    (st / "session" / "global" / "ses_odd.json").write_text(json.dumps({"id": "ses_odd", "parentID": ["ses_p"]}))
+    (st / "session" / "global" / "ses_bad.json").write_text("{not json")
+    (st / "session" / "global" / "ses_c9.json").write_text(json.dumps({"id": "ses_c9", "parentID": "ses_p",
+                                                                        "time": {"created": T0 + 9000}}))
+    for name in ("ses_odd", "ses_bad", "ses_c9"):  # older than the parent: not the newest session
+        os.utime(st / "session" / "global" / f"{name}.json", (T0 / 1000, T0 / 1000))
+    turns = load_turns(st)
+    assert [(thread_of(t), len(t.messages)) for t in turns.turns] == WANT
+    assert any(n.startswith("subagent thread ses_c9 left out: ") for n in turns.notes)

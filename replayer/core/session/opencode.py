@@ -65,20 +65,22 @@ def children(path: Path, session_id: str) -> list[str]:
     with ``parentID``), their own children too, in the order they were created."""
     if path.is_dir() or not is_sqlite(path):
         root = storage_root(path)
-        rows = [] if root is None else [
-            (info.get("id"), info.get("parentID"), (info.get("time") or {}).get("created"))
-            for f in _session_files(root) if isinstance(info := _read_json(f), dict)]
+        infos = [] if root is None else [_quiet_json(f) for f in _session_files(root)]
+        rows = [(i.get("id"), i.get("parentID"), t.get("created") if isinstance(t := i.get("time"), dict) else None)
+                for i in infos]
     else:
         try:
             with open_readonly(path) as con:
                 rows = [(r["id"], r.get("parent_id"), r.get("time_created")) for r in _sessions(con, path)]
         except sqlite3.DatabaseError as exc:
             raise ImportFailed(f"cannot read {path}: {exc}") from None
-    created = {i: t if isinstance(t, (int, float)) else 0 for i, _, t in rows if isinstance(i, str)}
+    created = {i: t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0
+               for i, _, t in rows if isinstance(i, str)}
+    links = [(i, p) for i, p, _ in rows if isinstance(i, str) and isinstance(p, str)]
     out: set[str] = set()
     parents = {session_id}
     while parents:  # each generation's children, until none is new (a loop ends too)
-        parents = {i for i, p, _ in rows if p in parents and i in created and i not in out and i != session_id}
+        parents = {i for i, p in links if p in parents and i not in out and i != session_id}
         out |= parents
     return sorted(out, key=lambda i: (created[i], i))
 
@@ -123,7 +125,7 @@ def load_storage(path: Path, session_id: str | None = None, *, images: str = "om
     if root is None:
         raise ImportFailed(f"{path} is not inside an OpenCode storage folder")
     if session_id is not None:
-        info = next((i for f in _session_files(root) if (i := _read_json(f)).get("id") == session_id), None)
+        info = next((i for f in _session_files(root) if (i := _quiet_json(f)).get("id") == session_id), None)
         if info is None:
             raise ImportFailed(f"no session {session_id!r} in {root}")
     elif path.is_file():
@@ -132,8 +134,9 @@ def load_storage(path: Path, session_id: str | None = None, *, images: str = "om
         files = sorted(_session_files(root), key=lambda p: p.stat().st_mtime)
         if not files:
             raise ImportFailed(f"{root} holds no sessions")
-        infos = [_read_json(f) for f in files]  # the newest top-level session: a child is a subagent's
-        info = next((i for i in reversed(infos) if not i.get("parentID")), infos[-1])
+        info = _read_json(files[-1])
+        if info.get("parentID"):  # a subagent's session: the newest top-level one is the conversation
+            info = next((i for f in reversed(files[:-1]) if (i := _quiet_json(f)) and not i.get("parentID")), info)
     sid = info.get("id")
     messages = _admitted(root, _stored_files(root, "message", sid, "session"))
     messages.sort(key=lambda m: ((m.get("time") or {}).get("created") or 0, str(m.get("id", ""))))
@@ -226,6 +229,14 @@ def _read_json(p: Path) -> dict:
         return _loads(read_bytes(p, "OpenCode record", MAX_RECORD_BYTES))
     except ReplayerError as exc:
         raise ImportFailed(str(exc)) from None
+
+
+def _quiet_json(p: Path) -> dict:
+    """A stored object, or nothing when it cannot be read (a session file looked at in passing)."""
+    try:
+        return _read_json(p)
+    except ImportFailed:
+        return {}
 
 
 def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, warnings: list[str]) -> list[dict]:

@@ -57,8 +57,11 @@ def sub_threads(s: Session, path: Path, images: str = "omit") -> list[SubThread]
                                  lambda _s, root=root: request_times(path, root)))
         return out
     if s.format == "opencode" and s.session_id:
-        return [SubThread(c, "child", _loader(path, "opencode", images, session_id=c), message_times)
-                for c in opencode.children(path, s.session_id)]
+        try:
+            found = opencode.children(path, s.session_id)
+        except ReplayerError:  # the main import read it: a database gone bad since has no children
+            return []
+        return [SubThread(c, "child", _loader(path, "opencode", images, session_id=c), message_times) for c in found]
     return []
 
 
