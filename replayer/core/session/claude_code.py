@@ -6,8 +6,9 @@ user message that follows carries the history. Assistant responses are written o
 content block per line and are merged back by ``message.id`` — all records of that id,
 also those off the walked chain (2.x writes parallel ``tool_use`` blocks and their
 ``tool_result`` records on sibling branches); every result of a turn's calls follows it,
-in file order, as Claude Code sends them on resume. Sidechains (Task subagents) are
-excluded. Claude Code stores neither system prompt nor tool schemas.
+in file order, as Claude Code sends them on resume. Sidechains (1.0.x Task subagents) are
+not on the main thread: ``sidechains`` gives each as a thread of its own. Claude Code
+stores neither system prompt nor tool schemas.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def _index(records: list[dict], stats: ImportStats) -> dict[str, dict]:
 def sidechains(records: list[dict]) -> dict[str, list[dict]]:
     """Claude Code 1.0.x's Task subagents, written into the main file as ``isSidechain`` records:
     each subagent conversation by the uuid of its root (the first record of its ``parentUuid``
-    chain that is a sidechain record), in file order. None in a file holding only sidechain
+    chain that is a sidechain record), in file order. Empty for a file holding only sidechain
     records (a subagent's own file: that thread is the file's main one)."""
     side = {r["uuid"]: r for r in records if r.get("isSidechain") and isinstance(r.get("uuid"), str)
             and is_one_of(r.get("type"), CONVERSATIONAL)}
