@@ -26,6 +26,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         _out(orjson.dumps(_text_masked(req.body), option=orjson.OPT_INDENT_2))
         return 0
     n_tokens, n_starts, refused = _inspect_layout(req, s.n_chars)
+    threads = session_threads(s, req, args.session)  # first: a thread left out adds its note
     info = {
         "path": s.path, "format": s.format, "format_version": s.format_version, "agent_version": s.agent_version,
         "session_id": s.session_id, "title": _text_masked({"title": s.title})["title"], "model": s.model,
@@ -42,12 +43,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "replay_refused": refused,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
         "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
-        "threads": session_threads(s, req, args.session),
+        "threads": threads,
     }
     if len(info["threads"]) > 1:
         info["turns"] = sum(info["threads"].values())
     if args.json:
         _json(info)
+        return 0
+    if args.markdown:
+        from replayer.core.export import inspect_markdown
+
+        _out(inspect_markdown(info))
         return 0
     _out(_inspect_text(s, info, req))
     return 0

@@ -72,7 +72,9 @@ def _parse_inspect(sub: Any) -> None:
     """What a session holds; no tokenizer or build needed."""
     p = sub.add_parser("inspect", help="what a session holds and what its resume request is")
     _common_session(p)
-    p.add_argument("--json", action="store_true", help="print the facts as JSON")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print the facts as JSON")
+    shape.add_argument("--markdown", action="store_true", help="print the facts as Markdown (for an issue)")
     p.add_argument("--request", action="store_true", help="print the rebuilt request body")
     p.set_defaults(func=cli_inspect.cmd_inspect)
 

@@ -14,6 +14,7 @@ they stay in memory or the user's cache, never in the repository.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -94,7 +95,26 @@ def tool_call(api: str, body: dict[str, Any], file_path: str, subagent: bool = F
     schema = tools[name]
     props = schema.get("properties") or {}
     args = {k: _value(k, props.get(k) or {}, file_path) for k in schema.get("required") or list(props)[:1]}
+    for k in ("subagent_type", "agent_type"):
+        if k in args:
+            args[k] = _general_agent(_description(api, body, name))
     return name, json.dumps(args)
+
+
+def _description(api: str, body: dict[str, Any], name: str) -> str:
+    """The description of the request's tool ``name``."""
+    for t in body.get("tools") or []:
+        f = t.get("function") if isinstance(t, dict) and api == "chat" else t
+        if isinstance(f, dict) and f.get("name") == name:
+            return str(f.get("description") or "")
+    return ""
+
+
+def _general_agent(description: str) -> str:
+    """The general-purpose agent type the subagent tool's description lists (``- general:
+    General-purpose agent …`` in OpenCode, ``- general-purpose: …`` in Claude Code)."""
+    m = re.search(r"^- ([\w-]+): general-purpose", description, re.IGNORECASE | re.MULTILINE)
+    return m.group(1) if m else "general-purpose"
 
 
 def _last_input(api: str, body: dict[str, Any]) -> tuple[str, str]:

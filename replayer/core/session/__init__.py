@@ -21,7 +21,7 @@ def __getattr__(name: str):
 
 
 def load_session(path: str | Path, format: str | None = None, *, images: str = "omit",
-                 session_id: str | None = None) -> Session:
+                 session_id: str | None = None, thread: str | None = None) -> Session:
     """Import a session file read-only; raises ``ImportFailed`` with a one-line reason."""
     p = Path(path).expanduser()
     imp = registry.importer(format) if format is not None else registry.importer(detect_format(p))
@@ -31,7 +31,7 @@ def load_session(path: str | Path, format: str | None = None, *, images: str = "
         check_readable_file(p)
     if format is not None:
         registry.check_forced(p, format)
-    options = registry.LoadOptions(images=images, session_id=session_id)
+    options = registry.LoadOptions(images=images, session_id=session_id, thread=thread)
     try:  # a record with a bad field is left out by name (salvage.py), not the whole session
         s = salvage.load(lambda: imp.load(p, options))
     except RecursionError:

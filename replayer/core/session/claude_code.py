@@ -6,13 +6,13 @@ user message that follows carries the history. Assistant responses are written o
 content block per line and are merged back by ``message.id`` — all records of that id,
 also those off the walked chain (2.x writes parallel ``tool_use`` blocks and their
 ``tool_result`` records on sibling branches); every result of a turn's calls follows it,
-in file order, as Claude Code sends them on resume. Sidechains (Task subagents) are
-excluded. Claude Code stores neither system prompt nor tool schemas.
+in file order, as Claude Code sends them on resume. Sidechains (1.0.x Task subagents) are
+not on the main thread: ``sidechains`` gives each as a thread of its own. Claude Code
+stores neither system prompt nor tool schemas.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,10 +55,16 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def load(path: Path, *, images: str = "omit") -> Session:
+def load(path: Path, *, images: str = "omit", thread: str | None = None) -> Session:
     """Claude Code's resume, in stages: index the records, walk the active thread, gather each
-    response's blocks and results from the whole thread, then turn the thread into messages."""
+    response's blocks and results from the whole thread, then turn the thread into messages.
+    ``thread``: the root uuid of one of the file's sidechains (``sidechains``), read instead of
+    the main thread."""
     records, stats, warnings = read_records(path, "Claude Code")
+    if thread is not None:
+        records = sidechains(records).get(thread)
+        if records is None:
+            raise ImportFailed(f"{path} holds no sidechain starting at {thread!r}")
     by_uuid = _index(records, stats)
     main = _thread(records, path, warnings)
     chain = path_to_root(main[-1], by_uuid, id_key="uuid", parent_key="parentUuid")
@@ -179,6 +185,32 @@ def _index(records: list[dict], stats: ImportStats) -> dict[str, dict]:
         if r.get("type") == "system" and r.get("subtype") == "compact_boundary":
             stats.compactions_total += 1
     return by_uuid
+
+
+def sidechains(records: list[dict]) -> dict[str, list[dict]]:
+    """Claude Code 1.0.x's Task subagents, written into the main file as ``isSidechain`` records:
+    each subagent conversation by the uuid of its root (the first record of its ``parentUuid``
+    chain that is a sidechain record), in file order. Empty for a file holding only sidechain
+    records (a subagent's own file: that thread is the file's main one)."""
+    side = {r["uuid"]: r for r in records if r.get("isSidechain") and isinstance(r.get("uuid"), str)
+            and is_one_of(r.get("type"), CONVERSATIONAL)}
+    if not side or not any(is_one_of(r.get("type"), CONVERSATIONAL) and not r.get("isSidechain") for r in records):
+        return {}
+    root_of: dict[str, str] = {}
+    out: dict[str, list[dict]] = {}
+    for u, r in side.items():
+        walk, seen = [u], {u}
+        while walk[-1] not in root_of:
+            p = side[walk[-1]].get("parentUuid")
+            if not isinstance(p, str) or p not in side or p in seen:  # a root (or a loop: cut there)
+                root_of[walk[-1]] = walk[-1]
+                break
+            walk.append(p)
+            seen.add(p)
+        root = root_of[walk[-1]]
+        root_of.update((w, root) for w in walk)
+        out.setdefault(root, []).append(r)
+    return out
 
 
 def _thread(records: list[dict], path: Path, warnings: list[str]) -> list[dict]:
@@ -434,51 +466,8 @@ def _image(block: dict, images: str) -> TextPart | ImagePart:
     return image_part(images, src.get("media_type", "image/png"), blob_size(src.get("data")))
 
 
-def subagent_files(path: Path, session_id: str | None) -> list[Path]:
-    """The subagents' own transcripts of the session at ``path``: 2.1.x writes them under
-    ``<session>/subagents/agent-*.jsonl``; 2.0.x wrote ``agent-*.jsonl`` beside the session,
-    told apart by the ``sessionId`` of their first record."""
-    if path.name.startswith("agent-"):
-        return []
-    found = sorted((path.parent / path.stem / "subagents").glob("agent-*.jsonl"))
-    if session_id:
-        for f in sorted(path.parent.glob("agent-*.jsonl")):
-            try:
-                with f.open("rb") as fh:
-                    head = json.loads(fh.readline(1 << 20) or b"{}")
-            except (OSError, ValueError):
-                continue
-            if isinstance(head, dict) and head.get("sessionId") == session_id:
-                found.append(f)
-    return found
-
-
-def request_times(path: Path) -> list[float | None]:
-    """When each request of the file's own thread was sent, in order: Claude Code's own
-    ``api-request`` records when it wrote them, else the time each API response began (its
-    first record; the k-th is the reply to the k-th request). Either dates a request also when
-    the messages are rebuilt from the wire records (which carry no times)."""
-    records, _, _ = read_records(path, "Claude Code")
-    sent = claude_wire.request_times(records)
-    if sent:
-        return [iso_to_s(t) for t in sent]
-    side = not any(not r.get("isSidechain") for r in records if r.get("type") in ("user", "assistant"))
-    out: list[float | None] = []
-    seen: set = set()
-    for r in records:
-        msg = r.get("message") if isinstance(r.get("message"), dict) else {}
-        if r.get("type") != "assistant" or bool(r.get("isSidechain")) != side or msg.get("model") == "<synthetic>" \
-                or r.get("isApiErrorMessage"):
-            continue
-        key = (msg.get("id"), r.get("requestId") or r.get("requestRef"))
-        if key[0] is None or key not in seen:
-            seen.add(key)
-            out.append(iso_to_s(r.get("timestamp")))
-    return out
-
-
 def detect_head(head: Head) -> float:
     return jsonl_confidence(head, detect, 0.9)
 
 
-IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images))
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images, thread=o.thread))

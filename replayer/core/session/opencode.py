@@ -28,6 +28,8 @@ from replayer.core.session.sqlite_ro import open_readonly
 from replayer.core.textfile import read_bytes
 
 FORMAT = "opencode"
+#: a part's row time (``part.time_created``, ms) as the database holds it beside the part's data
+ROW_TIME = "\x00row_time"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -58,6 +60,31 @@ def _sessions(con: sqlite3.Connection, path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def children(path: Path, session_id: str) -> list[str]:
+    """The ids of the sessions started from ``session_id`` (OpenCode's task tool: a child session
+    with ``parentID``), their own children too, in the order they were created."""
+    if path.is_dir() or not is_sqlite(path):
+        root = storage_root(path)
+        infos = [] if root is None else [_quiet_json(f) for f in _session_files(root)]
+        rows = [(i.get("id"), i.get("parentID"), t.get("created") if isinstance(t := i.get("time"), dict) else None)
+                for i in infos]
+    else:
+        try:
+            with open_readonly(path) as con:
+                rows = [(r["id"], r.get("parent_id"), r.get("time_created")) for r in _sessions(con, path)]
+        except sqlite3.DatabaseError as exc:
+            raise ImportFailed(f"cannot read {path}: {exc}") from None
+    created = {i: t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0
+               for i, _, t in rows if isinstance(i, str)}
+    links = [(i, p) for i, p, _ in rows if isinstance(i, str) and isinstance(p, str)]
+    out: set[str] = set()
+    parents = {session_id}
+    while parents:  # each generation's children, until none is new (a loop ends too)
+        parents = {i for i, p in links if p in parents and i not in out and i != session_id}
+        out |= parents
+    return sorted(out, key=lambda i: (created[i], i))
+
+
 def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
     try:
         with open_readonly(path) as con:
@@ -75,13 +102,14 @@ def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") 
                 "select id, time_created, data from message where session_id=? order by time_created, id",
                 (chosen["id"],)).fetchall()
             parts = con.execute(
-                "select message_id, id, data from part where session_id=? order by message_id, id",
+                "select message_id, id, data, time_created from part where session_id=? order by message_id, id",
                 (chosen["id"],)).fetchall()
     except sqlite3.DatabaseError as exc:
         raise ImportFailed(f"cannot read {path}: {exc}") from None
     by_msg: dict[str, list[dict]] = {}
-    for mid, pid, data in parts:  # each row named, to be left out by name if a field cannot be read
-        if (part := salvage.admit(_loads(data) | {"id": pid}, f"part {pid}")) is not None:
+    for mid, pid, data, created in parts:  # each row named, to be left out by name if a field cannot be read
+        row = {"id": pid} | ({ROW_TIME: created} if isinstance(created, int) and created > 0 else {})
+        if (part := salvage.admit(_loads(data) | row, f"part {pid}")) is not None:
             by_msg.setdefault(mid, []).append(part)
     messages = [m for mid, _, data in msgs if (m := salvage.admit(_loads(data) | {"id": mid}, f"message {mid}"))]
     warnings = []
@@ -92,17 +120,23 @@ def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") 
                   ms_to_s(chosen.get("time_updated")), warnings, images, _loads(chosen.get("revert")))
 
 
-def load_storage(path: Path, *, images: str = "omit") -> Session:
+def load_storage(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
     root = storage_root(path)
     if root is None:
         raise ImportFailed(f"{path} is not inside an OpenCode storage folder")
-    if path.is_file():
+    if session_id is not None:
+        info = next((i for f in _session_files(root) if (i := _quiet_json(f)).get("id") == session_id), None)
+        if info is None:
+            raise ImportFailed(f"no session {session_id!r} in {root}")
+    elif path.is_file():
         info = _read_json(path)
     else:
         files = sorted(_session_files(root), key=lambda p: p.stat().st_mtime)
         if not files:
             raise ImportFailed(f"{root} holds no sessions")
         info = _read_json(files[-1])
+        if info.get("parentID"):  # a subagent's session: the newest top-level one is the conversation
+            info = next((i for f in reversed(files[:-1]) if (i := _quiet_json(f)) and not i.get("parentID")), info)
     sid = info.get("id")
     messages = _admitted(root, _stored_files(root, "message", sid, "session"))
     messages.sort(key=lambda m: ((m.get("time") or {}).get("created") or 0, str(m.get("id", ""))))
@@ -197,6 +231,14 @@ def _read_json(p: Path) -> dict:
         raise ImportFailed(str(exc)) from None
 
 
+def _quiet_json(p: Path) -> dict:
+    """A stored object, or nothing when it cannot be read (a session file looked at in passing)."""
+    try:
+        return _read_json(p)
+    except ImportFailed:
+        return {}
+
+
 def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, warnings: list[str]) -> list[dict]:
     """What survives an undo point (OpenCode's ``SessionRevert.cleanup``): messages whose id
     sorts before ``revert.messageID``; with a ``partID``, that message too, cut before the
@@ -248,7 +290,7 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
         model, provider = m.get("modelID") or model, m.get("providerID") or provider
         usage = _usage(m.get("tokens")) or usage
         for step in _steps(ps):
-            out.extend(_step_messages(step, ts))
+            out.extend(_step_messages(step, _step_time(step) or ts))
     stats.branch_length = len(messages) - start
     return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
                    provider=provider, model=model, created=created, updated=updated, messages=out,
@@ -312,6 +354,20 @@ def _steps(ps: list[dict]) -> list[list[dict]]:
     return steps
 
 
+def _step_time(step: list[dict]) -> float | None:
+    """When a step began (its request was sent): its first part's row time in the database, else
+    the start time its first timed part records (a text, reasoning or tool part)."""
+    for p in step:
+        t = p.get(ROW_TIME)
+        if not isinstance(t, int):
+            st = p.get("state")
+            times = (st.get("time") if isinstance(st, dict) else None) if p.get("type") == "tool" else p.get("time")
+            t = times.get("start") if isinstance(times, dict) else None
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
+            return ms_to_s(t)
+    return None
+
+
 def _step_messages(step: list[dict], ts: float | None) -> list[Message]:
     """A step's assistant message (text, reasoning, tool calls) followed by its tool results."""
     texts, reasoning, calls, results = [], [], [], []
@@ -358,7 +414,7 @@ def detect_head(head: Head) -> float:
 
 def load_any(path: Path, options: LoadOptions) -> Session:
     if path.is_dir() or not is_sqlite(path):
-        return load_storage(path, images=options.images)
+        return load_storage(path, options.session_id, images=options.images)
     return load_db(path, options.session_id, images=options.images)
 
 

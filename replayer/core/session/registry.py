@@ -35,6 +35,7 @@ WHOLE_JSON_LIMIT = 64 * 1024 * 1024
 class LoadOptions:
     images: str = "omit"  # omit | placeholder | keep
     session_id: str | None = None  # a database holding several sessions
+    thread: str | None = None  # a subagent thread inside the file (a Claude Code 1.0.x sidechain's root uuid)
 
 
 @dataclass(frozen=True)

@@ -191,36 +191,40 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
 
 
 def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, notes: list[str]) -> list[Turn]:
-    """The main thread's turns with each subagent's requests (Claude Code's per-agent files)
-    put between them by the time each was sent, each on its own thread. A subagent's last
-    turn (its whole conversation, ending with its answer) was never sent: it is left out."""
-    from replayer.core.session.claude_code import request_times, subagent_files
+    """The main thread's turns with each subagent's requests (``threads.sub_threads``: Claude
+    Code's per-agent files and sidechains, OpenCode's child sessions) put between them by the
+    time each was sent, each on its own thread. A subagent's last turn (its whole conversation,
+    ending with its answer) was never sent: it is left out."""
+    from replayer.core.session import threads
 
-    if s.format != "claude-code":
+    subs = threads.sub_threads(s, path, images)
+    if not subs:
         return turns
     keyed: list[tuple[float, int, Turn]] = []
     last = float("-inf")
-    for t, when in itertools.zip_longest(turns[:-1], request_times(path)[:len(turns) - 1]):
+    for t, when in itertools.zip_longest(turns[:-1], threads.main_times(s, path)[:len(turns) - 1]):
         last = when if when is not None else last
         keyed.append((last, 0, t))
     untimed = 0
-    for f in subagent_files(path, s.session_id):
-        sub = load_session(f, "claude-code", images=images)
-        sub_turns = turns_of_request(request_from_files(sub))[:-1]
-        for t, when in itertools.zip_longest(sub_turns, request_times(f)[:len(sub_turns)]):
-            t.thread = f.stem
+    sources: list[str] = []
+    for sub, sess in threads.loaded(subs, notes):
+        sub_turns = turns_of_request(request_from_files(sess))[:-1]
+        for t, when in itertools.zip_longest(sub_turns, sub.times(sess)[:len(sub_turns)]):
+            t.thread = sub.name
             if when is None:
                 untimed += 1
             keyed.append((when if when is not None else float("inf"), 1, t))
+        if sub_turns and threads.SOURCE[sub.source] not in sources:
+            sources.append(threads.SOURCE[sub.source])
     if len(keyed) == len(turns) - 1:
         return turns
     keyed.sort(key=operator.itemgetter(0, 1))  # stable: each thread keeps its own order
     merged = [k[2] for k in keyed] + [turns[-1]]
     out = [Turn(k, t._body, t.notes, None if t.thread else len(merged) - 1, n_messages=t.n_messages,
                 thread=t.thread) for k, t in enumerate(merged)]
-    threads = {t.thread for t in merged if t.thread}
-    notes.append(f"{len(out) - len(turns)} subagent request(s) on {len(threads)} thread(s) from the per-agent "
-                 "files, placed between the main turns by their times")
+    n_threads = len({t.thread for t in merged if t.thread})
+    notes.append(f"{len(out) - len(turns)} subagent request(s) on {n_threads} thread(s) from "
+                 f"{' and '.join(sources)}, placed between the main turns by their times")
     if untimed:
         notes.append(f"{untimed} subagent request(s) carry no time: placed before the resume request")
     return out
@@ -229,7 +233,7 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
 def session_threads(s: Session, request: ChatRequest, path: str | Path, images: str = "omit") -> dict[str, int]:
     """Requests per thread, as ``load_turns`` would order them, without laying out the turns
     (what ``inspect`` shows): a request log's ``thread`` fields, else the main thread's turns
-    and each Claude Code subagent file's sent requests."""
+    and each subagent thread's sent requests (``threads.sub_threads``)."""
     if s.format in ("chat-requests", "traffic-log"):
         from replayer.core.session import recorded_traffic, request_log
 
@@ -240,14 +244,13 @@ def session_threads(s: Session, request: ChatRequest, path: str | Path, images: 
             th = thread_of(Turn(0, b))
             out[th] = out.get(th, 0) + 1
         return out
-    out = {MAIN: count_turns(request)}
-    if s.format == "claude-code":
-        from replayer.core.session.claude_code import subagent_files
+    from replayer.core.session import threads
 
-        for f in subagent_files(Path(path).expanduser(), s.session_id):
-            n = count_turns(request_from_files(load_session(f, "claude-code", images=images))) - 1
-            if n > 0:
-                out[f.stem] = n
+    out = {MAIN: count_turns(request)}
+    for sub, sess in threads.loaded(threads.sub_threads(s, Path(path).expanduser(), images), s.warnings):
+        n = count_turns(request_from_files(sess)) - 1
+        if n > 0:
+            out[sub.name] = n
     return out
 
 

@@ -1,0 +1,144 @@
+"""The threads of a session besides its main one: each subagent's conversation, as it was sent.
+
+Where each agent keeps them:
+
+* Claude Code 2.1.x: ``<session>/subagents/agent-*.jsonl``; 2.0.x: ``agent-*.jsonl`` beside the
+  session, told apart by the ``sessionId`` of their first record. A thread per file, named by
+  its stem.
+* Claude Code 1.0.x: inside the main file, as ``isSidechain`` records; a thread per sidechain
+  root (``claude_code.sidechains``), named ``sidechain-1``, ``sidechain-2``, … in file order.
+* OpenCode: child sessions (``parent_id`` in the database, ``parentID`` in the storage folder)
+  that its task tool starts; a thread per descendant session, named by its id.
+
+Each thread says when its requests were sent, so that ``turns`` can put them between the main
+thread's turns: Claude Code's ``api-request`` records or each response's first record; for
+OpenCode each response's own time (its step's start where the database has it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from replayer.core.errors import ReplayerError
+from replayer.core.session import claude_code, claude_wire, load_session, opencode
+from replayer.core.session.model import Session
+from replayer.core.session.reader import iso_to_s, read_records
+
+#: where each format's threads come from, for the notes
+SOURCE = {"file": "the per-agent files", "sidechain": "the sidechain records in the file",
+          "child": "the child sessions"}
+
+
+@dataclass(frozen=True)
+class SubThread:
+    name: str
+    source: str  # a key of SOURCE
+    load: Callable[[], Session]  # the thread's conversation, as its agent sent it
+    times: Callable[[Session], list[float | None]]  # when each of its requests was sent, in order
+
+
+def sub_threads(s: Session, path: Path, images: str = "omit") -> list[SubThread]:
+    """The session's other threads, in the order their agent started them (none for a format
+    that records none)."""
+    if s.format == "claude-code":
+        out = [SubThread(f.stem, "file", _loader(f, "claude-code", images), lambda _s, f=f: request_times(f))
+               for f in subagent_files(path, s.session_id)]
+        if not s.stats.sidechain_records:  # the main import counted them: no second read without
+            return out
+        try:
+            records, _, _ = read_records(path, "Claude Code")
+        except (ReplayerError, OSError):  # the main import read it; a file gone since has no sidechains
+            return out
+        for k, root in enumerate(claude_code.sidechains(records), 1):
+            out.append(SubThread(f"sidechain-{k}", "sidechain", _loader(path, "claude-code", images, thread=root),
+                                 lambda _s, root=root: request_times(path, root)))
+        return out
+    if s.format == "opencode" and s.session_id:
+        try:
+            found = opencode.children(path, s.session_id)
+        except ReplayerError:  # the main import read it: a database gone bad since has no children
+            return []
+        return [SubThread(c, "child", _loader(path, "opencode", images, session_id=c), message_times) for c in found]
+    return []
+
+
+def loaded(subs: list[SubThread], notes: list[str]) -> list[tuple[SubThread, Session]]:
+    """Each thread with its conversation; one that cannot be read is left out with a note (the
+    main thread and the others stand)."""
+    out = []
+    for sub in subs:
+        try:
+            out.append((sub, sub.load()))
+        except ReplayerError as exc:
+            notes.append(f"subagent thread {sub.name} left out: {exc}")
+    return out
+
+
+def main_times(s: Session, path: Path) -> list[float | None]:
+    """When each request of the main thread was sent, in order."""
+    if s.format == "claude-code":
+        return request_times(path)
+    return message_times(s)
+
+
+def message_times(s: Session) -> list[float | None]:
+    """The time of each response (a run of assistant messages) of an imported session: the k-th
+    answers the k-th request. A response at the very start answers no request of the session."""
+    out: list[float | None] = []
+    for i, m in enumerate(s.messages):
+        if m.role == "assistant" and i > 0 and s.messages[i - 1].role != "assistant":
+            out.append(m.timestamp)
+    return out
+
+
+def _loader(path: Path, fmt: str, images: str, **which: str) -> Callable[[], Session]:
+    return lambda: load_session(path, fmt, images=images, **which)
+
+
+def subagent_files(path: Path, session_id: str | None) -> list[Path]:
+    """The subagents' own transcripts of the Claude Code session at ``path``: 2.1.x writes them
+    under ``<session>/subagents/agent-*.jsonl``; 2.0.x wrote ``agent-*.jsonl`` beside the
+    session, told apart by the ``sessionId`` of their first record."""
+    if path.name.startswith("agent-"):
+        return []
+    found = sorted((path.parent / path.stem / "subagents").glob("agent-*.jsonl"))
+    if session_id:
+        for f in sorted(path.parent.glob("agent-*.jsonl")):
+            try:
+                with f.open("rb") as fh:
+                    head = json.loads(fh.readline(1 << 20) or b"{}")
+            except (OSError, ValueError):
+                continue
+            if isinstance(head, dict) and head.get("sessionId") == session_id:
+                found.append(f)
+    return found
+
+
+def request_times(path: Path, sidechain: str | None = None) -> list[float | None]:
+    """When each request of a Claude Code file's own thread (or of its sidechain rooted at
+    ``sidechain``) was sent, in order: Claude Code's own ``api-request`` records when it wrote
+    them, else the time each API response began (its first record; the k-th is the reply to
+    the k-th request). Either dates a request also when the messages are rebuilt from the wire
+    records (which carry no times)."""
+    records, _, _ = read_records(path, "Claude Code")
+    if sidechain is not None:
+        records = claude_code.sidechains(records).get(sidechain, [])
+    sent = claude_wire.request_times(records)
+    if sent:
+        return [iso_to_s(t) for t in sent]
+    side = not any(not r.get("isSidechain") for r in records if r.get("type") in ("user", "assistant"))
+    out: list[float | None] = []
+    seen: set = set()
+    for r in records:
+        msg = r.get("message") if isinstance(r.get("message"), dict) else {}
+        if r.get("type") != "assistant" or bool(r.get("isSidechain")) != side or msg.get("model") == "<synthetic>" \
+                or r.get("isApiErrorMessage"):
+            continue
+        key = (msg.get("id"), r.get("requestId") or r.get("requestRef"))
+        if key[0] is None or key not in seen:
+            seen.add(key)
+            out.append(iso_to_s(r.get("timestamp")))
+    return out
