@@ -176,7 +176,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("--ctx-size", field="ctx_size", type=_TOKENS, help="live: -c (default: fits the prompt)"),
     _o("--timeout", field="timeout", type=float_in(0, 7 * 24 * 3600, open_low=True),
        help="live: wall-clock seconds from a server's start to its first prefill's end (its start-up "
-            "counted in), and for each later prefill of a session"),
+            "and the prompt's layout counted in), and for each later layout and prefill of a session"),
     _o("--calibrate", field="calibrate", flag=True, modes=frozenset({"resume"}),
        help="live: fit a cost line from per-batch times"),
     _o("--holdout", field="holdout", nargs="+", metavar="SESSION", modes=frozenset({"resume"}),
