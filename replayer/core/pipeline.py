@@ -3,8 +3,9 @@
 Why: the resume mode ran through ``replay.replay`` while the session mode's A/B loop was
 written out in the CLI (and again in the session screen), with its own export. ``Replay`` is
 the one sequence for both — prepare, run A then B on the config's engine, finish, report —
-so a front end chooses options and renders events; it does not sequence runs. The report of
-either mode goes through ``core/export.py`` (redacted).
+so a front end chooses options and renders events; it does not sequence runs (the order of A and
+B, pacing, pause and cancel are ``run_control``'s). The report of either mode goes through
+``core/export.py`` (redacted).
 """
 
 from __future__ import annotations
@@ -89,7 +90,6 @@ class Replay:
         return sr.session_events(prep, run) if self.mode == "session" else run_events(prep, run)
 
     def _session(self, prep: sr.SessionPrepared, on_event: EventSink | None, controls: Controls | None) -> Finished:
-        runs = {}
         if self.config.engine != "live" and on_event is None and controls is None:  # nobody reads the stream
             runs = {run: sr.simulated_session_run(prep, run) for run in ("A", "B")}
         else:
