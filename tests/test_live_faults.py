@@ -356,3 +356,34 @@ def test_a_server_left_running_is_stopped_at_interpreter_exit(tmp_path, tag):
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[0]) > 0
     assert _gone(tag, within=5.0)
+
+
+def test_cancelling_a_watched_live_run_stops_its_server_and_not_the_others(tmp_path, tag):
+    """The orchestrator's cancel (``run_control.Controls``, the app's ``a`` key): run A's server,
+    stuck in a prefill that never ends, is stopped at once; A ends ``cancelled``, B finishes.
+    (Run alone, the template sandbox's worker starts inside the test and carries its tag.)"""
+    from replayer.core.run_control import Controls, run_pair
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    binaries = {"A": write_binary(tmp_path / "stuck-server", "keepalive"), "B": write_binary(tmp_path / "ok-server", "ok")}
+    controls = Controls()
+    started = threading.Event()
+
+    def on_event(e):
+        if e.run == "A" and isinstance(e, ev.RunStarted):
+            started.set()
+
+    def stream_of(run):
+        return live_events(run, parse_build("9859"), Knobs(), LiveOptions(binaries[run], model), BODY)
+
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(run_pair(stream_of, on_event, realtime=True, parallel=True,
+                                                             controls=controls)), daemon=True)
+    t.start()
+    assert started.wait(60), "run A's server should be up"
+    controls.cancel("A")
+    t.join(timeout=60)
+    assert not t.is_alive()
+    assert out["A"][-1] == ev.RunFailed(run="A", error="cancelled")
+    assert isinstance(out["B"][-1], ev.RunFinished) and out["B"][-1].status == "complete"
