@@ -27,6 +27,7 @@ BATCH = 64
 SCENARIOS = (
     "ok", "eof_early", "eof_after_prefill", "error_midway", "error_after_prefill", "bad_json", "progress_nan",
     "http500_list", "keepalive", "silent_stream", "props_list", "template_not_json", "silent", "loading",
+    "slow_layout",
 )
 
 
@@ -84,6 +85,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._hang()
         body = self._body()
         if self.path == "/apply-template":
+            if self.scenario == "slow_layout":  # healthy, but the prompt's layout never comes back
+                return self._hang()
             if self.scenario == "template_not_json":
                 return self._json(None, raw=b"<html>500 oops</html>")
             return self._json({"prompt": render(body["messages"])})

@@ -363,9 +363,9 @@ def run_status_of(summary):
 async def test_instant_events_go_in_by_slices_and_pause_holds_them(monkeypatch):
     """An instant replay's events reach the panes in slices (the event loop runs between
     them); paused, none go in; resumed, all of them, and the verdict is the core's."""
-    import replayer.ui.screens.replay as replay_screen
+    import replayer.ui.screens.replay_feed as replay_feed
 
-    monkeypatch.setattr(replay_screen, "DRAIN_SLICE", 40)
+    monkeypatch.setattr(replay_feed, "DRAIN_SLICE", 40)
     prep = prepare(demo_session_path(), ReplayConfig())
     app = ReplayerApp(session=demo_session_path(), default_speed=0.0, deterministic=True)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -190,9 +190,8 @@ def test_no_function_is_longer_than_the_limit():
 # an entry that no longer breaks it fails too (delete it), so the lists only shrink.
 
 MODULE_LINES, CLASS_LINES = 500, 300
-OVER_LONG_MODULES = {
-                     "replayer.ui.screens.replay": 534}
-OVER_LONG_CLASSES = {"replayer.ui.screens.replay.ReplayScreen": 475}
+OVER_LONG_MODULES: dict[str, int] = {}
+OVER_LONG_CLASSES: dict[str, int] = {}
 ORCHESTRATION = {"replayer.core.compare", "replayer.core.replay", "replayer.core.pipeline",
                  "replayer.core.session_replay"}
 KNOWN_LAYER_BREAKS = {("replayer.core.builds.manager", "replayer.core.engine.processes"),

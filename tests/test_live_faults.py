@@ -230,6 +230,42 @@ def test_replay_timeout_bounds_a_server_that_never_becomes_healthy(tmp_path, tag
     assert [run["error"] for run in runs] == [HEALTH_LATE, HEALTH_LATE]
 
 
+LAYOUT_LATE = ("the server did not lay out the prompt (/apply-template, /tokenize) within the 2 s of --timeout "
+               "(its start-up counted in)")
+
+
+def test_own_server_layout_is_inside_the_timeout(tmp_path, tag):
+    """The layout phase's own limit (120 s) is capped by ``--timeout``: a server that is healthy but
+    never answers ``/apply-template`` fails at the 2 s of the timeout, counted from its start."""
+    evs, res, took = _own(tmp_path, "slow_layout", request_timeout=2.0)
+    assert [type(e) for e in evs] == [ev.RunFailed] and res.status == f"failed: {LAYOUT_LATE}"
+    assert took < 2.0 + SLACK_S
+
+
+def test_attach_layout_is_inside_the_timeout():
+    evs, res, took = _attach("slow_layout", timeout=1.5)
+    assert [type(e) for e in evs] == [ev.RunFailed]
+    assert res.status == "failed: the server did not lay out the prompt (/apply-template, /tokenize) within the " \
+                         "1.5 s of --timeout" and took < 1.5 + SLACK_S
+
+
+@pytest.mark.parametrize("mode", ["resume", "session"])
+def test_replay_timeout_bounds_a_layout_that_never_ends(tmp_path, tag, mode):
+    """``replay --engine live --timeout 2`` against a server that never lays the prompt out: one
+    deadline for start-up, layout and prefill in both modes; each run fails with the one line."""
+    binary = write_binary(tmp_path / "llama-server", "slow_layout")
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(REPO / "fixtures/pi/small-v3.jsonl"),
+                        "--mode", mode, "--engine", "live", "--a", str(binary), "--b", str(binary), "--model",
+                        str(model), "--timeout", "2", "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    runs = orjson.loads(r.stdout)["runs"]
+    assert [run["error"] for run in runs] == [LAYOUT_LATE, LAYOUT_LATE]
+    assert time.monotonic() - t < 2 * 2.0 + 2 * SLACK_S
+
+
 def test_a_binary_that_forks_and_never_answers_leaves_nothing(tmp_path, tag):
     """The child ignores SIGINT and sits in its own process group, the parent never answers:
     the start deadline ends the run and the stop reaches both (group + session sweep)."""
@@ -320,3 +356,34 @@ def test_a_server_left_running_is_stopped_at_interpreter_exit(tmp_path, tag):
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[0]) > 0
     assert _gone(tag, within=5.0)
+
+
+def test_cancelling_a_watched_live_run_stops_its_server_and_not_the_others(tmp_path, tag):
+    """The orchestrator's cancel (``run_control.Controls``, the app's ``a`` key): run A's server,
+    stuck in a prefill that never ends, is stopped at once; A ends ``cancelled``, B finishes.
+    (Run alone, the template sandbox's worker starts inside the test and carries its tag.)"""
+    from replayer.core.run_control import Controls, run_pair
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    binaries = {"A": write_binary(tmp_path / "stuck-server", "keepalive"), "B": write_binary(tmp_path / "ok-server", "ok")}
+    controls = Controls()
+    started = threading.Event()
+
+    def on_event(e):
+        if e.run == "A" and isinstance(e, ev.RunStarted):
+            started.set()
+
+    def stream_of(run):
+        return live_events(run, parse_build("9859"), Knobs(), LiveOptions(binaries[run], model), BODY)
+
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(run_pair(stream_of, on_event, realtime=True, parallel=True,
+                                                             controls=controls)), daemon=True)
+    t.start()
+    assert started.wait(60), "run A's server should be up"
+    controls.cancel("A")
+    t.join(timeout=60)
+    assert not t.is_alive()
+    assert out["A"][-1] == ev.RunFailed(run="A", error="cancelled")
+    assert isinstance(out["B"][-1], ev.RunFinished) and out["B"][-1].status == "complete"

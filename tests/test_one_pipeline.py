@@ -47,3 +47,30 @@ async def test_the_app_exports_the_orchestrators_report(mode, tmp_path, monkeypa
     core = rp.run().report("json")
     target = rp.prepared if mode == "resume" else SessionSpec(FIXTURES / "claude-code/small.jsonl", cfg)
     assert await _app_export(target, cfg, tmp_path) == core
+
+
+@pytest.mark.parametrize("mode", ["resume", "session"])
+async def test_the_app_renders_the_orchestrators_runs_under_its_controls(mode, tmp_path, monkeypatch):
+    """The screens sequence nothing: their runs are one ``Replay.stream`` call with the screen's
+    controls (pause, speed, cancel), and ``r`` is a second call with new controls."""
+    calls = []
+    real = Replay.stream
+
+    def spy(self, on_event, controls):
+        calls.append((self.mode, controls))
+        return real(self, on_event, controls)
+
+    monkeypatch.setattr(Replay, "stream", spy)
+    monkeypatch.setenv("REPLAYER_EXPORT_DIR", str(tmp_path))
+    cfg = _config(build_parser().parse_args(["replay", SESSION]))
+    rp = Replay(SESSION, cfg, mode=mode)
+    target = rp.prepare() if mode == "resume" else SessionSpec(FIXTURES / "claude-code/small.jsonl", cfg)
+    app = ReplayerApp(default_speed=0.0, config=cfg, replay=target, deterministic=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.comparison is not None, timeout=60)
+        assert [(m, c) for m, c in calls] == [(mode, screen.controls)]
+        first = screen.controls
+        await pilot.press("r")
+        await wait_for(pilot, lambda: screen.comparison is not None and len(calls) == 2, timeout=60)
+        assert calls[1][1] is screen.controls is not first and first.cancelled("A") and first.cancelled("B")

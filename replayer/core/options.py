@@ -4,9 +4,10 @@ applies to and the setup screen's control for it.
 Why: the same option used to be written out in ``ReplayConfig``, the ``replay`` parser, the
 bisect/advise parsers, the CLI's config builder and the setup screen, and their defaults and
 ranges drifted apart. Now the default is ``ReplayConfig``'s (read from it, never restated), the
-range is the type's, and the CLI's arguments , the CLI's config
-(``config_from``) and the setup screen's text fields (``Option.text``/``Option.parse_text``)
-are all rendered from ``OPTIONS`` (the CLI's parser in ``cli_args.add_options``). Textual-free: the UI reads this table, the table knows no UI.
+range is the type's, and the CLI's arguments, the CLI's config
+(``config_from``), the setup screen's text fields (``Option.text``/``Option.parse_text``) and
+the saved settings (``to_settings``/``from_settings``: the setup's choices remembered in
+settings.json) are all rendered from ``OPTIONS`` (the CLI's parser in ``cli_args.add_options``). Textual-free: the UI reads this table, the table knows no UI.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("--ctx-size", field="ctx_size", type=_TOKENS, help="live: -c (default: fits the prompt)"),
     _o("--timeout", field="timeout", type=float_in(0, 7 * 24 * 3600, open_low=True),
        help="live: wall-clock seconds from a server's start to its first prefill's end (its start-up "
-            "counted in), and for each later prefill of a session"),
+            "and the prompt's layout counted in), and for each later layout and prefill of a session"),
     _o("--calibrate", field="calibrate", flag=True, modes=frozenset({"resume"}),
        help="live: fit a cost line from per-batch times"),
     _o("--holdout", field="holdout", nargs="+", metavar="SESSION", modes=frozenset({"resume"}),
@@ -210,6 +211,71 @@ def config_from(args: Any) -> ReplayConfig:
     if "holdout" in kw:
         kw["holdout"] = tuple(kw["holdout"] or ())
     return ReplayConfig(**kw)
+
+
+#: the options settings.json remembers: the setup screen's controls that are part of the config
+#: (the mode is a setting of its own, ``Settings.mode``)
+REMEMBERED: tuple[Option, ...] = tuple(o for o in OPTIONS if o.widget and o.field)
+#: preset names an option's saved value must be (the setup screen offers nothing else)
+_PRESET_TABLES = {"gpu": "GPUS", "model": "MODELS", "backend": "BACKENDS"}
+
+
+def to_settings(config: ReplayConfig) -> dict[str, Any]:
+    """The remembered options of ``config`` as settings.json holds them (by option name): only
+    those that differ from the default, so a default stays the CLI's, and a later version's new
+    default applies to whatever the user never changed."""
+    out = {}
+    for o in REMEMBERED:
+        value = getattr(config, o.field)
+        if value != o.default:
+            out[o.name] = value
+    return out
+
+
+def saved_value(o: Option, value: Any) -> Any:
+    """A value read back from settings.json (untrusted), checked as the CLI checks its argument:
+    the option's type and range, its choices, a preset name; raises ``BadValue``."""
+    if o.type is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise BadValue(f"{value!r} is not a whole number")
+        return o.type(str(value))
+    if not isinstance(value, str) or not value.strip() or len(value) > 4096 or "\n" in value:
+        raise BadValue(f"{value!r} is not a name")
+    if o.choices and value not in {v for v, _ in o.choices}:
+        raise BadValue(f"{value!r} is not one of {', '.join(v for v, _ in o.choices)}")
+    if o.field in _PRESET_TABLES:
+        from replayer.core.hardware import presets
+
+        if value not in getattr(presets, _PRESET_TABLES[o.field]):
+            raise BadValue(f"{value!r} is not a preset")
+    elif o.field in ("a", "b") and "/" not in value:
+        from replayer.core.builds.catalog import parse_build
+
+        try:
+            parse_build(value)
+        except ReplayerError as exc:
+            raise BadValue(str(exc)) from None
+    return value
+
+
+def from_settings(saved: Any, config: ReplayConfig | None = None) -> tuple[ReplayConfig, list[str]]:
+    """``config`` (default: the defaults) with the options settings.json remembers; a value the
+    option refuses is left out (the default stays) and named in the problems returned."""
+    from dataclasses import replace
+
+    from replayer.core.prepare import ReplayConfig
+
+    config = config or ReplayConfig()
+    if not isinstance(saved, dict):
+        return config, [f"replay options: {type(saved).__name__}, not an object"] if saved else []
+    changes, problems = {}, []
+    for o in REMEMBERED:
+        if o.name in saved and saved[o.name] is not None:
+            try:
+                changes[o.field] = saved_value(o, saved[o.name])
+            except BadValue as exc:
+                problems.append(f"replay option {o.name}: {exc}")
+    return replace(config, **changes), problems
 
 
 def config_fields() -> set[str]:

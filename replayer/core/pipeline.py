@@ -3,18 +3,20 @@
 Why: the resume mode ran through ``replay.replay`` while the session mode's A/B loop was
 written out in the CLI (and again in the session screen), with its own export. ``Replay`` is
 the one sequence for both — prepare, run A then B on the config's engine, finish, report —
-so a front end chooses options and renders events; it does not sequence runs. The report of
-either mode goes through ``core/export.py`` (redacted).
+so a front end chooses options and renders events; it does not sequence runs (the order of A and
+B, pacing, pause and cancel are ``run_control``'s). The report of either mode goes through
+``core/export.py`` (redacted).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from replayer.core import session_replay as sr
-from replayer.core.replay import Outcome, Prepared, ReplayConfig, prepare, replay, report
+from replayer.core.replay import Outcome, Prepared, ReplayConfig, is_realtime, prepare, replay, report, run_events
+from replayer.core.run_control import Controls, run_pair
 
 EventSink = Callable[[Any], None]
 
@@ -63,34 +65,37 @@ class Replay:
                 self.prepared = prepare(self.session, self.config)
         return self.prepared
 
-    def run(self, on_event: EventSink | None = None, speed: float | None = None) -> Finished:
+    def run(self, on_event: EventSink | None = None, speed: float | None = None,
+            controls: Controls | None = None) -> Finished:
         """Both runs, A then B, each event also handed to ``on_event``; ``speed`` paces a
-        simulated resume stream (modelled time ÷ speed; None or 0: at once)."""
+        simulated resume stream (modelled time ÷ speed; None or 0: at once); ``controls``: a
+        watcher's pause, speed and cancel (``run_control``)."""
         prep = self.prepare()
         if self.mode == "session":
-            return self._session(prep, on_event)
-        out: Outcome = replay(prep, on_event=on_event, speed=speed)
+            return self._session(prep, on_event, controls)
+        out: Outcome = replay(prep, on_event=on_event, speed=speed, controls=controls)
         return Finished("resume", out.failed, out.notes,
                         lambda fmt: report(prep, out.comparison, fmt, calibration=out.calibration))
 
-    def _session(self, prep: sr.SessionPrepared, on_event: EventSink | None) -> Finished:
-        runs = {}
-        try:
-            for run in ("A", "B"):
-                if self.config.engine != "live" and on_event is None:  # nobody reads the stream: the records
-                    runs[run] = sr.simulated_session_run(prep, run)
-                    continue
-                evs = []
-                for e in sr.session_events(prep, run):
-                    evs.append(e)
-                    if on_event is not None:
-                        on_event(e)
-                runs[run] = sr.session_run(prep, run, evs)
-        except KeyboardInterrupt:
-            from replayer.core.engine.live import stop_all
+    def stream(self, on_event: EventSink, controls: Controls) -> None:
+        """Both runs' events to ``on_event`` as they come, sequenced, paced and cancelled as
+        ``run`` does under ``controls``, and nothing kept: what the app renders (its panes, which
+        see every event, make the verdict and the report from them, through the same functions)."""
+        prep = self.prepare()
+        run_pair(lambda run: self.events(prep, run), on_event, realtime=is_realtime(self.config),
+                 parallel=self.config.parallel_runs, controls=controls, keep=False)
 
-            stop_all()
-            raise
+    def events(self, prep: Prepared | sr.SessionPrepared, run: str) -> Iterator[Any]:
+        """One run's event stream in this replay's mode."""
+        return sr.session_events(prep, run) if self.mode == "session" else run_events(prep, run)
+
+    def _session(self, prep: sr.SessionPrepared, on_event: EventSink | None, controls: Controls | None) -> Finished:
+        if self.config.engine != "live" and on_event is None and controls is None:  # nobody reads the stream
+            runs = {run: sr.simulated_session_run(prep, run) for run in ("A", "B")}
+        else:
+            evs = run_pair(lambda run: self.events(prep, run), on_event, realtime=is_realtime(self.config),
+                           parallel=self.config.parallel_runs, controls=controls)
+            runs = {run: sr.session_run(prep, run, evs[run]) for run in ("A", "B")}
         pair = (runs["A"], runs["B"])
         doc = sr.report(prep, *pair)
         return Finished("session", any(r.failed for r in pair), [], lambda fmt: sr.session_report(doc, pair, fmt),

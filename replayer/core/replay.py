@@ -8,7 +8,6 @@ calibration and pacing are decided here, not in them.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, Any, Callable, Iterator
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence, Any, Callable, Iterator
 from replayer.core.compare import Comparison, compare
 from replayer.core.engine import events as ev
 from replayer.core.engine.base import engine_for
+from replayer.core.run_control import Controls, run_pair
 from replayer.core.prepare import (  # noqa: F401  (re-exported: callers import them from here)
     MODEL_TEMPLATE, RUNS, Prepared, ReplayConfig, demo_session_path, prepare, run_spec)
 
@@ -41,47 +41,16 @@ def all_simulated(prep: Prepared) -> list[ev.Event]:
     return list(run_events(prep, "A")) + list(run_events(prep, "B"))
 
 
-def _paced(stream: Iterator[ev.Event], speed: float | None) -> Iterator[ev.Event]:
-    if not speed:
-        return stream
-    from replayer.core.engine.simulate import paced
-
-    return paced(stream, speed)
-
-
-def run_both(prep: Prepared, on_event: EventSink | None = None, speed: float | None = None) -> list[ev.Event]:
+def run_both(prep: Prepared, on_event: EventSink | None = None, speed: float | None = None,
+             controls: Controls | None = None) -> list[ev.Event]:
     """Both runs' events, A then B (or at once with ``parallel_runs``), each also handed to ``on_event``.
 
-    ``speed`` releases a simulated run's events in modelled time ÷ speed (None or 0: at once).
-    A failed run is a ``RunFailed`` in its stream; the other run goes on.
+    ``speed`` releases a simulated run's events in modelled time ÷ speed (None or 0: at once);
+    ``controls`` (a watching front end's pause, speed and cancel) run them as ``run_control.run_pair``
+    says. A failed run is a ``RunFailed`` in its stream; the other run goes on.
     """
-    out: dict[str, list[ev.Event]] = {run: [] for run in RUNS}
-    lock = threading.Lock()
-
-    def one(run: str) -> None:
-        stream = run_events(prep, run)
-        for e in stream if is_realtime(prep.config) else _paced(stream, speed):
-            out[run].append(e)
-            if on_event is not None:
-                with lock:
-                    on_event(e)
-
-    try:
-        if prep.config.parallel_runs and is_realtime(prep.config):
-            threads = [threading.Thread(target=one, args=(run,)) for run in RUNS]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        else:
-            for run in RUNS:
-                one(run)
-    except KeyboardInterrupt:
-        if is_realtime(prep.config):
-            from replayer.core.engine.live import stop_all
-
-            stop_all()
-        raise
+    out = run_pair(lambda run: run_events(prep, run), on_event, realtime=is_realtime(prep.config),
+                   parallel=prep.config.parallel_runs, speed=speed, controls=controls)
     return [e for run in RUNS for e in out[run]]
 
 
@@ -226,11 +195,12 @@ def calibrate(prep: Prepared, cmp: Comparison, held: Sequence[HeldOutSession] = 
     return name, cal, "\n".join([calibration.describe(name, cal, dest), *failed])
 
 
-def replay(prep: Prepared, on_event: EventSink | None = None, speed: float | None = None) -> Outcome:
+def replay(prep: Prepared, on_event: EventSink | None = None, speed: float | None = None,
+           controls: Controls | None = None) -> Outcome:
     """Run both builds and compare them; calibrate when the config asks (live runs only)."""
     calibrating = prep.config.calibrate and is_realtime(prep.config)
     held = [HeldOutSession.prepare(h, prep.config) for h in prep.config.holdout] if calibrating else []
-    events = run_both(prep, on_event, speed)
+    events = run_both(prep, on_event, speed, controls)
     out = Outcome(prep, events, compare(events))
     if calibrating:
         name, cal, said = calibrate(prep, out.comparison, held)

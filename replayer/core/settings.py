@@ -1,7 +1,9 @@
 """The user's settings: one typed model, read from ``settings.json`` and overridden by the environment.
 
 The file is the user's and untrusted: a damaged or mistyped one is reported once and the
-defaults apply; an unknown key is kept (another version may use it) but never read.
+defaults apply; an unknown key is kept (another version may use it) but never read. The
+remembered replay options (``replay``) are rendered from the option table (``options.to_settings``
+/ ``from_settings``), so they hold the CLI's names and defaults, and a refused value is named and left out.
 ``REPLAYER_THEME``, ``REPLAYER_EXPORT_DIR`` and ``REPLAYER_CALIBRATIONS_FILE`` win over the file,
 so tests and CI never depend on, or write to, a user's choices.
 """
@@ -30,6 +32,9 @@ class SettingsFile(BaseModel):
     calibrations_file: Path | None = None  # the lines saved by --calibrate (default: presets.json)
     # the setup's mode as last chosen: a user who replays sessions whole should not pick it for every file
     mode: Literal["resume", "session"] = "resume"
+    # the setup's replay options as last started, by option name (``options.to_settings``: only those
+    # that differ from the defaults); each value is checked as the CLI checks it when read back
+    replay: dict[str, Any] = {}
 
 
 class Settings(BaseSettings, SettingsFile):

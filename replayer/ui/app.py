@@ -11,7 +11,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from replayer.core import settings as settings_mod
+from replayer.core import options, settings as settings_mod
 from replayer.core.errors import ReplayerError
 from replayer.core.replay import Prepared, ReplayConfig, demo_session_path
 from replayer.core.session import load_session
@@ -35,14 +35,17 @@ class ReplayerApp(App):
         self.deterministic = deterministic  # snapshots: no ETA, no animations
         self.start_session = Path(session) if session else (demo_session_path() if demo else None)
         self.default_speed = default_speed
-        self.config = config or ReplayConfig()  # the CLI's defaults: one set, shown in the setup
+        self.settings, self._settings_damaged = settings_mod.load_settings()
+        # the CLI's options (``replay … --app``), else the setup's as last started (settings.json),
+        # else the CLI's defaults: one option table renders all three
+        self.config, self._option_problems = (config, []) if config is not None else \
+            options.from_settings(self.settings.replay)
         self.theme_dirs = theme_dirs or []
         # themes are chosen before the first stylesheet parse: set in on_mount, the theme
         # made Textual parse and apply all CSS a second time
         loaded, self.theme_errors = theme_files.load_all(self.theme_dirs)
         for t in loaded:
             self.register_theme(t)
-        self.settings, self._settings_damaged = settings_mod.load_settings()
         wanted = self.settings.theme
         self.theme = wanted if wanted in self.available_themes else (
             "replayer-dark" if "replayer-dark" in self.available_themes else "textual-dark")
@@ -61,6 +64,8 @@ class ReplayerApp(App):
         if self._settings_damaged:
             self.notify(f"settings file is damaged; using defaults ({self._settings_damaged})", severity="warning",
                         markup=False)
+        for problem in self._option_problems:
+            self.notify(f"settings: {problem}; using the default", severity="warning", markup=False)
         if hasattr(self.replay, "open_screen"):  # a watch (``screens.watch.WatchSpec``)
             self.push_screen(self.replay.open_screen())
             return
@@ -114,6 +119,15 @@ class ReplayerApp(App):
         if mode in ("resume", "session") and mode != self.settings.mode:
             self.settings.mode = mode
             self.save_settings(mode=mode)
+
+    def remember_options(self, config: ReplayConfig) -> None:
+        """The setup's replay options as just started: the next session opened starts with them
+        (now and in later runs); settings.json keeps only what differs from the defaults."""
+        self.config = config
+        saved = options.to_settings(config)
+        if saved != self.settings.replay:
+            self.settings.replay = saved
+            self.save_settings(replay=saved)
 
     def watch_theme(self, theme: str) -> None:
         if self.is_mounted:

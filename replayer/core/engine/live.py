@@ -107,7 +107,7 @@ def _live(run: str, build: Build, knobs: Knobs, opts: LiveOptions, body: dict, l
     server = LiveServer(opts, knobs, n_ctx)
     with server, guard.client(opts.request_timeout) as client:
         server.wait_healthy(client, clock)
-        clock.phase("layout", opts.layout_timeout)
+        server.layout_phase(clock)  # inside --timeout, as the start-up and the prefill are
         st = ServerTokenizer(server.url, client)
         tpl = template_hint or st.template()
         text = st.apply_template(body["messages"], body.get("tools"))
@@ -175,7 +175,10 @@ def _attached(run: str, build: Build, knobs: Knobs, url: str, body: dict, log_fi
                                f"({http_error('/health', r.status_code, r.content)})")
             if parse(Health, r.content, "/health reply").status != "ok":
                 raise RunError(f"no healthy llama-server answers at {url}")
-            clock.phase("layout", layout_s)
+            # --timeout caps the layout as it caps every phase of a run
+            clock.phase("layout", min(layout_s, prefill_s),
+                        late=None if layout_s < prefill_s else "the server did not lay out the prompt "
+                        f"(/apply-template, /tokenize) within the {prefill_s:g} s of --timeout")
             st = ServerTokenizer(url, client)
             tpl = st.template()
             text = st.apply_template(body["messages"], body.get("tools"))

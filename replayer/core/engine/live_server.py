@@ -11,7 +11,8 @@ to observe the server) and the start-up has one deadline.
 The deadline of the start-up is inside ``--timeout``: the server must answer HTTP within
 ``start_timeout`` and be healthy within ``health_timeout``, both counted from the start of the
 process and neither longer than ``request_timeout`` (``--timeout``); the first request's prefill
-then gets what is left of ``--timeout`` (``LiveServer.left_of``). A server that never becomes
+then gets what is left of ``--timeout`` (``LiveServer.left_of``), and so does the prompt's layout
+between them (``LiveServer.layout_phase``). A server that never becomes
 healthy with ``--timeout 20`` fails after 20 s with one line, not after the two minutes a big
 model may need to load.
 
@@ -232,6 +233,21 @@ class LiveServer:
         """What is left of ``seconds`` counted from the start of the process (the first
         request's prefill: the start-up is inside ``--timeout``)."""
         return max(0.0, seconds - (time.monotonic() - self.started_at))
+
+    def layout_phase(self, clock: Clock, first: bool = True) -> Clock:
+        """Start the layout phase (``/props``, ``/apply-template``, ``/tokenize``) on ``clock``,
+        inside ``--timeout``: the first prompt's layout gets what is left of it since the
+        process started (the start-up, the layout and the first prefill share one deadline), a
+        later turn's at most all of it; never more than ``layout_timeout`` either way."""
+        limit = self.opts.request_timeout
+        left = self.left_of(limit) if first else limit
+        if self.opts.layout_timeout < left:
+            seconds, late = self.opts.layout_timeout, None
+        else:
+            seconds = left
+            late = (f"the server did not lay out the prompt (/apply-template, /tokenize) within the "
+                    f"{limit:g} s of --timeout" + (" (its start-up counted in)" if first else ""))
+        return clock.phase("layout", seconds, late=late)
 
     def wait_healthy(self, client: httpx.Client, clock: Clock | None = None) -> None:
         """Poll ``/health`` until it says ok: first the start phase (the server answers HTTP at

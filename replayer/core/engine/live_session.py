@@ -87,14 +87,27 @@ def live_session_events(prep, run: str, model: Path, *, backend: str = "cpu", ct
 def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=None) -> Iterator[Any]:
     """Start the server once (one slot, or the user's ``setup``), then send every turn on it in
     order; the run's totals at the end."""
-    turns = prep.turns.turns
-    server = LiveServer(opts, knobs, opts.ctx_size or DEFAULT_SESSION_CTX, setup=setup)
     # the whole session's wall clock: start-up and layout once, then every turn's prefill and token
     clock = Clock(opts.health_timeout + opts.layout_timeout
-                  + len(turns) * (opts.request_timeout + opts.generation_timeout))
+                  + len(prep.turns.turns) * (opts.request_timeout + opts.generation_timeout))
     guard = Guard(clock)
+    try:
+        yield from _on_server(run, build, knobs, opts, prep, settings, setup, clock, guard)
+    except (ReplayerError, httpx.HTTPError, OSError):
+        if guard.fired or clock.expired():  # a request cut at a phase's end: say which deadline
+            raise clock.error() from None
+        raise
+    finally:
+        guard.close()  # a cancelled run (closed generator) leaves no request thread reading
+
+
+def _on_server(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup, clock: Clock,
+               guard: Guard) -> Iterator[Any]:
+    turns = prep.turns.turns
+    server = LiveServer(opts, knobs, opts.ctx_size or DEFAULT_SESSION_CTX, setup=setup)
     with server, guard.client(opts.request_timeout) as client:
         server.wait_healthy(client, clock)
+        server.layout_phase(clock)
         st = ServerTokenizer(server.url, client)
         tpl = st.template()
         n_ctx = st.n_ctx() or server.n_ctx
@@ -111,6 +124,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
         yield from log.since_last(None, 0.0)  # the start-up: slots, KV cache, prompt cache, checkpoints
         prev: TurnPrompt | None = None
         for turn in turns:
+            server.layout_phase(clock, first=totals.sent == 0)  # inside --timeout, as the prefill after it
             p, lay = server_turn_prompt(turn, st, layouts, build)
             common = shared_prefix(prev, p).n_tokens if prev is not None else 0
             yield TurnStarted(run, turn.index, p.n_tokens, turn.n_messages, common, totals.t)
@@ -118,6 +132,7 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
                 yield TurnFinished(run, turn.index, p.n_tokens, 0, 0, 0.0, False, totals.t, error=context_full(p, n_ctx))
                 continue
             if is_wire(turn):  # recorded on /v1/messages or /v1/responses: sent there, as recorded
+                _wire_phase(clock, server, opts, totals)
                 yield from send_wire_turn(run, p, lay, server, client, knobs, opts, totals, setup is not None)
             else:
                 yield from _send_turn(run, p, lay, server, client, knobs, clock, guard, opts, totals,
@@ -128,6 +143,15 @@ def _session(run, build, knobs, opts: LiveOptions, prep, settings: dict, setup=N
             raise RunError(f"llama-server died during the session: {server.last_error()}")
         yield run_finished(run, prev.n_tokens if prev else 0, totals.processed, totals.t, totals.n_batches,
                            totals.n_ckpt)
+
+
+def _wire_phase(clock: Clock, server: LiveServer, opts: LiveOptions, totals: "_Totals") -> None:
+    """A recorded turn is one request, not streamed: its prefill and its one token share a phase,
+    the first counted from the server's start as a chat turn's prefill is."""
+    prefill_s = server.left_of(opts.request_timeout) if totals.sent == 0 else opts.request_timeout
+    totals.sent += 1
+    clock.phase("prefill", prefill_s + opts.generation_timeout,
+                late=f"the recorded request did not finish within {opts.request_timeout + opts.generation_timeout:g} s")
 
 
 class _LogTail:

@@ -8,9 +8,8 @@ before it.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import AsyncIterator, Generator, Iterator
+from typing import Generator, Iterator
 
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, schedule
@@ -123,36 +122,4 @@ def paced(events: Iterator[ev.Event], speed: float = 1.0, *, clock=time.monotoni
         delay = due - clock()
         if delay > 0:
             sleep(delay)
-        yield e
-
-
-async def apaced(events: Iterator[ev.Event], speed: float = 1.0, *, pause: asyncio.Event | None = None
-                 ) -> AsyncIterator[ev.Event]:
-    """Async pacing for the app: honours a pause flag and changes of ``speed`` mid-run.
-
-    ``speed`` may be a callable returning the current factor, so the UI can switch ×1/×10/instant.
-    """
-    loop = asyncio.get_running_loop()
-    sim_t = 0.0  # simulated ms already released
-    wall = loop.time()
-    for e in events:
-        while True:
-            if pause is not None and not pause.is_set():
-                await pause.wait()
-                wall = loop.time()
-            s = speed() if callable(speed) else speed
-            if s <= 0:
-                break
-            due = wall + (e.t_ms - sim_t) / 1000.0 / s
-            delay = due - loop.time()
-            if delay <= 0:
-                break
-            await asyncio.sleep(min(delay, 0.05))
-        s = speed() if callable(speed) else speed
-        if s > 0 and e.t_ms > sim_t:
-            wall = wall + (e.t_ms - sim_t) / 1000.0 / s
-            sim_t = e.t_ms
-        elif s <= 0:
-            sim_t = e.t_ms
-            wall = loop.time()
         yield e

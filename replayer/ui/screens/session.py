@@ -1,15 +1,15 @@
 """Session replay: every turn of a session on builds A and B, then the verdict over the session.
 
-The resume screen's machinery, reused as is (``ReplayScreen``): one worker per run, buffers
-drained at 20 Hz, pause, speed, cancel, and ``r`` — a new replay owns the screen, so a
+The resume screen's machinery, reused as is (``ReplayScreen``): the orchestrator's runs under the
+screen's controls, buffers drained at 20 Hz, pause, speed, cancel, and ``r`` — a new replay owns the screen, so a
 cancelled worker's leftovers land in buffers nobody drains, and a cancelled run is marked
 partial. What differs is the stream (``session_replay``'s turns instead of one prefill),
 the panes (a turn strip and running totals above the current turn, ``SessionPane``) and
 the verdict, which is the core's ``session_replay.report`` over both runs: the app shows
 it, the turns and causes behind it, and exports the same document the CLI prints.
 
-Laying out the turns of a long session takes seconds, so it runs in a thread worker while
-the screen is already up; the runs start once it is done.
+Laying out the turns of a long session takes seconds, so the orchestrator's ``prepare`` runs
+in a thread worker while the screen is already up; the runs start once it is done.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from replayer.core.errors import ReplayerError
 from replayer.core.redact import redact
 from replayer.core.replay import ReplayConfig
 from replayer.core.session import Session
-from replayer.core.session_replay import (SESSION_FORMATS, SessionPrepared, prepare_session, report,
-                                          session_events, session_report, to_text)
+from replayer.core.pipeline import Replay
+from replayer.core.session_replay import SESSION_FORMATS, SessionPrepared, report, session_report, to_text
 from replayer.ui.screens.replay import DRAIN_SLICE, ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
 
@@ -63,6 +63,8 @@ class SessionScreen(ReplayScreen):
     def __init__(self, spec: SessionSpec, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
         self.spec = spec
+        self.replay = Replay(spec.path, spec.config, mode="session", freeze_system=spec.freeze_system,
+                             keep_reasoning=spec.keep_reasoning)  # the one orchestrator, in session mode
         self.prep: SessionPrepared | None = None
         self.summary_doc: dict[str, Any] | None = None  # the report without its turns: what the screen shows
         self._doc: dict[str, Any] | None = None
@@ -95,10 +97,8 @@ class SessionScreen(ReplayScreen):
 
     @work(thread=True, group="prepare", exclusive=True, exit_on_error=False)
     def _prepare(self) -> None:
-        s = self.spec
         try:
-            prep = prepare_session(s.path, s.config, freeze_system=s.freeze_system, n_ctx=s.config.ctx_size,
-                                   keep_reasoning=s.keep_reasoning)
+            prep = self.replay.prepare()
         except ReplayerError as exc:
             self.app.call_from_thread(self._prepare_failed, str(exc))
             return
@@ -145,9 +145,6 @@ class SessionScreen(ReplayScreen):
         """A session pane's event costs ~1.5× a resume pane's (turn headers, the turn strip, the
         facts of each finished turn): smaller slices keep each as short (~8 ms on a 2-core Xeon)."""
         return max(1, DRAIN_SLICE * 3 // 5)
-
-    def events_of(self, run: str):
-        return session_events(self.prep, run)
 
     def show_state(self) -> None:
         if self.prep is None:

@@ -8,6 +8,7 @@ on screen at 80×24 however far the form scrolls.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from textual.app import ComposeResult
@@ -99,14 +100,10 @@ class SetupScreen(Screen):
             yield Static("", id="estimate")
             opts = build_options()
             with Grid(id="form"):
-                yield Label("build A")
-                with Horizontal():
-                    yield Select(opts, value=c.a, allow_blank=False, id="build-a")
-                    yield Input(placeholder="or build number / path", id="build-a-custom")
-                yield Label("build B")
-                with Horizontal():
-                    yield Select(opts, value=c.b, allow_blank=False, id="build-b")
-                    yield Input(placeholder="or build number / path", id="build-b-custom")
+                for which in ("a", "b"):
+                    yield Label(f"build {which.upper()}")
+                    with Horizontal():
+                        yield from self._build_row(which, getattr(c, which), opts)
                 yield Label("mode")
                 yield Select(MODE_OPTIONS, value=self.mode, allow_blank=False, id="mode")
                 # a what-if of the session mode only: shown (and a Tab stop) when that mode is chosen
@@ -134,6 +131,15 @@ class SetupScreen(Screen):
                 # last in the focus order: Tab from it goes round to build A, the first control
                 yield Button("Replay  ⏎ / ctrl+r", variant="primary", id="start")
         yield KeyFooter()
+
+    @staticmethod
+    def _build_row(which: str, spec: str, opts: list[tuple[str, str]]) -> ComposeResult:
+        """A build's list and its free field: a build the list does not offer (a path, a number
+        not installed, a source build since removed) is shown in the field, the list on its default."""
+        offered = any(v == spec for _, v in opts)
+        default = option(which).default
+        yield Select(opts, value=spec if offered else default, allow_blank=False, id=f"build-{which}")
+        yield Input("" if offered else spec, placeholder="or build number / path", id=f"build-{which}-custom")
 
     @staticmethod
     def _field(wid: str, c: ReplayConfig, placeholder: str = "") -> Input:
@@ -216,8 +222,9 @@ class SetupScreen(Screen):
                 parse_build(custom)  # a clear error for anything that is not a build
             return custom
 
-        return ReplayConfig(a=build("a"), b=build("b"), engine=val("#engine"), gpu=val("#gpu"),
-                            backend=val("#backend"), model=val("#model"), **texts)
+        # the options the screen does not show (the CLI's --timeout, --threads, …) stay as they came
+        return replace(self.config, a=build("a"), b=build("b"), engine=val("#engine"), gpu=val("#gpu"),
+                       backend=val("#backend"), model=val("#model"), **texts)
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.value is Select.NULL:
@@ -263,6 +270,7 @@ class SetupScreen(Screen):
         try:
             cfg = self.read_config()
             cfg.knobs()
+            chosen = replace(cfg)  # what the controls say, remembered once the replay starts
             live_model = self.query_one("#gguf", Input).value.strip() or None
             if cfg.engine == "live":
                 if not live_model:
@@ -278,6 +286,7 @@ class SetupScreen(Screen):
                 return  # the start runs again once the tokenizer is built
             if val_of(self, "#mode") == "session":  # its turns are laid out on the session screen
                 err.update("")
+                self.app.remember_options(chosen)
                 self.app.push_screen(self.session_screen(cfg))
                 return
             prep = prepare(self.session.path, cfg, session=self.session)
@@ -286,6 +295,7 @@ class SetupScreen(Screen):
             self.notify(str(exc), severity="error")
             return
         err.update("")
+        self.app.remember_options(chosen)
         self.app.push_screen(ReplayScreen(prep, speed=self.app.default_speed))
 
     def tokenizer_build_started(self, cfg: ReplayConfig) -> bool:
