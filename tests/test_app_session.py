@@ -234,6 +234,8 @@ async def test_the_strip_takes_focus_and_n_enter_show_a_turn(changed_log):
         await pilot.press("left", "enter")
         await pilot.pause()
         assert strip.selected == CHANGE_AT + 1 and str(stats.render()).startswith(f"▲ {CHANGE_AT + 1}: ")
+        await pilot.press("tab")  # Enter at 80×24 gave the verdict's rows to the batch list: it is next
+        assert app.focused is screen.pane("A").query_one("#batches") and not screen.query_one("#summary").display
         await pilot.press("tab")
         assert app.focused is strip_of(screen, "B"), "Tab reaches B's strip"
 

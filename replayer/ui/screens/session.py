@@ -37,6 +37,7 @@ from replayer.core.session_replay import (SESSION_FORMATS, SessionPrepared, prep
                                           session_events, session_report, to_text)
 from replayer.ui.screens.replay import DRAIN_SLICE, ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
+from replayer.ui.widgets.turn_strip import TurnStrip
 
 
 @dataclass
@@ -57,7 +58,8 @@ class SessionSpec:
 
 class SessionScreen(ReplayScreen):
     PANE = SessionPane
-    BINDINGS = [Binding("x", "repro", "reproduction for a maintainer", show=False)]
+    BINDINGS = [Binding("x", "repro", "reproduction for a maintainer", show=False),
+                Binding("v", "verdict_again", "verdict", show=False)]  # the strip shows it
 
     def __init__(self, spec: SessionSpec, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
@@ -199,10 +201,33 @@ class SessionScreen(ReplayScreen):
         self.query_one("#verdict", Static).update("")
         self.query_one("#session-report", Static).update("")
 
+    # -- a turn's batches on a tiny terminal --------------------------------------------------
+    def on_turn_strip_selected(self, event: TurnStrip.Selected) -> None:
+        """Enter on a turn shows its batches: on a tiny terminal the verdict had taken the lists'
+        rows, so it gives them back until ``v``."""
+        if event.scroll and self.has_class("-tiny") and self.has_class("-verdict"):
+            self.remove_class("-verdict")
+            self.add_class("-turn-rows")
+            self.query_one("#summary").display = False
+            self.refresh_bindings()
+
+    def action_verdict_again(self) -> None:
+        self.remove_class("-turn-rows")
+        self.add_class("-verdict")
+        self.query_one("#summary").display = True
+        self.query_one("#summary").focus()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "verdict_again":
+            return self.has_class("-turn-rows")
+        return super().check_action(action, parameters)
+
     # -- actions ----------------------------------------------------------------------------
     def action_restart(self) -> None:
         if self.prep is None:  # still laying out the turns: the runs start when that is done
             return
+        self.remove_class("-turn-rows")
         super().action_restart()
 
     def action_back(self) -> None:
