@@ -1,8 +1,7 @@
 """The session screen shows a session's threads: a Claude Code session whose Task subagents
 wrote their own transcripts (``claude_home.write_threaded_session``) gets one lane per thread
 in each turn strip, ↑/↓ move between the lanes and ←/→ along a thread; Enter on a turn scrolls
-the batch list to that turn (on a tiny terminal it gives the verdict's rows to the list until
-``v``). Which thread a turn is on, and which turns are misses, is the core's."""
+the batch list to that turn and gives the verdict's rows to the lists until ``v``. Which thread a turn is on, and which turns are misses, is the core's."""
 
 from __future__ import annotations
 
@@ -127,12 +126,17 @@ async def test_enter_scrolls_the_batch_list_to_the_turn():
         assert strip.selected == 39
         assert top_row(log).startswith("── turn 39: ") and log.scroll_y < log.max_scroll_y
         assert not log.auto_scroll and other.scroll_y == other.max_scroll_y
+        # the verdict gives its rows to the lists (with it the list had a few) until v
+        assert not screen.query_one("#summary").display and log.region.height >= 15 and "v" in shown_keys(app)
         await pilot.press("left", "left")  # moving alone does not scroll
         await pilot.pause()
         assert top_row(log).startswith("── turn 39: ")
         await pilot.press("enter")
         await pilot.pause()
         assert top_row(log).startswith("── turn 37: ")
+        await pilot.press("v")
+        await pilot.pause()
+        assert screen.query_one("#summary").display and not screen.has_class("-verdict"), "-verdict is 80×24's"
         screen.pane("A").turn_rows[37] = -5  # a header the list has dropped (it keeps its last rows)
         assert not screen.pane("A").scroll_to_turn(37)
         await pilot.pause()

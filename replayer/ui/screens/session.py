@@ -203,17 +203,19 @@ class SessionScreen(ReplayScreen):
 
     # -- a turn's batches on a tiny terminal --------------------------------------------------
     def on_turn_strip_selected(self, event: TurnStrip.Selected) -> None:
-        """Enter on a turn shows its batches: on a tiny terminal the verdict had taken the lists'
-        rows, so it gives them back until ``v``."""
-        if event.scroll and self.has_class("-tiny") and self.has_class("-verdict"):
-            self.remove_class("-verdict")
+        """Enter on a turn shows its batches: the verdict had taken the lists' rows (at 140×45 the
+        batch list kept two, at 80×24 none), so it gives them back until ``v``."""
+        summary = self.query_one("#summary")
+        if event.scroll and self.summary_doc is not None and summary.display:
+            self.remove_class("-verdict")  # a tiny terminal's verdict layout
             self.add_class("-turn-rows")
-            self.query_one("#summary").display = False
+            summary.display = False
             self.refresh_bindings()
 
     def action_verdict_again(self) -> None:
         self.remove_class("-turn-rows")
-        self.add_class("-verdict")
+        if self.has_class("-tiny"):
+            self.add_class("-verdict")
         self.query_one("#summary").display = True
         self.query_one("#summary").focus()
         self.refresh_bindings()
