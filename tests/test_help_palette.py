@@ -20,6 +20,17 @@ def test_help_names_quit_help_picker_bisect_timeline_and_scrolling():
         assert needle in HELP, needle
 
 
+def test_help_names_the_turn_strips_keys_and_every_miss_letter():
+    from replayer.ui.widgets.turn_strip import CAUSE_MARKS, TurnStrip
+
+    for needle in ("| ← → | the previous / next turn", "| ↑ ↓ | the nearest turn of the thread", "| n | the next miss",
+                   "| ⏎ | the turn's facts, and its batches", "| v | the verdict again", "lane per thread"):
+        assert needle in HELP, needle
+    assert {b.key for b in TurnStrip.BINDINGS} == {"left", "right", "up", "down", "n", "enter", "v"}
+    for letter, _, _, text in CAUSE_MARKS.values():
+        assert f"{letter} {text}" in " ".join(HELP.split()), letter
+
+
 def _titles(app) -> list[str]:
     return [c.title for c in app.get_system_commands(app.screen)]
 
