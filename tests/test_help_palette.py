@@ -57,3 +57,21 @@ async def test_question_mark_opens_help_from_the_picker():
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert app.screen.query_one(Markdown)
+
+
+async def test_the_palette_leaves_out_what_the_screen_does_not_offer_now():
+    """While the runs go the palette has pause and cancel; after the verdict they are gone (the
+    footer hides them too) and replay again and export are there."""
+    from replayer.core.replay import ReplayConfig
+
+    from test_app_session import session_app
+
+    app = session_app(demo_session_path(), ReplayConfig(), speed=1.0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.screen.pane("A").turns_done >= 1)
+        assert {"Pause/resume", "Cancel A", "Cancel B", "Export"} <= set(_titles(app))
+        await pilot.press("3")
+        await wait_for(pilot, lambda: app.screen.comparison is not None)
+        titles = set(_titles(app))
+        assert {"Replay again", "Export", "Export JSON"} <= titles, titles
+        assert not titles & {"Pause/resume", "Cancel A", "Cancel B", "Verdict"}, titles
