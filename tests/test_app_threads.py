@@ -84,6 +84,7 @@ async def test_up_down_change_thread_and_left_right_stay_on_it(threaded, core):
         await pilot.press("down")  # agent a's turns are 4–7: the nearest to 8 is 7
         await pilot.pause()
         assert strip.selected == 7 and strip.lane == 1
+        assert [r.split()[0] for r in str(strip.render()).splitlines()[:3]] == ["main", "▸a1b2c3d4", "e5f6a7b8"]
         t = run.turns[7]
         assert str(stats.render()).startswith(f"▲ 7: reused {t.cache_n:,} · new {t.prompt_n:,} · ")
         assert f"· {AGENTS[0]}" in str(stats.render()).splitlines()[0]

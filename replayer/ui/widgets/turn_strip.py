@@ -221,8 +221,10 @@ class TurnStrip(Widget, can_focus=True):
         if self.lanes:
             pad = self.label_width
             for i, lane in enumerate(self.lanes):
-                row = Text(short_label(lane.name, pad - 1).ljust(pad),
-                           style="bold" if i == self.lane and self.selected is not None else "dim")
+                if i == self.lane and self.selected is not None:  # marked by a glyph, not by weight alone
+                    row = Text(("▸" + short_label(lane.name, pad - 2)).ljust(pad), style="bold")
+                else:
+                    row = Text(short_label(lane.name, pad - 1).ljust(pad), style="dim")
                 row.append_text(self._cells_row(self.cells(self.cells_width, i), chosen if i == self.lane else None,
                                                 reused, processed, seen))
                 rows.append(row)
