@@ -181,3 +181,18 @@ def test_thread_lanes_snapshot_with_a_subagent_turn_selected(snap_compare, threa
         await pilot.pause()
 
     assert snap_compare(session_app(threaded, ReplayConfig()), terminal_size=size, run_before=run_before)
+
+
+def test_more_threads_than_lanes_share_the_last_lane():
+    from replayer.ui.widgets.thread_lanes import lane_index, lanes_of, short_label
+
+    threads = ["side", "main", "agent-1", "main", "agent-2", "agent-3", "main", "agent-2"]
+    lanes = lanes_of(threads, max_lanes=3)
+    assert [(lane.name, lane.turns) for lane in lanes] == [
+        ("main", (1, 3, 6)), ("side", (0,)), ("+3 threads", (2, 4, 5, 7))]
+    assert lanes[2].threads == ("agent-1", "agent-2", "agent-3")
+    assert lane_index(lanes, len(threads)) == [1, 0, 2, 0, 2, 2, 0, 2]
+    assert lanes[0].step(None, 1) == 1 and lanes[0].step(3, 1) == 6 and lanes[0].step(6, 1) == 6
+    assert lanes[0].step(3, -1) == 1 and lanes[0].step(1, -1) == 1
+    assert lanes[2].nearest(3) == 2 and lanes[2].nearest(6) == 5  # a tie goes to the earlier turn
+    assert short_label("agent-a1b2c3d4e5", 8) == "a1b2c3d…" and short_label("main", 8) == "main"
