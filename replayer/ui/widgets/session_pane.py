@@ -178,9 +178,14 @@ class SessionPane(RunPane):
         restored = f" · restored the one at {t.restored.n_tokens:,}" if t.restored else ""
         slot = f" · slot {t.slot}" if t.slot is not None else ""
         # "▲" as on the strip's axis: the line fits a pane at 80 columns
-        text = (f"▲ {turn}: reused {t.cache_n:,} · new {t.prompt_n:,} · {t.prompt_ms / 1000:,.1f} s{slot}{thread}\n"
-                f"{len(t.batches)} batches · {len(t.created)} checkpoints{restored} · ")
-        return text + ("miss: " + miss_line(t).removeprefix(f"turn {turn}: ") if t.cause else "no miss")
+        text = f"▲ {turn}: reused {t.cache_n:,} · new {t.prompt_n:,} · {t.prompt_ms / 1000:,.1f} s{slot}{thread}\n"
+        counts = f"{len(t.batches)} batches · {len(t.created)} checkpoints{restored}"
+        if not t.cause:
+            return text + counts + " · no miss"
+        # the miss first (a narrow pane cuts the end of the line), its detail last
+        head = f"{t.cause['cause']}, {t.cause['lost_tokens']:,} tokens"
+        rest = miss_line(t).removeprefix(f"turn {turn}: {head} re-processed")
+        return text + f"miss: {head} · {counts} · lost{rest}"
 
     def _stats(self) -> None:
         s = self.facts
