@@ -196,3 +196,9 @@ def test_more_threads_than_lanes_share_the_last_lane():
     assert lanes[0].step(3, -1) == 1 and lanes[0].step(1, -1) == 1
     assert lanes[2].nearest(3) == 2 and lanes[2].nearest(6) == 5  # a tie goes to the earlier turn
     assert short_label("agent-a1b2c3d4e5", 8) == "a1b2c3d…" and short_label("main", 8) == "main"
+    from replayer.ui.widgets.turn_strip import TurnStrip
+
+    strip = TurnStrip()
+    strip.set_turns(len(threads), threads)  # four lanes: main, side, agent-1, and agent-2 with agent-3
+    assert [lane.name for lane in strip.lanes] == ["main", "side", "agent-1", "+2 threads"]
+    assert strip.thread_of(5) == "agent-3" and strip.thread_of(4) == "agent-2", "its own thread, not the lane's"

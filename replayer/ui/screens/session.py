@@ -201,7 +201,7 @@ class SessionScreen(ReplayScreen):
         self.query_one("#verdict", Static).update("")
         self.query_one("#session-report", Static).update("")
 
-    # -- a turn's batches on a tiny terminal --------------------------------------------------
+    # -- a turn's batches after the verdict ---------------------------------------------------
     def on_turn_strip_selected(self, event: TurnStrip.Selected) -> None:
         """Enter on a turn shows its batches: the verdict had taken the lists' rows (at 140×45 the
         batch list kept two, at 80×24 none), so it gives them back until ``v``."""

@@ -86,6 +86,7 @@ class TurnStrip(Widget, can_focus=True):
         self.lanes: list[Lane] = []  # one per thread, when the session has more than one
         self.lane_at: list[int] = []  # turn → lane
         self.anchor: int | None = None  # the turn ↑/↓ started from
+        self.threads: list[str] = []  # turn → its thread
 
     def select(self, turn: int, scroll: bool = False, anchor: int | None = None) -> None:
         self.anchor = anchor  # where ↑/↓ started: the next ↑/↓ goes to the turn nearest to it
@@ -99,8 +100,9 @@ class TurnStrip(Widget, can_focus=True):
         return self.lane_at[self.selected] if self.lanes and self.selected is not None else 0
 
     def thread_of(self, turn: int) -> str | None:
-        """The thread a turn was sent on, when the session has several."""
-        return self.lanes[self.lane_at[turn]].name if self.lanes and turn < len(self.lane_at) else None
+        """The thread a turn was sent on, when the session has several (its own name also on a
+        lane shared by several threads)."""
+        return self.threads[turn] if self.lanes and turn < len(self.threads) else None
 
     def action_move(self, step: int) -> None:
         if self.lanes:
@@ -133,7 +135,8 @@ class TurnStrip(Widget, can_focus=True):
     def set_turns(self, n_turns: int, threads: list[str] | None = None) -> None:
         """The session's turn count and, per turn, its thread: lanes when there are several."""
         self.n_turns = n_turns
-        lanes = lanes_of(threads) if threads else []
+        self.threads = list(threads or [])
+        lanes = lanes_of(self.threads)
         self.lanes = lanes if len(lanes) > 1 else []
         self.lane_at = lane_index(self.lanes, n_turns) if self.lanes else []
         self.styles.height = len(self.lanes) + 2 if self.lanes else 3
