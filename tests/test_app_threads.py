@@ -202,3 +202,45 @@ def test_more_threads_than_lanes_share_the_last_lane():
     strip.set_turns(len(threads), threads)  # four lanes: main, side, agent-1, and agent-2 with agent-3
     assert [lane.name for lane in strip.lanes] == ["main", "side", "agent-1", "+2 threads"]
     assert strip.thread_of(5) == "agent-3" and strip.thread_of(4) == "agent-2", "its own thread, not the lane's"
+
+
+async def test_the_users_server_command_line_reaches_the_app(threaded):
+    """``replay --mode session --server-args "-np 4" --app``: the screen replays on the server the
+    user runs (four slots: no thread loses its cache), the same document as the CLI's, and each
+    turn's detail names the slot the server chose. Before, the app dropped the flag."""
+    from replayer.core.pipeline import Replay
+    from replayer.core.server.session import check_server_args
+    from replayer.ui.app import ReplayerApp
+    from replayer.ui.screens.session import SessionSpec
+
+    cfg = ReplayConfig()
+    prep = Replay(threaded, cfg, mode="session", server_args="-np 4").prepare()
+    runs = [sr.simulated_session_run(prep, r) for r in ("A", "B")]
+    assert not [t for t in runs[0].turns if t.cause] and len({t.slot for t in runs[0].turns}) > 1
+    spec = SessionSpec(threaded, cfg, server_args=check_server_args("-np 4", cfg))
+    app = ReplayerApp(default_speed=0.0, config=cfg, replay=spec, deterministic=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        screen = await finished(pilot, app)
+        assert screen.doc == sr.report(prep, *runs)
+        strip = await tab_to(pilot, app, "#pane-A #strip")
+        await pilot.press("down")  # agent a's first turn
+        await pilot.pause()
+        t = runs[0].turns[strip.selected]
+        assert strip.selected == 4 and f"· slot {t.slot} · {AGENTS[0]}" in str(screen.pane("A").query_one(
+            "#stats", Static).render())
+
+
+def test_server_args_with_screenshot_are_used_and_a_bad_flag_is_one_line(threaded, tmp_path):
+    from test_app_session import cli
+
+    shot = tmp_path / "np4.svg"
+    base = ["replay", str(threaded), "--mode", "session", "--screenshot"]
+    out = cli(*base, str(tmp_path / "np1.svg"))
+    assert out.returncode == 0, out.stderr
+    assert "thread_switch" in (tmp_path / "np1.svg").read_text(encoding="utf-8"), "one slot: main loses its cache"
+    out = cli(*base, str(shot), "--server-args", "-np 4")
+    assert out.returncode == 0, out.stderr
+    assert "thread_switch" not in shot.read_text(encoding="utf-8"), "four slots: every thread keeps its own"
+    bad = cli(*base, str(tmp_path / "bad.svg"), "--server-args", "--bogus 3")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--bogus" in bad.stderr
+    assert not (tmp_path / "bad.svg").exists()

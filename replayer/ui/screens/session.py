@@ -49,6 +49,7 @@ class SessionSpec:
     freeze_system: bool = False
     keep_reasoning: bool = False  # simulated only (core refuses it with a live engine)
     session: Session | None = None  # already imported (the setup screen's): the way back to it
+    server_args: str | None = None  # the user's llama-server command line, checked (``check_server_args``)
 
     @property
     def what_if(self) -> str:
@@ -109,6 +110,11 @@ class SessionScreen(ReplayScreen):
         if not self.is_attached:
             return
         gc.freeze()  # the laid-out turns live as long as the screen
+        if self.spec.server_args is not None and prep.server_args is None:  # the server as the user runs it
+            from replayer.core.server.session import setup_notes
+
+            prep.server_args = self.spec.server_args
+            prep.turns.notes.extend(setup_notes(prep.server_args, self.spec.config))
         self.prep = prep
         for run in ("A", "B"):
             self.pane(run).set_prepared(prep)
