@@ -132,6 +132,12 @@ def _replay_session_app(args: argparse.Namespace, cfg) -> int:
 
     # imported here, so a bad file is one line before any screen opens; the turns are laid out in the app
     session = load_session(args.session, cfg.format, images=cfg.images)
+    server_args = None
+    if args.server_args is not None:  # an unknown flag: one line too, not a screen
+        from replayer.core.server.session import check_server_args
+
+        server_args = check_server_args(args.server_args, cfg)
     return _replay_app(args, SessionSpec(Path(args.session), cfg, freeze_system=args.freeze_system_prompt,
-                                         keep_reasoning=args.keep_reasoning, session=session))
+                                         keep_reasoning=args.keep_reasoning, session=session,
+                                         server_args=server_args))
 

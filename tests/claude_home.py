@@ -1,5 +1,6 @@
 """A generated Claude Code home: hundreds of sessions, slash-command titles, subagent
-transcripts and summary-only files, as ``~/.claude/projects`` holds them.
+transcripts and summary-only files, as ``~/.claude/projects`` holds them, and one session
+whose Task subagents wrote their own transcripts (2.1.x: ``<session>/subagents/agent-*.jsonl``).
 
 ``python tests/claude_home.py DIR`` writes one (for trying the picker by hand: ``HOME=DIR replayer``).
 """
@@ -60,5 +61,40 @@ def write_home(home: Path, n_sessions: int = 300, n_subagents: int = 7, n_summar
     return sessions
 
 
+def _timed(kind: str, n: int, parent: str | None, sid: str, minute: int, text: str, agent: str | None = None) -> dict:
+    rec = _record(kind, f"{agent or 'main'}-{kind[0]}{n}", parent, sid, "/home/u/threads", text, sidechain=bool(agent))
+    rec["timestamp"] = f"2026-07-02T10:{minute:02d}:00Z"
+    if agent:
+        rec["agentId"] = agent
+    return rec
+
+
+def _exchanges(sid: str, minutes: list[int], words: int, agent: str | None = None) -> list[dict]:
+    """A user message, then per minute an answer (one request each) and the next user message."""
+    recs = [_timed("user", 0, None, sid, minutes[0], f"task for {agent or 'main'}: " + " ".join(WORDS), agent)]
+    for n, minute in enumerate(minutes):
+        recs.append(_timed("assistant", n, recs[-1]["uuid"], sid, minute, " ".join(WORDS[: 1 + n % 9]) * words, agent))
+        recs.append(_timed("user", n + 1, recs[-1]["uuid"], sid, minute, f"go on {n}: " + " ".join(WORDS[n % 5:]), agent))
+    return recs
+
+
+def write_threaded_session(folder: Path, n_main: int = 12) -> Path:
+    """A session of ``n_main`` + 1 main-thread requests with two subagents, whose sent
+    requests fall between main turns 3 and 4 (agent ``a1b2c3d4``: 4) and 8 and 9 (``e5f6a7b8``: 3)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    sid = "77777777-aaaa-bbbb-cccc-000000000000"
+    path = folder / f"{sid}.jsonl"
+    main_minutes = [m * 4 for m in range(n_main)]  # a main answer every four minutes
+    path.write_text("".join(json.dumps(r) + "\n" for r in _exchanges(sid, main_minutes, 6)))
+    subs = folder / sid / "subagents"
+    subs.mkdir(parents=True, exist_ok=True)
+    for agent, minutes in (("a1b2c3d4", [13, 14, 15, 15]), ("e5f6a7b8", [33, 34, 35])):
+        # the last answer is the subagent's report: its request was the last one it sent
+        recs = _exchanges(sid, minutes, 4, agent)[:-1]
+        (subs / f"agent-{agent}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
 if __name__ == "__main__":
     print(len(write_home(Path(sys.argv[1]))), "sessions written under", Path(sys.argv[1]) / ".claude/projects")
+    print("with subagent threads:", write_threaded_session(Path(sys.argv[1]) / ".claude/projects/-home-u-threads"))

@@ -222,8 +222,10 @@ async def test_the_strip_takes_focus_and_n_enter_show_a_turn(changed_log):
         text = str(stats.render())
         t = runs[0].turns[CHANGE_AT]
         assert text.startswith(f"▲ {CHANGE_AT}: reused {t.cache_n:,} · new {t.prompt_n:,} · ")
-        assert f"\n{len(t.batches)} batches · {len(t.created)} checkpoints" in text
-        assert f"miss: client_changed, {t.cause['lost_tokens']:,} tokens" in text
+        # the miss first on its line (a narrow pane cuts the end), then the counts, then its detail
+        assert f"\nmiss: client_changed, {t.cause['lost_tokens']:,} tokens · {len(t.batches)} batches · " \
+               f"{len(t.created)} checkpoints" in text
+        assert text.endswith(" · lost" + sr.miss_line(t).split(" re-processed", 1)[1]) and "Today is" in text
         assert f"▲ turn {CHANGE_AT}" in str(strip.render())
         await pilot.press("n")  # the only miss: n wraps round to it
         assert strip.selected == CHANGE_AT
@@ -234,6 +236,8 @@ async def test_the_strip_takes_focus_and_n_enter_show_a_turn(changed_log):
         await pilot.press("left", "enter")
         await pilot.pause()
         assert strip.selected == CHANGE_AT + 1 and str(stats.render()).startswith(f"▲ {CHANGE_AT + 1}: ")
+        await pilot.press("tab")  # Enter at 80×24 gave the verdict's rows to the batch list: it is next
+        assert app.focused is screen.pane("A").query_one("#batches") and not screen.query_one("#summary").display
         await pilot.press("tab")
         assert app.focused is strip_of(screen, "B"), "Tab reaches B's strip"
 

@@ -45,9 +45,20 @@ batches coloured and marked by the rule that cut them — ┃ green `n_batch` (f
 **Session mode** (setup: mode → session; what-if: freeze the system prompt): each build's
 **turn strip** has one cell per turn (several per cell on a long session) — the bar's height
 is the share of the prompt re-processed, the green behind it the share reused; a **miss**
-shows its cause's letter: C client changed earlier text · R template dropped reasoning ·
-K compaction · N no usable checkpoint · F context full. Below it the current turn's
-timeline, batches and checkpoints; the verdict compares the builds over the whole session.
+shows its cause's letter, as the strip's legend names it: C client changed text (earlier
+in the prompt) · R reasoning dropped (by the template) · K compaction · N no usable checkpoint ·
+F context full · T another thread held the server.
+A session with subagents or side requests has one **lane per thread** (main first). Below it
+the current turn's timeline, batches and checkpoints; the verdict compares the builds over
+the whole session.
+
+| key (turn strip: Tab to it) | does |
+|---|---|
+| ← → | the previous / next turn (of the selected turn's thread) |
+| ↑ ↓ | the nearest turn of the thread above / below |
+| n | the next miss |
+| ⏎ | the turn's facts, and its batches at the top of the batch list (the verdict makes room) |
+| v | the verdict again, after ⏎ |
 
 **Watch** (`replayer watch --upstream URL`): the same strips for the server and for build B's
 prediction, one cell a request as it passes the proxy (T: another thread held the server); one

@@ -37,6 +37,7 @@ from replayer.core.pipeline import Replay
 from replayer.core.session_replay import SESSION_FORMATS, SessionPrepared, report, session_report, to_text
 from replayer.ui.screens.replay import DRAIN_SLICE, ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
+from replayer.ui.widgets.turn_strip import TurnStrip
 
 
 @dataclass
@@ -48,6 +49,7 @@ class SessionSpec:
     freeze_system: bool = False
     keep_reasoning: bool = False  # simulated only (core refuses it with a live engine)
     session: Session | None = None  # already imported (the setup screen's): the way back to it
+    server_args: str | None = None  # the user's llama-server command line, checked (``check_server_args``)
 
     @property
     def what_if(self) -> str:
@@ -58,13 +60,15 @@ class SessionSpec:
 class SessionScreen(ReplayScreen):
     PANE = SessionPane
     BINDINGS = [Binding("x", "repro", "reproduction for a maintainer", show=False),
-                Binding("c", "calibrate", "calibrate on the log's timings", show=False)]
+                Binding("c", "calibrate", "calibrate on the log's timings", show=False),
+                Binding("v", "verdict_again", "verdict", show=False)]  # the strip shows it
 
     def __init__(self, spec: SessionSpec, speed: float = 1.0, autostart: bool = True) -> None:
         super().__init__(None, speed=speed, autostart=autostart)  # type: ignore[arg-type]
         self.spec = spec
         self.replay = Replay(spec.path, spec.config, mode="session", freeze_system=spec.freeze_system,
-                             keep_reasoning=spec.keep_reasoning)  # the one orchestrator, in session mode
+                             keep_reasoning=spec.keep_reasoning,
+                             server_args=spec.server_args)  # the one orchestrator, in session mode
         self.prep: SessionPrepared | None = None
         self.summary_doc: dict[str, Any] | None = None  # the report without its turns: what the screen shows
         self._doc: dict[str, Any] | None = None
@@ -203,10 +207,35 @@ class SessionScreen(ReplayScreen):
         self.query_one("#verdict", Static).update("")
         self.query_one("#session-report", Static).update("")
 
+    # -- a turn's batches after the verdict ---------------------------------------------------
+    def on_turn_strip_selected(self, event: TurnStrip.Selected) -> None:
+        """Enter on a turn shows its batches: the verdict had taken the lists' rows (at 140×45 the
+        batch list kept two, at 80×24 none), so it gives them back until ``v``."""
+        summary = self.query_one("#summary")
+        if event.scroll and self.summary_doc is not None and summary.display:
+            self.remove_class("-verdict")  # a tiny terminal's verdict layout
+            self.add_class("-turn-rows")
+            summary.display = False
+            self.refresh_bindings()
+
+    def action_verdict_again(self) -> None:
+        self.remove_class("-turn-rows")
+        if self.has_class("-tiny"):
+            self.add_class("-verdict")
+        self.query_one("#summary").display = True
+        self.query_one("#summary").focus()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "verdict_again":
+            return self.has_class("-turn-rows")
+        return super().check_action(action, parameters)
+
     # -- actions ----------------------------------------------------------------------------
     def action_restart(self) -> None:
         if self.prep is None:  # still laying out the turns: the runs start when that is done
             return
+        self.remove_class("-turn-rows")
         super().action_restart()
 
     def action_back(self) -> None:

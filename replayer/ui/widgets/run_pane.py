@@ -173,6 +173,7 @@ class RunPane(Vertical):
         self._tps_width = 0
         self.total = 0
         self.events_applied = 0
+        self.rows_written = 0  # rows given to the batch list (it keeps the last MAX_BATCH_LINES)
         self.heading = f"{run}: waiting…"
 
     def compose(self) -> ComposeResult:
@@ -210,6 +211,7 @@ class RunPane(Vertical):
         self.summary = RunSummary(self.run)
         self.tps = []
         self.events_applied = 0
+        self.rows_written = 0
         self.heading = f"{self.run}: waiting…"
         self.styles.border = ("round", self.app.theme_variables.get("primary", "blue"))
         self.border_title = Text(self.heading)
@@ -236,6 +238,7 @@ class RunPane(Vertical):
             # follow the newest batch, unless the user scrolled back to read older ones
             log.auto_scroll = log.scroll_y >= log.max_scroll_y
             log.write_lines(out.rows)
+            self.rows_written += len(out.rows)
         if out.log_lines:
             self.query_one("#ckpts", Log).write_lines(out.log_lines)
         if out.progress is not None and self.total:

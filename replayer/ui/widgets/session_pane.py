@@ -6,6 +6,10 @@ and a result line per turn, so scrolling back reads the session turn by turn. Th
 facts, the misses and their causes are the core's: the pane keeps the events it was given
 and asks ``session_replay.session_run`` for them whenever a turn has finished. A turn still
 running (or cut short by a cancel) is left out of those facts, so it never reads as a miss.
+
+Enter on a turn of the strip scrolls the batch list to that turn's header: the pane keeps the
+row each turn's header was written at (``turn_rows``, counted over every row the list was
+given, so a list that dropped its oldest rows still finds the others).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from textual.widgets import Static
 from replayer.core.engine import events as ev
 from replayer.core.engine.cache import SessionRun, TurnFinished, TurnStarted
 from replayer.core.engine.misses import lost_by_cause
+from replayer.core.session.turns import thread_of
 from replayer.core.session_replay import SessionFacts, SessionPrepared, miss_line
-from replayer.ui.widgets.run_pane import Applied, RunPane
+from replayer.ui.widgets.run_pane import Applied, FollowLog, RunPane
 from replayer.ui.widgets.timeline import Timeline
 from replayer.ui.widgets.turn_strip import CAUSE_MARKS, TurnStrip
 
@@ -43,6 +48,7 @@ class SessionPane(RunPane):
         self._first_batch = False
         self._dirty = False
         self._layout: tuple[int, int] | None = None  # (turn, its tokens): the timeline's, at the next apply
+        self.turn_rows: dict[int, int] = {}  # turn → the batch list's row (over all rows written) of its header
 
     def compose(self) -> ComposeResult:
         yield TurnStrip(id="strip")
@@ -50,7 +56,7 @@ class SessionPane(RunPane):
 
     def set_prepared(self, prep: SessionPrepared) -> None:
         self.prep = prep
-        self.query_one(TurnStrip).set_turns(len(prep.turns.turns))
+        self.query_one(TurnStrip).set_turns(len(prep.turns.turns), [thread_of(t) for t in prep.turns.turns])
 
     @property
     def n_turns(self) -> int:
@@ -72,6 +78,7 @@ class SessionPane(RunPane):
             tl.reset(refresh=False)
             tl.n_past = 0
             self._layout = (e.turn, e.n_tokens)
+            self.turn_rows[e.turn] = self.rows_written + len(out.rows)
             out.rows.append(f"── turn {e.turn}: {e.n_tokens:,} tokens, {e.common_prefix:,} as before ──")
             return
         if kind is TurnFinished:
@@ -137,19 +144,48 @@ class SessionPane(RunPane):
         return self.facts
 
     def on_turn_strip_selected(self, event: TurnStrip.Selected) -> None:
-        """The chosen turn's facts where the running totals were (they come back with the next turn)."""
+        """The chosen turn's facts where the running totals were (they come back with the next turn);
+        on Enter the batch list shows the turn's rows."""
         self.query_one("#stats", Static).update(self.turn_detail(event.turn), layout=False)
+        if event.scroll:
+            self.scroll_to_turn(event.turn)
+
+    def scroll_to_turn(self, turn: int) -> bool:
+        """The batch list scrolled so that ``turn``'s header is its top row (or as near as the
+        list's end allows), no longer following the newest batch. False when the list does not
+        hold that turn (not started yet, or dropped with the oldest rows)."""
+        log = self.query_one("#batches", FollowLog)
+        row = self.turn_rows.get(turn)
+        if row is None:
+            return False
+        line = row - (self.rows_written - log.line_count)
+        if line < 0:
+            self.notify(f"turn {turn}'s batches are no longer in the list (it keeps the last {log.max_lines:,} rows)",
+                        timeout=4)
+            return False
+        log.auto_scroll = False
+        # after the next layout: on a tiny terminal the list was hidden under the verdict until now
+        self.call_after_refresh(log.scroll_to, y=line, animate=False, immediate=True)
+        return True
 
     def turn_detail(self, turn: int) -> str:
         """What the core says of one turn: reuse, batches, checkpoints and, for a miss, its cause."""
         t = next((t for t in (self.facts.turns if self.facts else []) if t.turn == turn), None)
+        th = self.query_one(TurnStrip).thread_of(turn)
+        thread = f" · {th}" if th else ""  # the thread, when the session has several: after the numbers
         if t is None:
-            return f"▲ {turn}: " + ("running" if turn == self.turn else "not replayed yet")
+            return f"▲ {turn}: " + ("running" if turn == self.turn else "not replayed yet") + thread
         restored = f" · restored the one at {t.restored.n_tokens:,}" if t.restored else ""
+        slot = f" · slot {t.slot}" if t.slot is not None else ""
         # "▲" as on the strip's axis: the line fits a pane at 80 columns
-        text = (f"▲ {turn}: reused {t.cache_n:,} · new {t.prompt_n:,} · {t.prompt_ms / 1000:,.1f} s\n"
-                f"{len(t.batches)} batches · {len(t.created)} checkpoints{restored} · ")
-        return text + ("miss: " + miss_line(t).removeprefix(f"turn {turn}: ") if t.cause else "no miss")
+        text = f"▲ {turn}: reused {t.cache_n:,} · new {t.prompt_n:,} · {t.prompt_ms / 1000:,.1f} s{slot}{thread}\n"
+        counts = f"{len(t.batches)} batches · {len(t.created)} checkpoints{restored}"
+        if not t.cause:
+            return text + counts + " · no miss"
+        # the miss first (a narrow pane cuts the end of the line), its detail last
+        head = f"{t.cause['cause']}, {t.cause['lost_tokens']:,} tokens"
+        rest = miss_line(t).removeprefix(f"turn {turn}: {head} re-processed")
+        return text + f"miss: {head} · {counts} · lost{rest}"
 
     def _stats(self) -> None:
         s = self.facts
