@@ -36,6 +36,8 @@ class Agent:
     prompt_as_sent: bool = True  # False: the prompt the file stores is not the one sent (Codex)
     prepare: Callable[[str], list[str]] | None = None  # a command run once before (stub url -> args)
     compact: list[str] | None = None  # a headless compaction of the last session
+    #: the JSON commands that compaction reads on stdin, each answered before the next (pi's RPC mode)
+    compact_commands: list[dict] | None = None
     subagents: str | None = None  # glob under HOME for subagent threads' own files
     reminders: bool = False  # adds text parts before user prompts at send time, stored nowhere (Qwen Code)
 
@@ -46,11 +48,18 @@ def _pi_setup(home: Path, url: str) -> dict[str, str]:
     (d / "models.json").write_text(json.dumps({"providers": {"stub": {
         "baseUrl": f"{url}/v1", "api": "openai-completions", "apiKey": "stub",
         "models": [{"id": MODEL, "reasoning": True}]}}}))
+    # pi keeps the last 20k tokens of a compacted session (keepRecentTokens): a short session
+    # would have nothing to compact
+    (d / "settings.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 12}}))
     return {"PI_OFFLINE": "1"}
 
 
 def _pi_args(text: str) -> list[str]:
     return ["--provider", "stub", "--model", MODEL, "-p", text]
+
+
+#: ``pi -c -p /compact`` sends ``/compact`` as a prompt; its RPC mode compacts on a command
+_PI_COMPACT = ["--mode", "rpc", "-c", "--provider", "stub", "--model", MODEL]
 
 
 def _codex_setup(home: Path, url: str) -> dict[str, str]:
@@ -122,7 +131,8 @@ def _cline_auth(url: str) -> list[str]:
 
 AGENTS: dict[str, Agent] = {a.name: a for a in (
     Agent("pi", "pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi", "pi", "chat", _pi_setup, _pi_args,
-          lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl"),
+          lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl", compact=_PI_COMPACT,
+          compact_commands=[{"type": "compact"}]),
     Agent("codex", "Codex", "@openai/codex", "0.171.0", "codex", "codex", "responses", _codex_setup, _codex_args,
           _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl", prompt_as_sent=False),
     Agent("claude", "Claude Code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code", "anthropic",
