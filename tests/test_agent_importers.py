@@ -84,6 +84,21 @@ def test_claude_code_puts_the_preserved_segment_back_after_the_summary(tmp_path)
         "This session is being continued. Summary: old stuff.\nold question", "old answer", "next", "ok"]
 
 
+def test_claude_code_makes_no_turn_of_a_response_the_compaction_kept(tmp_path):
+    """The kept answer was sent the history before the compaction, not the summary: the turns
+    are the request after it (summary, kept stretch, next prompt) and the resume."""
+    from replayer.core.session.turns import load_turns
+
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next"), _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])],
+                   preserved={"headUuid": "u0", "anchorUuid": "cs", "tailUuid": "a0"})
+    st = load_turns(f)
+    assert [t.n_messages for t in st.turns[:-1]] == [len(st.request.messages) - 1]  # before "ok" only
+    assert any("1 response(s) the compaction kept" in n for n in st.notes)
+    plain = load_turns(_compacted(tmp_path, [_cc("u1", "cs", "user", "next"),
+                                             _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])]))
+    assert len(plain.turns) == 2 and plain.request.compacted_prefix == 0  # nothing kept: one turn and the resume
+
+
 def test_claude_code_drops_synthetic_turns_and_flags_orphans_and_image_results(tmp_path):
     f = _jsonl(tmp_path / "cc.jsonl", [
         _cc("u1", None, "user", "look"),
