@@ -198,3 +198,46 @@ def test_a_subagent_thread_and_its_parent_are_rebuilt_as_sent(name, tmp_path):
         for t, q in zip(turns, sent):
             # system prompt and tools too (a subagent's billing header says cc_is_subagent=true)
             assert wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)) == [], f
+
+
+
+def _texts(m: dict) -> list[str]:
+    c = m.get("content")
+    return [p.get("text", "") for p in c] if isinstance(c, list) else [c or ""]
+
+
+def test_qwen_several_prompts_in_one_process_are_rebuilt_as_sent_with_a_capture_made_so(tmp_path):
+    """Qwen Code reading two prompts in one process (``--input-format stream-json``, as an SDK
+    client runs it): it sends its date reminder before the process's first prompt only, keeps it
+    there in every later request, and sends the second prompt bare; its prompt and tools are
+    that mode's (not ``-p``'s). The file records no process boundary (the prompt ids' counter goes
+    on across processes), so the rebuild follows the capture: one made the same way
+    (``replayer agents capture qwen --one-process``, another HOME) takes the session as one run,
+    and every turn — messages, system prompt, tools — is the request sent."""
+    from replayer.core.agents.capture_run import capture_agent
+    from replayer.core.agents.registry import AGENTS
+    from replayer.core.agents.run import run_commands, user_message
+
+    a = AGENTS["qwen"]
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(), project.mkdir()
+    (project / "hello.txt").write_text("hello\n")
+    with ModelServer(str(project / "hello.txt")) as m:
+        r = run_commands(a, agent_binary(a), a.prompts_stdin, [user_message("TOOL: list the files here"),
+                                                                user_message("thanks")],
+                         home=home, project=project, url=m.url)
+        assert r.returncode == 0, r.stderr[-300:]
+        log = m.log
+    [f] = glob.glob(str(home / a.sessions))
+    main, _ = wire.main_thread(a, log)
+    assert len(main) == 3  # prompt, tool result, the second prompt
+    users = [x for x in main[2].body["messages"] if x["role"] == "user"]
+    assert _texts(users[-1]) == ["thanks"] and len(_texts(users[0])) > 1  # the reminders: first prompt only
+    cap, _ = capture_agent(a.name, binary=str(agent_binary(a)), project=str(project), one_process=True)
+    assert cap.one_process and cap.later_user_prefix == [] and cap.home not in f
+    st = load_turns(f)
+    assert len(st.turns) - 1 == len(main)
+    diffs = {k: d for k, (t, q) in enumerate(zip(st.turns, main))
+             if (d := wire.diff(wire.from_chat(t.body), wire.FROM[a.api](q.body)))}
+    assert not diffs, diffs
+    assert any("taken as one run" in n for n in st.request.notes)

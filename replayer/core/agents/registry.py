@@ -40,6 +40,8 @@ class Agent:
     compact_commands: list[dict] | None = None
     subagents: str | None = None  # glob under HOME for subagent threads' own files
     reminders: bool = False  # adds text parts before user prompts at send time, stored nowhere (Qwen Code)
+    #: a run reading several prompts in one process, as stream-json lines on stdin (Qwen Code)
+    prompts_stdin: list[str] | None = None
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -107,6 +109,11 @@ def _qwen_args(text: str) -> list[str]:
     return ["-p", text, "--yolo", "--auth-type", "openai", "--model", MODEL]
 
 
+#: ``qwen --input-format stream-json``: each ``{"type": "user", …}`` line a prompt of the same process
+_QWEN_STDIN = ["--input-format", "stream-json", "--output-format", "stream-json", "--yolo", "--auth-type",
+               "openai", "--model", MODEL]
+
+
 def _qwen_resume(text: str) -> list[str]:
     return ["-c", *_qwen_args(text)]
 
@@ -139,7 +146,7 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl",
           compact=_claude_resume("/compact"), subagents=".claude/projects/*/*/subagents/agent-*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
-          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True),
+          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless
