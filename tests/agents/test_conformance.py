@@ -83,8 +83,10 @@ def test_the_session_file_imports_with_the_tool_round(agent_run):
 #: send-time additions an importer cannot see in the file (docs/agents.md): strict xfails, so a
 #: fix shows as a failure to remove the entry
 SEND_TIME = {
-    "qwen": "Qwen Code prepends <system-reminder> parts (skills listing, date) to user messages at send "
-            "time and stores none of them",
+    "qwen": "Qwen Code prepends <system-reminder> parts to the first prompt at send time (the skills "
+            "listing, an environment part with OS, folder and its file tree, the deferred tools, the date) "
+            "and stores none of them: the skills, the tree and the deferred tools are state the file does "
+            "not hold, only a capture has them",
 }
 
 
