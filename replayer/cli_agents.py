@@ -22,7 +22,8 @@ def cmd_agents(args: argparse.Namespace) -> int:
     if args.agents_cmd == "capture":
         from replayer.core.agents.capture_run import capture_agent
 
-        cap, path = capture_agent(args.agent, binary=args.binary, project=args.project)
+        cap, path = capture_agent(args.agent, binary=args.binary, project=args.project,
+                                  one_process=args.one_process)
         _out(f"{cap.agent} {cap.version}: system prompt {len(cap.system_prompt or ''):,} characters "
              f"({cap.system_role}), {len(cap.tools)} tools, ~{capture.estimated_tokens(cap):,} tokens → {path}"
              + "".join(f"\n  note: {n}" for n in cap.notes))
@@ -47,3 +48,7 @@ def register(sub: Any) -> None:
     c.add_argument("--binary", help="the agent's executable (default: found on PATH)")
     c.add_argument("--project", help="the session's project folder, for the prompt's working-directory parts "
                    "(default: an empty temporary folder)")
+    c.add_argument("--one-process", action="store_true",
+                   help="Qwen Code: capture as one process reading two prompts (its stream-json input, as an "
+                   "SDK client runs it), for sessions of several prompts in one run; its date reminder then "
+                   "comes before the first prompt only, and its prompt and tools are that mode's")

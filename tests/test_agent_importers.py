@@ -84,6 +84,21 @@ def test_claude_code_puts_the_preserved_segment_back_after_the_summary(tmp_path)
         "This session is being continued. Summary: old stuff.\nold question", "old answer", "next", "ok"]
 
 
+def test_claude_code_makes_no_turn_of_a_response_the_compaction_kept(tmp_path):
+    """The kept answer was sent the history before the compaction, not the summary: the turns
+    are the request after it (summary, kept stretch, next prompt) and the resume."""
+    from replayer.core.session.turns import load_turns
+
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next"), _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])],
+                   preserved={"headUuid": "u0", "anchorUuid": "cs", "tailUuid": "a0"})
+    st = load_turns(f)
+    assert [t.n_messages for t in st.turns[:-1]] == [len(st.request.messages) - 1]  # before "ok" only
+    assert any("1 response(s) the compaction kept" in n for n in st.notes)
+    plain = load_turns(_compacted(tmp_path, [_cc("u1", "cs", "user", "next"),
+                                             _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])]))
+    assert len(plain.turns) == 2 and plain.request.compacted_prefix == 0  # nothing kept: one turn and the resume
+
+
 def test_claude_code_drops_synthetic_turns_and_flags_orphans_and_image_results(tmp_path):
     f = _jsonl(tmp_path / "cc.jsonl", [
         _cc("u1", None, "user", "look"),
@@ -172,6 +187,32 @@ def test_qwen_code_turns_carry_the_date_reminder_before_their_own_runs_prompt_on
     assert turns[2].message(2) is turns[1].message(2)  # one body per run, the messages shared
 
 
+def test_qwen_code_with_a_one_process_capture_the_session_is_one_run(tmp_path, monkeypatch):
+    """A capture made as one process (``--one-process``: the date before the first prompt, nothing
+    before the later one): every turn carries the startup parts and the date before the first
+    prompt, none before the later prompt, and a note says the session is taken as one run."""
+    from replayer.core.agents import capture
+    from replayer.core.session.turns import load_turns
+
+    monkeypatch.setenv("REPLAYER_AGENTS_DIR", str(tmp_path / "caps"))
+    capture.save(capture.Capture("qwen", "0.24.4", "chat", system_prompt="P", tools=[{"type": "function"}],
+                                 first_user_prefix=["SKILLS", "DATE"], later_user_prefix=[], one_process=True))
+    f = _jsonl(tmp_path / "chat.jsonl", [
+        _qwen("u1", None, "user", {"role": "user", "parts": [{"text": "hi"}]}),
+        _qwen("a1", "u1", "assistant", {"role": "model", "parts": [{"text": "Hello."}]}),
+        _qwen("u2", "a1", "user", {"role": "user", "parts": [{"text": "thanks"}]}),
+        _qwen("a2", "u2", "assistant", {"role": "model", "parts": [{"text": "Bye."}]}),
+    ])
+    st = load_turns(f)
+
+    def texts(m):
+        return [p["text"] for p in m["content"]] if isinstance(m["content"], list) else [m["content"]]
+
+    assert [[texts(m) for m in t.messages if m["role"] == "user"] for t in st.turns] == [
+        [["SKILLS", "DATE", "hi"]], [["SKILLS", "DATE", "hi"], ["thanks"]], [["SKILLS", "DATE", "hi"], ["thanks"]]]
+    assert any("taken as one run" in n for n in st.request.notes)
+
+
 @pytest.mark.parametrize("prompt,suffix", [("TOOL: list the files here", "664"), ("list the files", "93d"),
                                            ("SUBAGENT: have a helper look around", "1ee"), ("hi", "18b"),
                                            ("héllo wörld 😀 emoji 🎉 here ok", "a2a")])
@@ -195,3 +236,11 @@ def test_the_public_claude_code_samples_keep_the_summary_and_have_no_orphans():
     compacted = sessions["daaain-claude-code-log_FIXTURE_dag_compact_after_rewind.jsonl"]
     assert compacted.messages[0].text().startswith("This session is being continued")
     assert compacted.messages[0].text().endswith("After compaction")  # the next prompt, merged
+
+
+def test_agents_capture_one_process_for_an_agent_that_cannot_is_a_one_line_error(capsys):
+    from replayer.cli import main
+
+    assert main(["agents", "capture", "pi", "--one-process"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be run headless as one process" in err[0] and "Traceback" not in err[0]

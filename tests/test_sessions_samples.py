@@ -103,6 +103,29 @@ def test_pi_latest_compaction_wins():
     assert len(bash) == 3 and bash[0].text().startswith("Ran `ls`\n```\nAGENTS.md")
 
 
+def test_pi_turns_after_a_compaction_are_the_requests_sent_after_it():
+    """The responses the compaction kept answered the history before it (pi sent them the whole
+    conversation, not the summary): session mode makes turns of the responses after it only —
+    each turn's response is later than the compaction in the file, and every response after it
+    is a turn."""
+    from replayer.core.session.reader import iso_to_s
+    from replayer.core.session.turns import load_turns, response_starts
+
+    path = need_shared(SAMPLES / "pi/badlogic-pi-mono_v1_before-compaction.jsonl")
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+    at = iso_to_s([e for e in lines if e.get("type") == "compaction"][-1]["timestamp"])
+    st = load_turns(path)
+    msgs = st.request.messages
+    off = len(msgs) - len(st.session.messages)  # the system prompt, when the request has one
+    starts = [i for i in response_starts(msgs) if i > 0]
+    kept = [i for i in starts if i < st.request.compacted_prefix]
+    assert kept and all(st.session.messages[i - off].timestamp < at for i in kept)  # answered before it
+    turns = st.turns[:-1]
+    assert all(st.session.messages[t.n_messages - off].timestamp > at for t in turns)
+    assert [t.n_messages for t in turns] == [i for i in starts if st.session.messages[i - off].timestamp > at]
+    assert any(f"{len(kept)} response(s) the compaction kept" in n for n in st.notes)
+
+
 def test_synthetic_pi_matches_expected_messages():
     src = need_shared(SAMPLES / "synthetic/SYNTHETIC_pi-v3_branch-compaction-thinking-partial-tail.jsonl")
     exp = orjson.loads((SAMPLES / "synthetic/SYNTHETIC_pi-v3_branch-compaction-thinking-partial-tail.EXPECTED-openai-messages.json").read_bytes())

@@ -83,8 +83,10 @@ def test_the_session_file_imports_with_the_tool_round(agent_run):
 #: send-time additions an importer cannot see in the file (docs/agents.md): strict xfails, so a
 #: fix shows as a failure to remove the entry
 SEND_TIME = {
-    "qwen": "Qwen Code prepends <system-reminder> parts (skills listing, date) to user messages at send "
-            "time and stores none of them",
+    "qwen": "Qwen Code prepends <system-reminder> parts to the first prompt at send time (the skills "
+            "listing, an environment part with OS, folder and its file tree, the deferred tools, the date) "
+            "and stores none of them: the skills, the tree and the deferred tools are state the file does "
+            "not hold, only a capture has them",
 }
 
 
@@ -136,26 +138,43 @@ def test_a_capture_made_in_another_folder_rebuilds_the_prompt_sent(agent_run):
 @pytest.mark.parametrize("name", [n for n, a in sorted(__import__(
     "replayer.core.agents.registry", fromlist=["AGENTS"]).AGENTS.items()) if a.compact])
 def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
-    """Tool round, ``/compact``, one more prompt: the rebuild of the request after the compaction
-    (summary, system prompt and tools) is the one sent. (Claude Code's stretch of history kept after the summary
-    also makes replayer count one turn before it that was never sent: docs/agents.md.)"""
+    """Tool round, a compaction (``claude -c -p /compact``; pi's RPC ``compact`` command), one
+    more prompt: the rebuild of the request after the compaction (summary, system prompt and
+    tools) is the one sent; and every turn of the compacted session is a request the agent sent
+    after the compaction, in order: none for the responses the compaction kept (pi's kept
+    messages, Claude Code's preserved segment), which answered the longer history before it."""
     from replayer.core.agents.registry import AGENTS
+    from replayer.core.agents.run import run_commands
 
     agent = AGENTS[name]
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir(), project.mkdir()
     with ModelServer(str(project / "hello.txt")) as m:
         for args in (agent.prompt("TOOL: list the files here"), agent.compact, agent.resume("after the compaction")):
-            r = run(agent, agent_binary(agent), args, home=home, project=project, url=m.url)
+            r = (run_commands(agent, agent_binary(agent), args, agent.compact_commands, home=home, project=project,
+                              url=m.url) if args is agent.compact and agent.compact_commands else
+                 run(agent, agent_binary(agent), args, home=home, project=project, url=m.url))
             assert r.returncode == 0, r.stderr[-300:]
-        last = m.log[-1]
+            if args is agent.compact:
+                compacted_at = len(m.log)  # the requests so far, the compaction's own included
+        log = m.log
     [f] = glob.glob(str(home / agent.sessions))
+    main, _ = wire.main_thread(agent, log)
+    if load_turns(f).session.system_prompt is None:  # pi stores none: a capture of the run's first request
+        capture.save(capture.from_request(agent.name, agent.version, agent.api, main[0].body))
     st = load_turns(f)
     assert st.session.stats.compactions_total == 1
     rebuilt = wire.from_chat(st.turns[-2].body)
-    assert "continued from a previous conversation" in rebuilt.messages[0]["text"]
+    assert "summary" in rebuilt.messages[0]["text"].lower() and "TOOL" not in rebuilt.messages[0]["text"]
     # the system prompt too: Claude Code's billing header fingerprints the summary now, not the first prompt
-    assert wire.diff(rebuilt, wire.FROM[agent.api](last.body)) == []
+    assert wire.diff(rebuilt, wire.FROM[agent.api](log[-1].body)) == []
+    # the conversation's requests after the compaction: its tools (Claude Code's billing header,
+    # part of the system prompt, fingerprints the summary now)
+    tools = wire.FROM[agent.api](main[0].body).tools
+    after = [q for q in log[compacted_at:] if wire.FROM[agent.api](q.body).tools == tools]
+    assert len(st.turns) - 1 == len(after) < len(main)
+    for t, q in zip(st.turns[:-1], after):
+        assert wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)) == []
 
 
 @pytest.mark.parametrize("name", [n for n, a in sorted(__import__(
@@ -181,3 +200,46 @@ def test_a_subagent_thread_and_its_parent_are_rebuilt_as_sent(name, tmp_path):
         for t, q in zip(turns, sent):
             # system prompt and tools too (a subagent's billing header says cc_is_subagent=true)
             assert wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)) == [], f
+
+
+
+def _texts(m: dict) -> list[str]:
+    c = m.get("content")
+    return [p.get("text", "") for p in c] if isinstance(c, list) else [c or ""]
+
+
+def test_qwen_several_prompts_in_one_process_are_rebuilt_as_sent_with_a_capture_made_so(tmp_path):
+    """Qwen Code reading two prompts in one process (``--input-format stream-json``, as an SDK
+    client runs it): it sends its date reminder before the process's first prompt only, keeps it
+    there in every later request, and sends the second prompt bare; its prompt and tools are
+    that mode's (not ``-p``'s). The file records no process boundary (the prompt ids' counter goes
+    on across processes), so the rebuild follows the capture: one made the same way
+    (``replayer agents capture qwen --one-process``, another HOME) takes the session as one run,
+    and every turn — messages, system prompt, tools — is the request sent."""
+    from replayer.core.agents.capture_run import capture_agent
+    from replayer.core.agents.registry import AGENTS
+    from replayer.core.agents.run import run_commands, user_message
+
+    a = AGENTS["qwen"]
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(), project.mkdir()
+    (project / "hello.txt").write_text("hello\n")
+    with ModelServer(str(project / "hello.txt")) as m:
+        r = run_commands(a, agent_binary(a), a.prompts_stdin, [user_message("TOOL: list the files here"),
+                                                                user_message("thanks")],
+                         home=home, project=project, url=m.url)
+        assert r.returncode == 0, r.stderr[-300:]
+        log = m.log
+    [f] = glob.glob(str(home / a.sessions))
+    main, _ = wire.main_thread(a, log)
+    assert len(main) == 3  # prompt, tool result, the second prompt
+    users = [x for x in main[2].body["messages"] if x["role"] == "user"]
+    assert _texts(users[-1]) == ["thanks"] and len(_texts(users[0])) > 1  # the reminders: first prompt only
+    cap, _ = capture_agent(a.name, binary=str(agent_binary(a)), project=str(project), one_process=True)
+    assert cap.one_process and cap.later_user_prefix == [] and cap.home not in f
+    st = load_turns(f)
+    assert len(st.turns) - 1 == len(main)
+    diffs = {k: d for k, (t, q) in enumerate(zip(st.turns, main))
+             if (d := wire.diff(wire.from_chat(t.body), wire.FROM[a.api](q.body)))}
+    assert not diffs, diffs
+    assert any("taken as one run" in n for n in st.request.notes)

@@ -60,7 +60,10 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
             cap, session.cwd, session.created, home_of(session.path, AGENTS[agent]))
         out.notes.append(f"the <system-reminder> parts {AGENTS[agent].label} adds before user prompts at send "
                          f"time are from the capture of {cap.version}; the file does not mark where a run "
-                         "began, so each prompt is taken as a run of its own (its date reminder before it)")
+                         "began, so " + ("the session is taken as one run, as the capture was made (one "
+                                         "process: the date reminder before its first prompt only)"
+                                         if cap.one_process else
+                                         "each prompt is taken as a run of its own (its date reminder before it)"))
     which = " and ".join(w for w, used in (("system prompt", out.system_prompt is not None),
                                            (f"{len(cap.tools)} tools", out.tools is not None)) if used)
     if which:

@@ -32,6 +32,8 @@ class Capture:
     home: str | None = None  # the capture run's temporary HOME (the session's own replaces it)
     first_user_prefix: list[str] = field(default_factory=list)  # text parts sent before the first prompt
     later_user_prefix: list[str] = field(default_factory=list)  # … before each later prompt (Qwen Code)
+    #: made as one process reading both prompts (Qwen Code's stream-json input), not ``-p`` then ``-c -p``
+    one_process: bool = False
 
 
 def _text(content: Any) -> str:

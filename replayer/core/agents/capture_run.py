@@ -16,7 +16,7 @@ from pathlib import Path
 
 from replayer.core.agents import capture
 from replayer.core.agents.registry import AGENTS, Agent
-from replayer.core.agents.run import run
+from replayer.core.agents.run import run, run_commands, user_message
 from replayer.core.agents.stub_model import ModelServer
 from replayer.core.errors import ReplayerError
 
@@ -46,10 +46,16 @@ def agent_version(agent: Agent, binary: Path) -> str:
     return m.group(0)
 
 
-def capture_agent(name: str, *, binary: str | None = None, project: str | None = None) -> tuple[capture.Capture, Path]:
+def capture_agent(name: str, *, binary: str | None = None, project: str | None = None,
+                  one_process: bool = False) -> tuple[capture.Capture, Path]:
+    """Capture the agent's prompt and tools (and, for an agent with send-time reminders, the
+    parts before its first and a later prompt: from two runs, ``-p`` then ``-c -p``, or with
+    ``one_process`` from one process reading both prompts, Qwen Code's stream-json input mode)."""
     if name not in AGENTS:
         raise ReplayerError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
     agent = AGENTS[name]
+    if one_process and not agent.prompts_stdin:
+        raise ReplayerError(f"{agent.label} cannot be run headless as one process of several prompts")
     exe = find_binary(agent, binary)
     version = agent_version(agent, exe)
     with tempfile.TemporaryDirectory(prefix="replayer-agent-") as tmp:
@@ -60,13 +66,7 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
         with ModelServer(str(proj / "README.md")) as m:
             if agent.prepare:
                 run(agent, exe, agent.prepare(m.url), home=home, project=proj, url=m.url)
-            r = run(agent, exe, agent.prompt(PROMPT), home=home, project=proj, url=m.url)
-            first = next((q for q in m.log if q.body.get("tools")), None) or (m.log[0] if m.log else None)
-            later = None
-            if agent.reminders and agent.resume and first is not None:
-                n = len(m.log)
-                run(agent, exe, agent.resume(LATER), home=home, project=proj, url=m.url)
-                later = next((q for q in m.log[n:] if q.body.get("tools")), None)
+            r, first, later = _requests(agent, exe, home, proj, m, one_process)
     if first is None:
         raise ReplayerError(f"{agent.label} sent no request to the stub (exit {r.returncode}): "
                             f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or ['no output']}")
@@ -74,5 +74,30 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
     if agent.reminders and agent.api == "chat":
         cap.first_user_prefix = capture.prefix_parts(first.body, PROMPT)
         cap.later_user_prefix = capture.prefix_parts(later.body, LATER) if later is not None else []
+        cap.one_process = one_process
     cap.project, cap.home, cap.date = str(proj), str(home), time.strftime("%Y-%m-%d", time.gmtime())
     return cap, capture.save(cap)
+
+
+def _requests(agent: Agent, exe: Path, home: Path, proj: Path, m: ModelServer, one_process: bool):
+    """(the run's result, the first request with tools, the one for the later prompt or None)."""
+    if one_process:
+        r = run_commands(agent, exe, agent.prompts_stdin, [user_message(PROMPT), user_message(LATER)],
+                         home=home, project=proj, url=m.url)
+    else:
+        r = run(agent, exe, agent.prompt(PROMPT), home=home, project=proj, url=m.url)
+    first = next((q for q in m.log if q.body.get("tools")), None) or (m.log[0] if m.log else None)
+    if not (agent.reminders and first is not None):
+        return r, first, None
+    if not one_process and agent.resume:
+        run(agent, exe, agent.resume(LATER), home=home, project=proj, url=m.url)
+    later = next((q for q in m.log if q.body.get("tools") and _ends_with(q.body, LATER)), None)
+    return r, first, later
+
+
+def _ends_with(body: dict, prompt: str) -> bool:
+    """Whether a chat request's last message is a user message ending with ``prompt``."""
+    msgs = body.get("messages") or [{}]
+    c = msgs[-1].get("content")
+    last = c[-1].get("text") if isinstance(c, list) and c and isinstance(c[-1], dict) else c
+    return msgs[-1].get("role") == "user" and last == prompt

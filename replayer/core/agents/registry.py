@@ -36,8 +36,12 @@ class Agent:
     prompt_as_sent: bool = True  # False: the prompt the file stores is not the one sent (Codex)
     prepare: Callable[[str], list[str]] | None = None  # a command run once before (stub url -> args)
     compact: list[str] | None = None  # a headless compaction of the last session
+    #: the JSON commands that compaction reads on stdin, each answered before the next (pi's RPC mode)
+    compact_commands: list[dict] | None = None
     subagents: str | None = None  # glob under HOME for subagent threads' own files
     reminders: bool = False  # adds text parts before user prompts at send time, stored nowhere (Qwen Code)
+    #: a run reading several prompts in one process, as stream-json lines on stdin (Qwen Code)
+    prompts_stdin: list[str] | None = None
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -46,11 +50,18 @@ def _pi_setup(home: Path, url: str) -> dict[str, str]:
     (d / "models.json").write_text(json.dumps({"providers": {"stub": {
         "baseUrl": f"{url}/v1", "api": "openai-completions", "apiKey": "stub",
         "models": [{"id": MODEL, "reasoning": True}]}}}))
+    # pi keeps the last 20k tokens of a compacted session (keepRecentTokens): a short session
+    # would have nothing to compact
+    (d / "settings.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 12}}))
     return {"PI_OFFLINE": "1"}
 
 
 def _pi_args(text: str) -> list[str]:
     return ["--provider", "stub", "--model", MODEL, "-p", text]
+
+
+#: ``pi -c -p /compact`` sends ``/compact`` as a prompt; its RPC mode compacts on a command
+_PI_COMPACT = ["--mode", "rpc", "-c", "--provider", "stub", "--model", MODEL]
 
 
 def _codex_setup(home: Path, url: str) -> dict[str, str]:
@@ -98,6 +109,11 @@ def _qwen_args(text: str) -> list[str]:
     return ["-p", text, "--yolo", "--auth-type", "openai", "--model", MODEL]
 
 
+#: ``qwen --input-format stream-json``: each ``{"type": "user", …}`` line a prompt of the same process
+_QWEN_STDIN = ["--input-format", "stream-json", "--output-format", "stream-json", "--yolo", "--auth-type",
+               "openai", "--model", MODEL]
+
+
 def _qwen_resume(text: str) -> list[str]:
     return ["-c", *_qwen_args(text)]
 
@@ -122,14 +138,15 @@ def _cline_auth(url: str) -> list[str]:
 
 AGENTS: dict[str, Agent] = {a.name: a for a in (
     Agent("pi", "pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi", "pi", "chat", _pi_setup, _pi_args,
-          lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl"),
+          lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl", compact=_PI_COMPACT,
+          compact_commands=[{"type": "compact"}]),
     Agent("codex", "Codex", "@openai/codex", "0.171.0", "codex", "codex", "responses", _codex_setup, _codex_args,
           _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl", prompt_as_sent=False),
     Agent("claude", "Claude Code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code", "anthropic",
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl",
           compact=_claude_resume("/compact"), subagents=".claude/projects/*/*/subagents/agent-*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
-          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True),
+          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless

@@ -71,7 +71,7 @@ def load(path: Path, *, images: str = "omit", thread: str | None = None) -> Sess
     stats.branch_length = len(chain)
     if chain and chain[0].get("type") == "system" and chain[0].get("subtype") == "compact_boundary":
         stats.compactions_applied = 1
-    chain = _with_preserved(chain, by_uuid, stats)
+    chain, n_kept = _with_preserved(chain, by_uuid, stats)
     transcript = _Transcript(_responses(main, chain), stats, images).read(chain)
     transcript.messages = _send_shape(transcript.messages, stats, warnings)
     session = _session(path, records, by_uuid, chain, transcript, warnings)
@@ -79,7 +79,16 @@ def load(path: Path, *, images: str = "omit", thread: str | None = None) -> Sess
     if sent is not None:
         _as_sent(session, sent, records, images)
         _put_billing_header(session, records, chain)
+    session.compacted_prefix = _after_responses(session.messages, n_kept)
     return session
+
+
+def _after_responses(messages: list[Message], n: int) -> int:
+    """The index just past the start of the ``n``-th response (0 for none): the responses a
+    compaction kept after its summary answered the history before it."""
+    starts = [i for i, m in enumerate(messages)
+              if m.role == "assistant" and (i == 0 or messages[i - 1].role != "assistant")]
+    return starts[n - 1] + 1 if 0 < n <= len(starts) else 0
 
 
 def _put_billing_header(session: Session, records: list[dict], chain: list[dict]) -> None:
@@ -98,23 +107,24 @@ def _put_billing_header(session: Session, records: list[dict], chain: list[dict]
         session.agent_version, entry, claude_wire.first_prompt(thread), subagent=subagent) + (session.system_prompt or "")
 
 
-def _with_preserved(chain: list[dict], by_uuid: dict[str, dict], stats: ImportStats) -> list[dict]:
+def _with_preserved(chain: list[dict], by_uuid: dict[str, dict], stats: ImportStats) -> tuple[list[dict], int]:
     """A partial compaction keeps a stretch of the old history (``compactMetadata.preservedSegment``:
     ``headUuid`` … ``tailUuid``) after its summary; the new thread does not link to it, so it is
-    put back after the summary, as Claude Code sends it."""
+    put back after the summary, as Claude Code sends it. Also how many responses it holds."""
     if not chain or chain[0].get("subtype") != "compact_boundary":
-        return chain
+        return chain, 0
     seg = (chain[0].get("compactMetadata") or {}).get("preservedSegment")
     if not isinstance(seg, dict) or seg.get("tailUuid") not in by_uuid:
-        return chain
+        return chain, 0
     kept = path_to_root(by_uuid[seg["tailUuid"]], by_uuid, id_key="uuid", parent_key="parentUuid")
     head = next((k for k, r in enumerate(kept) if r.get("uuid") == seg.get("headUuid")), 0)
     kept = [r for r in kept[head:] if r.get("uuid") not in {c.get("uuid") for c in chain}]
     if not kept:
-        return chain
+        return chain, 0
     at = next((k + 1 for k, r in enumerate(chain) if r.get("isCompactSummary")), 1)
     stats.branch_length += len(kept)
-    return chain[:at] + kept + chain[at:]
+    responses = {(r.get("message") or {}).get("id") or r.get("uuid") for r in kept if r.get("type") == "assistant"}
+    return chain[:at] + kept + chain[at:], len(responses)
 
 
 def _send_shape(messages: list[Message], stats: ImportStats, warnings: list[str]) -> list[Message]:

@@ -149,6 +149,10 @@ class Session(BaseModel):
     tools: list[dict[str, Any]] | None = None  # None = not stored
     system_role: str = "system"  # the role the agent sends its prompt in (pi, Codex: developer)
     extra_body: dict[str, Any] = Field(default_factory=dict)  # stored request fields
+    #: messages[:n] are what the latest compaction left (its summary and the messages it kept):
+    #: a response among them answered the history before the compaction, so no request that
+    #: ends there was ever sent with this one (pi)
+    compacted_prefix: int = 0
     usage: Usage = Field(default_factory=Usage)
     stats: ImportStats = Field(default_factory=ImportStats)
     warnings: list[str] = Field(default_factory=list)

@@ -77,9 +77,10 @@ def load(path: Path, *, images: str = "omit") -> Session:
     header, entries, stats, warnings = _read(path)
     path_entries = _active_branch(entries, stats)
     provider, model, thinking = _model_of(header, path_entries)
-    context, compaction_system = _after_compaction(path_entries, stats)
-    agent, system_msgs = _agent_messages(context, compaction_system)
-    messages, stats.dropped_turns, stats.synthetic_results = _transform(_llm_messages(agent), provider, model, images)
+    context, compaction_system, n_compacted = _after_compaction(path_entries, stats)
+    agent, system_msgs = _agent_messages(context, compaction_system, n_compacted)
+    messages, stats.dropped_turns, stats.synthetic_results, compacted_prefix = _transform(
+        _llm_messages(agent), provider, model, images)
     system_prompt, tools = _fold_system(system_msgs)
     title = next((e.get("name") for e in reversed(entries) if e.get("type") == "session_info"), None)
     times = [t for t in (ms_to_s(m.get("timestamp")) for m in agent if m.get("timestamp")) if t]
@@ -88,7 +89,7 @@ def load(path: Path, *, images: str = "omit") -> Session:
         session_id=header.get("id"), title=title, cwd=header.get("cwd"), provider=provider,
         model=model, thinking_level=thinking, created=iso_to_s(header.get("timestamp")),
         updated=max(times) if times else None, messages=messages, system_prompt=system_prompt,
-        tools=tools, usage=_last_usage(agent), stats=stats, warnings=warnings,
+        tools=tools, compacted_prefix=compacted_prefix, usage=_last_usage(agent), stats=stats, warnings=warnings,
     )
 
 
@@ -134,11 +135,12 @@ def _model_of(header: dict, path_entries: list[dict]) -> tuple[Any, Any, Any]:
     return provider, model, thinking
 
 
-def _after_compaction(path_entries: list[dict], stats: ImportStats) -> tuple[list[dict], Any]:
-    """Step D: only the latest compaction counts: it, the entries it kept, and everything after it."""
+def _after_compaction(path_entries: list[dict], stats: ImportStats) -> tuple[list[dict], Any, int]:
+    """Step D: only the latest compaction counts: it, the entries it kept, and everything after it;
+    and how many of those entries (it and the kept ones) come from before it."""
     comp_idx = max((i for i, e in enumerate(path_entries) if e.get("type") == "compaction"), default=-1)
     if comp_idx < 0:
-        return path_entries, None
+        return path_entries, None, 0
     comp = path_entries[comp_idx]
     stats.compactions_applied = 1
     kept: list[dict] = []
@@ -150,7 +152,7 @@ def _after_compaction(path_entries: list[dict], stats: ImportStats) -> tuple[lis
     if compaction_system:
         kept = [e for e in kept if not (e.get("type") == "message"
                                         and (e.get("message") or {}).get("role") == "system")]
-    return [comp] + kept + path_entries[comp_idx + 1:], compaction_system
+    return [comp] + kept + path_entries[comp_idx + 1:], compaction_system, 1 + len(kept)
 
 
 def _edited(m: dict, rep: Any) -> dict | None:
@@ -165,8 +167,10 @@ def _edited(m: dict, rep: Any) -> dict | None:
     return m
 
 
-def _agent_messages(context: list[dict], compaction_system: Any) -> tuple[list[dict], list[dict]]:
-    """Step E: entries → agent messages, and the system messages set aside."""
+def _agent_messages(context: list[dict], compaction_system: Any, n_compacted: int = 0
+                    ) -> tuple[list[dict], list[dict]]:
+    """Step E: entries → agent messages, and the system messages set aside; the messages of
+    the first ``n_compacted`` entries (the compaction and what it kept) are marked ``_compacted``."""
     edits = {e["targetId"]: e.get("replacement") for e in context
              if e.get("type") == "context_edit" and isinstance(e.get("targetId"), str)}
     agent: list[dict] = []
@@ -174,9 +178,10 @@ def _agent_messages(context: list[dict], compaction_system: Any) -> tuple[list[d
     if compaction_system:
         system_msgs.append(compaction_system if isinstance(compaction_system, dict)
                            else {"content": compaction_system})
-    for e in context:
+    for k, e in enumerate(context):
         t = e.get("type")
         ts = iso_to_s(e.get("timestamp"))
+        n = len(agent)
         if t == "message":
             m = dict(e.get("message") or {})
             if e.get("id") in edits and (m := _edited(m, edits[e["id"]])) is None:
@@ -188,12 +193,14 @@ def _agent_messages(context: list[dict], compaction_system: Any) -> tuple[list[d
             agent.append({"role": "branchSummary", "summary": e["summary"], "timestamp": ts})
         elif t == "compaction":
             agent.append({"role": "compactionSummary", "summary": e.get("summary", ""), "timestamp": ts})
+        if k < n_compacted:
+            agent[n:] = [{**m, "_compacted": True} for m in agent[n:]]
     return agent, system_msgs
 
 
 def _user_text(text: str, m: dict, origin: str) -> dict:
     return {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": m.get("timestamp"),
-            "origin": origin}
+            "origin": origin, "_compacted": m.get("_compacted")}
 
 
 def _llm_messages(agent: list[dict]) -> list[dict]:
@@ -207,7 +214,8 @@ def _llm_messages(agent: list[dict]) -> list[dict]:
         elif role == "custom":
             c = m.get("content")
             parts = [{"type": "text", "text": c}] if isinstance(c, str) else _content_parts(c)
-            llm.append({"role": "user", "content": parts, "timestamp": m.get("timestamp"), "origin": "custom"})
+            llm.append({"role": "user", "content": parts, "timestamp": m.get("timestamp"), "origin": "custom",
+                        "_compacted": m.get("_compacted")})
         elif role == "branchSummary":
             llm.append(_user_text(BRANCH_PREFIX + m["summary"] + BRANCH_SUFFIX, m, "branch_summary"))
         elif role == "compactionSummary":
@@ -261,10 +269,16 @@ def _image_parts(parts: list[dict], images: str) -> list:
 
 
 def _transform(llm: list[dict], provider: str | None, model: str | None, images: str
-               ) -> tuple[list[Message], int, int]:
-    """pi-ai transformMessages + the openai-completions adapter: (messages, dropped turns, synthetic results)."""
+               ) -> tuple[list[Message], int, int, int]:
+    """pi-ai transformMessages + the openai-completions adapter: (messages, dropped turns,
+    synthetic results, how many of the messages come from the compaction's ``_compacted`` ones)."""
     t = _Transform(provider, model, images)
+    compacted = 0
     for m in llm:
+        if m.get("_compacted"):
+            compacted = -1
+        elif compacted < 0:
+            compacted = len(t.out)
         role = m.get("role")
         if role == "assistant":
             t.assistant(m)
@@ -273,7 +287,7 @@ def _transform(llm: list[dict], provider: str | None, model: str | None, images:
         elif role == "user":
             t.user(m)
     t.flush_orphans()
-    return t.out, t.dropped, t.synthetic
+    return t.out, t.dropped, t.synthetic, len(t.out) if compacted < 0 else compacted
 
 
 class _Transform:

@@ -27,6 +27,8 @@ class ChatRequest:
     #: the messages without them: each turn places them before its own latest prompt
     run_parts: Any = None
     plain_messages: list[dict[str, Any]] | None = None
+    #: messages[:n] are what a compaction left from the history before it (``Session.compacted_prefix``)
+    compacted_prefix: int = 0
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -126,6 +128,8 @@ def build_request(session: Session, *, system_prompt: str | None = None,
         body_msgs = body_msgs[1:]
     msgs.extend(body_msgs)
     req.body["messages"] = msgs
+    if session.compacted_prefix:
+        req.compacted_prefix = session.compacted_prefix + len(msgs) - len(session.messages)
     if tl is not None:
         req.body["tools"] = tl
     elif session.n_tool_calls:

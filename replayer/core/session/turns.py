@@ -116,14 +116,20 @@ def response_starts(messages: list[dict[str, Any]]) -> list[int]:
             if m.get("role") == "assistant" and (i == 0 or messages[i - 1].get("role") != "assistant")]
 
 
+def request_starts(request: ChatRequest) -> list[int]:
+    """The response starts whose request was sent with this history: not the first message,
+    and not among what a compaction kept from before it (those answered the longer history)."""
+    return [i for i in response_starts(request.messages) if i > 0 and i >= request.compacted_prefix]
+
+
 def count_turns(request: ChatRequest) -> int:
     """``len(turns_of_request(request))`` without building the turns."""
-    return sum(1 for i in response_starts(request.messages) if i > 0) + 1
+    return len(request_starts(request)) + 1
 
 
 def turns_of_request(request: ChatRequest) -> list[Turn]:
     body = request.body
-    starts = [i for i in response_starts(body["messages"]) if i > 0]
+    starts = request_starts(request)
     if request.run_parts is not None and request.plain_messages is not None:
         out = _turns_with_run_parts(request, starts)
     else:
@@ -185,6 +191,9 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
         if s.stats.compactions_applied:
             notes.append(f"{s.stats.compactions_total} compaction(s) in the file: turns start after the latest "
                          "one (the importer keeps only the history the agent sent from then on)")
+        if kept := sum(1 for i in response_starts(req.messages) if 0 < i < req.compacted_prefix):
+            notes.append(f"{kept} response(s) the compaction kept answered the history before it: "
+                         "no turn of them (they were not sent with the summary)")
     if not turns:
         raise ReplayerError(f"{s.path}: no turns to replay")
     return SessionTurns(s, req, turns, exact, notes)
