@@ -258,6 +258,16 @@ def bounded_caps(source: str) -> dict[str, bool]:
     raise _exception(reply["kind"], reply["message"])
 
 
+def bounded_thinking(source: str, bos_token: str, eos_token: str) -> bool:
+    """Whether the server's auto-parser finds reasoning in an untrusted template
+    (``reasoning_analysis.analyze``), run in the worker on the render budget."""
+    reply = _worker.render(checked_source(source), {"bos_token": bos_token, "eos_token": eos_token}, _budget,
+                           op="thinking")
+    if "thinking" in reply:
+        return bool(reply["thinking"])
+    raise _exception(reply["kind"], reply["message"])
+
+
 #: far above any real chat template (the largest published are ~40 KB): the source of a GGUF's
 #: template is as untrusted as a ``--template`` file, which ``textfile`` already bounds
 MAX_SOURCE_CHARS = 1 << 20
