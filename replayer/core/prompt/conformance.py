@@ -194,8 +194,11 @@ def template_files(models_dir: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted((models_dir / "templates").glob("*.jinja"))}
 
 
-def run(build: int, binary: Path, work: Path, only: list[str] | None = None) -> list[Outcome]:
-    """Every template of ``build``'s sdist (or ``only`` those), on one router of ``binary``."""
+def run(build: int, binary: Path, work: Path, only: list[str] | None = None, vocab: str = "qwen2",
+        pre: str | None = None, specials: tuple[str, ...] = ()) -> list[Outcome]:
+    """Every template of ``build``'s sdist (or ``only`` those), on one router of ``binary``; the
+    tiny GGUF carries the sdist's ``ggml-vocab-{vocab}.gguf`` (``pre``, ``specials``: see
+    ``make_tiny``)."""
     from replayer.core.builds import manager
     from replayer.core.prompt.gguf_tokenizer import GGUFTokenizer
     from replayer.core.tiny_models import make_tiny
@@ -204,7 +207,8 @@ def run(build: int, binary: Path, work: Path, only: list[str] | None = None) -> 
     files = template_files(models)
     if only:
         files = {k: v for k, v in files.items() if k in only}
-    gguf = make_tiny("llama", work / "tiny-qwen2.gguf", vocab=str(models / "ggml-vocab-qwen2.gguf"))
+    gguf = make_tiny("llama", work / f"tiny-{vocab}-{pre or 'own'}.gguf", vocab=str(models / f"ggml-vocab-{vocab}.gguf"),
+                     pre=pre, specials=specials)
     tok = GGUFTokenizer(gguf)
     router = Router(binary, gguf, files, work, models_max=WORKERS + 1)
     try:

@@ -80,7 +80,7 @@ def _thinking(tpl, source: str, ctx: dict[str, Any]) -> bool:
     """The server's reasoning analysis of this template (``reasoning_analysis``): its renders
     here, one after the other, on this request's budget; a render that fails is the analysis'
     "template application failed"."""
-    from replayer.core.prompt import reasoning_analysis, template_probe
+    from replayer.core.prompt import reasoning_analysis
 
     def render(c: dict[str, Any]) -> str | None:
         try:
@@ -90,8 +90,7 @@ def _thinking(tpl, source: str, ctx: dict[str, Any]) -> bool:
         except Exception:  # noqa: BLE001 - any refusal is a failed variant, as in the C++
             return None
 
-    caps = template_probe.caps_of(source)
-    found = reasoning_analysis.analyze(source, render, supports_tool_calls=caps.tool_calls,
+    found = reasoning_analysis.analyze(source, render, supports_tool_calls=bool(ctx.get("tool_calls")),
                                        bos=ctx.get("bos_token", ""), eos=ctx.get("eos_token", ""))
     return found.mode != "none"
 

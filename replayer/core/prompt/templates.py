@@ -173,7 +173,7 @@ def thinking_default(template: Template, build_number: int | None = None) -> boo
 
 @lru_cache(maxsize=64)
 def _analyzed_thinking(source: str, bos_token: str, eos_token: str) -> bool:
-    return sandbox.bounded_thinking(source, bos_token, eos_token)
+    return sandbox.bounded_thinking(source, bos_token, eos_token, _untrusted_caps(source).tool_calls)
 
 
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
