@@ -49,9 +49,11 @@ def test_every_sdist_template_renders_and_tokenizes_as_the_server(outcomes):
 
 
 #: (vocabulary GGUF of the sdist, pre-tokenizer name written over its own): DeepSeek LLM's and
-#: DeepSeek Coder's own vocabularies, and DeepSeek-V3's pre-tokenizer (``deepseek-v3``, its own
-#: split regexes) over DeepSeek LLM's vocabulary: V3's vocabulary itself is not in the sdist
-DEEPSEEK_VOCABS = [("deepseek-llm", None), ("deepseek-coder", None), ("deepseek-llm", "deepseek-v3")]
+#: DeepSeek Coder's own vocabularies. DeepSeek-V3's vocabulary is not in the sdist; its split
+#: (``deepseek-v3``) over DeepSeek LLM's vocabulary was tried and gives the same ids as
+#: DeepSeek LLM's own split on every text tried (that vocabulary has no merge across the pieces
+#: where the two splits differ), so it would check nothing more and is not a case here.
+DEEPSEEK_VOCABS = [("deepseek-llm", None), ("deepseek-coder", None)]
 
 
 @pytest.mark.parametrize("vocab, pre", DEEPSEEK_VOCABS)
