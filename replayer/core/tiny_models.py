@@ -97,7 +97,7 @@ def train_bpe() -> tuple[list[str], list[str]]:
     return vocab, merges
 
 
-def _vocab(vocab_gguf: str | None) -> tuple[list[str], list[int], list[str], str, int, int]:
+def _vocab(vocab_gguf: str | None, specials: tuple[str, ...] = ()) -> tuple[list[str], list[int], list[str], str, int, int]:
     import gguf
 
     if vocab_gguf:  # the bounded KV reader: gguf.GGUFReader took ~6 s on a 152k vocabulary
@@ -111,7 +111,7 @@ def _vocab(vocab_gguf: str | None) -> tuple[list[str], list[int], list[str], str
             pre = kv.get("tokenizer.ggml.pre", "qwen2")
         finally:
             kv.close()
-        for extra in USER_DEFINED + [t for t in CONTROL if t not in tokens]:
+        for extra in USER_DEFINED + [t for t in CONTROL if t not in tokens] + list(specials):
             if extra not in tokens:
                 tokens.append(extra)
                 types.append(gguf.TokenType.USER_DEFINED if extra in USER_DEFINED else gguf.TokenType.CONTROL)
@@ -250,14 +250,19 @@ def _header(writer, arch: str, vocab: tuple, chat_template: str | None) -> None:
     writer.add_chat_template(chat_template or templates.bundled("chatml").source)
 
 
-def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, chat_template: str | None = None) -> Path:
+def make_tiny(arch: str, out: Path, vocab: str | None = None, seed: int = 0, chat_template: str | None = None,
+              pre: str | None = None, specials: tuple[str, ...] = ()) -> Path:
+    """``vocab``: a vocabulary GGUF to copy; ``pre``: another ``tokenizer.ggml.pre`` name for
+    it; ``specials``: control tokens to add (a model's own chat markers)."""
     import gguf
 
     if arch not in ARCHS:
         raise ReplayerError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
     out = Path(out).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
-    voc = _vocab(vocab)
+    voc = _vocab(vocab, specials)
+    if pre:
+        voc = voc[:3] + (pre,) + voc[4:]
     w = _Weights(seed, len(voc[0]))
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     writer = gguf.GGUFWriter(str(tmp), arch)

@@ -258,6 +258,17 @@ def bounded_caps(source: str) -> dict[str, bool]:
     raise _exception(reply["kind"], reply["message"])
 
 
+def bounded_thinking(source: str, bos_token: str, eos_token: str, tool_calls: bool) -> bool:
+    """Whether the server's auto-parser finds reasoning in an untrusted template
+    (``reasoning_analysis.analyze``; ``tool_calls``: its capability probe's), run in the worker
+    on the render budget."""
+    ctx = {"bos_token": bos_token, "eos_token": eos_token, "tool_calls": tool_calls}
+    reply = _worker.render(checked_source(source), ctx, _budget, op="thinking")
+    if "thinking" in reply:
+        return bool(reply["thinking"])
+    raise _exception(reply["kind"], reply["message"])
+
+
 #: far above any real chat template (the largest published are ~40 KB): the source of a GGUF's
 #: template is as untrusted as a ``--template`` file, which ``textfile`` already bounds
 MAX_SOURCE_CHARS = 1 << 20

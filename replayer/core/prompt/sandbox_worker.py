@@ -48,6 +48,8 @@ def _render_one(request: dict[str, Any]) -> dict[str, Any]:
             import dataclasses
 
             return {"caps": dataclasses.asdict(template_probe.caps_of(request["source"]))}
+        if request.get("op") == "thinking":
+            return {"thinking": _thinking(tpl, request["source"], request["ctx"])}
         text = tpl.render(**request["ctx"])
         if len(text) > max_bytes:
             return {"kind": "budget", "message": f"a prompt of {len(text):,} characters is over the output budget"}
@@ -72,6 +74,25 @@ def _render_one(request: dict[str, Any]) -> dict[str, Any]:
                 resource.setrlimit(which, old)
             except (ValueError, OSError):
                 pass
+
+
+def _thinking(tpl, source: str, ctx: dict[str, Any]) -> bool:
+    """The server's reasoning analysis of this template (``reasoning_analysis``): its renders
+    here, one after the other, on this request's budget; a render that fails is the analysis'
+    "template application failed"."""
+    from replayer.core.prompt import reasoning_analysis
+
+    def render(c: dict[str, Any]) -> str | None:
+        try:
+            return tpl.render(**c)
+        except (BudgetExceeded, MemoryError):
+            raise
+        except Exception:  # noqa: BLE001 - any refusal is a failed variant, as in the C++
+            return None
+
+    found = reasoning_analysis.analyze(source, render, supports_tool_calls=bool(ctx.get("tool_calls")),
+                                       bos=ctx.get("bos_token", ""), eos=ctx.get("eos_token", ""))
+    return found.mode != "none"
 
 
 _COMPILED: dict[str, Any] = {}

@@ -27,7 +27,7 @@ from jinja2.sandbox import SecurityError
 
 from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
-from replayer.core.prompt import handlers, output_pieces, sandbox
+from replayer.core.prompt import handlers, output_pieces, reasoning_analysis, sandbox
 from replayer.core.prompt.jinja_env import RaiseException, trusted_environment
 from replayer.core.prompt.prepare import Caps
 from replayer.core.prompt.template_probe import caps_of
@@ -35,7 +35,7 @@ from replayer.core.textfile import read_text
 
 __all__ = ["BOS", "BUNDLED", "DEFAULT_TEMPLATE", "Delimiter", "Template", "bundled", "caps_of", "delimiters_for",
            "detect_family", "from_file", "generic_markers", "reasoning_markers", "render", "resolve",
-           "template_caps"]
+           "template_caps", "thinking_default"]
 
 BUNDLED = {
     "chatml": "chatml-tools.jinja",  # ChatML / Qwen2.5 layout with tools
@@ -159,6 +159,23 @@ PRESERVE_REASONING = {"preserve_reasoning": True, "preserve_thinking": True, "cl
                       "truncate_history_thinking": False, "drop_thinking": False}
 
 
+def thinking_default(template: Template, build_number: int | None = None) -> bool:
+    """``enable_thinking`` as the server passes it by default: true only when the template
+    supports thinking (its specialised handler says so, or the auto-parser's reasoning analysis
+    finds a reasoning mode; ``reasoning_analysis``). replayer's own templates do not read it."""
+    if template.trusted:
+        return True
+    found = reasoning_analysis.handler_thinking(template.source, build_number)
+    if found is not None:
+        return found
+    return _analyzed_thinking(template.source, template.bos_token, template.eos_token)
+
+
+@lru_cache(maxsize=64)
+def _analyzed_thinking(source: str, bos_token: str, eos_token: str) -> bool:
+    return sandbox.bounded_thinking(source, bos_token, eos_token, _untrusted_caps(source).tool_calls)
+
+
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
            add_generation_prompt: bool = True, *, build_number: int | None = None,
            now: datetime | None = None, allow_media: bool = True, **kwargs: Any) -> str:
@@ -182,7 +199,7 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     elif not template.trusted and handlers.is_lfm2(template.source):
         prep.messages = handlers.lfm2_messages(prep.messages)
     ctx: dict[str, Any] = dict(messages=prep.messages, bos_token=template.bos_token, eos_token=template.eos_token,
-                               enable_thinking=True)
+                               enable_thinking=thinking_default(template, build_number))
     if prep.tools:
         ctx["tools"] = prep.tools
     ctx.update(extra_context(now))
