@@ -59,6 +59,10 @@ class TurnPrompt:
     # question of each turn (not copied by dataclasses.replace)
     _reach: tuple[int, PromptSpans | None] | None = field(default=None, init=False, repr=False, compare=False)
     _shared: tuple[TurnPrompt, Shared] | None = field(default=None, init=False, repr=False, compare=False)
+    # estimated tokens of base[:c] by c, one dict for the family (its prompts share the base):
+    # slot selection and the host cache compare a thousand requests with other families' prompts
+    # and cut at the same few places (the estimate's shared prefix, ``_count_to``)
+    counts: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def spans(self) -> PromptSpans:
@@ -210,7 +214,8 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
         k = rank[m]
         cut_t = a_toks[k]
         prompts.append(TurnPrompt(t.index, cut_t + n_suffix, whole.base_spans, t, fam, text, a_chars[k], suffix,
-                                  whole.base_ids, cut_t, suffix_ids, True, bisect_left(users, cut_t)))
+                                  whole.base_ids, cut_t, suffix_ids, True, bisect_left(users, cut_t),
+                                  counts=whole.counts))
     prompts.append(whole)
     # check the derivation on a few turns rendered for real
     derived = prompts[:-1]
@@ -329,7 +334,20 @@ def _shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     # the estimate has no ids: count the shared text, cut back to a word boundary so that a
     # token spanning the change is not counted as shared
     cut = max(b.rfind(" ", 0, d), b.rfind("\n", 0, d), 0)
-    return Shared(min(counts_between(b, [cut])[0], old.n_tokens, new.n_tokens), d)
+    return Shared(min(_count_to(new, b, cut), old.n_tokens, new.n_tokens), d)
+
+
+def _count_to(p: TurnPrompt, text: str, cut: int) -> int:
+    """The estimate's tokens of ``text[:cut]`` (``text`` is ``p``'s): what ``counts_between(text,
+    [cut])`` gives its first part, which is scanned as a text of its own (pieces never cross a
+    cut), so only that part is scanned. Kept per family while the cut is inside the base."""
+    memo = p.counts if cut <= p.cut else None
+    n = memo.get(cut) if memo is not None else None
+    if n is None:
+        n = counts_between(text[:cut], [])[0]
+        if memo is not None:
+            memo[cut] = n
+    return n
 
 
 def server_turn_prompt(turn, st, layouts: TurnLayouts, build) -> tuple[TurnPrompt, PromptLayout]:
