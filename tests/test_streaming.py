@@ -131,3 +131,39 @@ def test_shared_prefix_of_two_families_counts_the_text_they_share():
         want = a.n_tokens if d == len(x) else min(estimate.counts_between(y, [cut])[0], a.n_tokens, b.n_tokens)
         for _ in range(2):
             assert _shared_prefix(a, b) == (want, d)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_shared_prefix_from_heads_equals_the_whole_texts_compared(seed):
+    """Two prompts of different families are compared on growing heads of their texts and ids
+    (``turn_layouts._first_difference_of``), never built whole: the same first difference as the
+    whole texts' and ids', wherever it falls (first characters, past 4,096 or 65,536, in the
+    suffix, or one prompt a prefix of the other)."""
+    from replayer.core.prompt.turn_layouts import TurnPrompt, _first_difference, _shared_prefix
+
+    rng = random.Random(seed)
+    common = "".join(rng.choice("ab \n") for _ in range(rng.choice([0, 50, 5000, 70000])))
+
+    def prompt(family: int, tail: str, with_ids: bool) -> TurnPrompt:
+        base = common + tail
+        cut = rng.randint(0, len(base))
+        suffix = rng.choice(["", "<|im_start|>assistant\n", tail[:3]])
+        ids = [ord(c) for c in base] if with_ids else None
+        return TurnPrompt(0, len(base[:cut] + suffix), None, None, family, base, cut, suffix,  # type: ignore[arg-type]
+                          ids, cut, [ord(c) for c in suffix] if with_ids else None)
+
+    for with_ids in (False, True):
+        for _ in range(20):
+            a = prompt(1, "".join(rng.choice("abc \n") for _ in range(rng.randint(0, 300))), with_ids)
+            b = prompt(2, "".join(rng.choice("abc \n") for _ in range(rng.randint(0, 300))), with_ids)
+            got = _shared_prefix(a, b)
+            d = _first_difference(a.text, b.text)
+            assert got.n_chars == d
+            if with_ids:
+                assert got.n_tokens == _first_difference(a.ids, b.ids)
+            elif d == len(a.text):
+                assert got.n_tokens == a.n_tokens
+            else:
+                y = b.text
+                cut = max(y.rfind(" ", 0, d), y.rfind("\n", 0, d), 0)
+                assert got.n_tokens == min(estimate.counts_between(y, [cut])[0], a.n_tokens, b.n_tokens)

@@ -90,6 +90,15 @@ class TurnPrompt:
     def text(self) -> str:
         return self.base[:self.cut] + self.suffix
 
+    def text_head(self, k: int) -> str:
+        """``text[:k]``, built only that far."""
+        return self.base[:k] if k <= self.cut else self.base[:self.cut] + self.suffix[:k - self.cut]
+
+    def ids_head(self, k: int) -> list[int]:
+        """``ids[:k]`` of a prompt with ids, built only that far."""
+        assert self.base_ids is not None and self.suffix_ids is not None
+        return self.base_ids[:k] if k <= self.tcut else self.base_ids[:self.tcut] + self.suffix_ids[:k - self.tcut]
+
     @property
     def ids(self) -> list[int] | None:
         if self.base_ids is None or self.suffix_ids is None:
@@ -324,17 +333,33 @@ def _shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
             return Shared(old.n_tokens, n_chars)
         if new.base_ids is not None and new.base_ids[old.tcut:old.tcut + len(old.suffix_ids or [])] == old.suffix_ids:
             return Shared(old.n_tokens, n_chars)
-    a, b = old.text, new.text
-    d = _first_difference(a, b)
-    ia, ib = old.ids, new.ids
-    if ia is not None and ib is not None:
-        return Shared(_first_difference(ia, ib), d)
-    if d == len(a):
+    n_a, n_b = old.cut + len(old.suffix), new.cut + len(new.suffix)
+    d = _first_difference_of(old.text_head, new.text_head, min(n_a, n_b))
+    if old.base_ids is not None and old.suffix_ids is not None and new.base_ids is not None \
+            and new.suffix_ids is not None:
+        n_ids = min(old.tcut + len(old.suffix_ids), new.tcut + len(new.suffix_ids))
+        return Shared(_first_difference_of(old.ids_head, new.ids_head, n_ids), d)
+    if d == n_a:
         return Shared(old.n_tokens, d)
     # the estimate has no ids: count the shared text, cut back to a word boundary so that a
     # token spanning the change is not counted as shared
+    b = new.text_head(d)
     cut = max(b.rfind(" ", 0, d), b.rfind("\n", 0, d), 0)
     return Shared(min(_count_to(new, b, cut), old.n_tokens, new.n_tokens), d)
+
+
+def _first_difference_of(head_a, head_b, n: int) -> int:
+    """``_first_difference`` of two sequences of at least ``n`` elements given by their heads
+    (``head(k)``: the first ``k``), compared on growing heads: prompts of two families differ
+    within their first few hundred characters, and building a 500k-character text to find
+    that was most of a slot comparison."""
+    k = 4096
+    while True:
+        k = min(k, n)
+        d = _first_difference(head_a(k), head_b(k))
+        if d < k or k == n:
+            return d
+        k *= 16
 
 
 def _count_to(p: TurnPrompt, text: str, cut: int) -> int:
