@@ -91,3 +91,79 @@ def test_block_sums_are_one_cumulative_sum(monkeypatch, seed):
     edges = np.searchsorted(np.concatenate(starts_l), np.asarray([0, *cuts, n]))
     want = np.round(csum[edges[1:]] - csum[edges[:-1]]).astype(int).tolist()
     assert estimate.counts_between(text, cuts) == want
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_first_part_counts_as_the_text_before_its_cut(monkeypatch, seed):
+    """The estimate's shared prefix of two prompts counts only the text before the cut
+    (``turn_layouts._count_to``): the first part of ``counts_between(text, [cut])`` is the count
+    of ``text[:cut]`` alone, at every whitespace the rule cuts at and in long texts scanned in
+    blocks (parts never cross a cut; a marker holds no whitespace, so no cut falls inside one)."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(estimate, "BLOCK", rng.choice([300, 2000, 1 << 17]))
+    monkeypatch.setattr(estimate, "_SAFE_CUT_WINDOW", 100)
+    text = " ".join(rng.choice(WORDS) for _ in range(rng.choice([50, 600, 4000])))
+    spaces = [i for i, ch in enumerate(text) if ch in " \n"]
+    for cut in [0, *rng.sample(spaces, min(40, len(spaces)))]:
+        assert estimate.counts_between(text[:cut], [])[0] == estimate.counts_between(text, [cut])[0], cut
+
+
+def test_shared_prefix_of_two_families_counts_the_text_they_share():
+    """Two prompts of different families (a subagent's beside the main thread's): the shared
+    tokens are the estimate of the new prompt's text up to the last word boundary before the
+    first difference, the same number whether asked once or again (the family's kept count)."""
+    from replayer.core.builds.catalog import parse_build
+    from replayer.core.prompt import templates
+    from replayer.core.prompt.turn_layouts import _shared_prefix, turn_layouts
+    from replayer.core.server.traffic import agent_stream
+    from replayer.core.session.turns import Turn
+
+    bodies = agent_stream(6, burst=2, words=30)
+    lay = turn_layouts([Turn(i, b) for i, b in enumerate(bodies)], template=templates.bundled("chatml"),
+                       build=parse_build(10001))
+    ps = lay.prompts
+    pairs = [(a, b) for a in ps for b in ps if a.family != b.family]
+    assert len(pairs) > 20
+    for a, b in pairs:
+        x, y = a.text, b.text
+        d = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+        cut = max(y.rfind(" ", 0, d), y.rfind("\n", 0, d), 0)
+        want = a.n_tokens if d == len(x) else min(estimate.counts_between(y, [cut])[0], a.n_tokens, b.n_tokens)
+        for _ in range(2):
+            assert _shared_prefix(a, b) == (want, d)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_shared_prefix_from_heads_equals_the_whole_texts_compared(seed):
+    """Two prompts of different families are compared on growing heads of their texts and ids
+    (``turn_layouts._first_difference_of``), never built whole: the same first difference as the
+    whole texts' and ids', wherever it falls (first characters, past 4,096 or 65,536, in the
+    suffix, or one prompt a prefix of the other)."""
+    from replayer.core.prompt.turn_layouts import TurnPrompt, _first_difference, _shared_prefix
+
+    rng = random.Random(seed)
+    common = "".join(rng.choice("ab \n") for _ in range(rng.choice([0, 50, 5000, 70000])))
+
+    def prompt(family: int, tail: str, with_ids: bool) -> TurnPrompt:
+        base = common + tail
+        cut = rng.randint(0, len(base))
+        suffix = rng.choice(["", "<|im_start|>assistant\n", tail[:3]])
+        ids = [ord(c) for c in base] if with_ids else None
+        return TurnPrompt(0, len(base[:cut] + suffix), None, None, family, base, cut, suffix,  # type: ignore[arg-type]
+                          ids, cut, [ord(c) for c in suffix] if with_ids else None)
+
+    for with_ids in (False, True):
+        for _ in range(20):
+            a = prompt(1, "".join(rng.choice("abc \n") for _ in range(rng.randint(0, 300))), with_ids)
+            b = prompt(2, "".join(rng.choice("abc \n") for _ in range(rng.randint(0, 300))), with_ids)
+            got = _shared_prefix(a, b)
+            d = _first_difference(a.text, b.text)
+            assert got.n_chars == d
+            if with_ids:
+                assert got.n_tokens == _first_difference(a.ids, b.ids)
+            elif d == len(a.text):
+                assert got.n_tokens == a.n_tokens
+            else:
+                y = b.text
+                cut = max(y.rfind(" ", 0, d), y.rfind("\n", 0, d), 0)
+                assert got.n_tokens == min(estimate.counts_between(y, [cut])[0], a.n_tokens, b.n_tokens)

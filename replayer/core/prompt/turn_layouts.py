@@ -59,6 +59,10 @@ class TurnPrompt:
     # question of each turn (not copied by dataclasses.replace)
     _reach: tuple[int, PromptSpans | None] | None = field(default=None, init=False, repr=False, compare=False)
     _shared: tuple[TurnPrompt, Shared] | None = field(default=None, init=False, repr=False, compare=False)
+    # estimated tokens of base[:c] by c, one dict for the family (its prompts share the base):
+    # slot selection and the host cache compare a thousand requests with other families' prompts
+    # and cut at the same few places (the estimate's shared prefix, ``_count_to``)
+    counts: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def spans(self) -> PromptSpans:
@@ -85,6 +89,15 @@ class TurnPrompt:
     @property
     def text(self) -> str:
         return self.base[:self.cut] + self.suffix
+
+    def text_head(self, k: int) -> str:
+        """``text[:k]``, built only that far."""
+        return self.base[:k] if k <= self.cut else self.base[:self.cut] + self.suffix[:k - self.cut]
+
+    def ids_head(self, k: int) -> list[int]:
+        """``ids[:k]`` of a prompt with ids, built only that far."""
+        assert self.base_ids is not None and self.suffix_ids is not None
+        return self.base_ids[:k] if k <= self.tcut else self.base_ids[:self.tcut] + self.suffix_ids[:k - self.tcut]
 
     @property
     def ids(self) -> list[int] | None:
@@ -210,7 +223,8 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
         k = rank[m]
         cut_t = a_toks[k]
         prompts.append(TurnPrompt(t.index, cut_t + n_suffix, whole.base_spans, t, fam, text, a_chars[k], suffix,
-                                  whole.base_ids, cut_t, suffix_ids, True, bisect_left(users, cut_t)))
+                                  whole.base_ids, cut_t, suffix_ids, True, bisect_left(users, cut_t),
+                                  counts=whole.counts))
     prompts.append(whole)
     # check the derivation on a few turns rendered for real
     derived = prompts[:-1]
@@ -319,17 +333,46 @@ def _shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
             return Shared(old.n_tokens, n_chars)
         if new.base_ids is not None and new.base_ids[old.tcut:old.tcut + len(old.suffix_ids or [])] == old.suffix_ids:
             return Shared(old.n_tokens, n_chars)
-    a, b = old.text, new.text
-    d = _first_difference(a, b)
-    ia, ib = old.ids, new.ids
-    if ia is not None and ib is not None:
-        return Shared(_first_difference(ia, ib), d)
-    if d == len(a):
+    n_a, n_b = old.cut + len(old.suffix), new.cut + len(new.suffix)
+    d = _first_difference_of(old.text_head, new.text_head, min(n_a, n_b))
+    if old.base_ids is not None and old.suffix_ids is not None and new.base_ids is not None \
+            and new.suffix_ids is not None:
+        n_ids = min(old.tcut + len(old.suffix_ids), new.tcut + len(new.suffix_ids))
+        return Shared(_first_difference_of(old.ids_head, new.ids_head, n_ids), d)
+    if d == n_a:
         return Shared(old.n_tokens, d)
     # the estimate has no ids: count the shared text, cut back to a word boundary so that a
     # token spanning the change is not counted as shared
+    b = new.text_head(d)
     cut = max(b.rfind(" ", 0, d), b.rfind("\n", 0, d), 0)
-    return Shared(min(counts_between(b, [cut])[0], old.n_tokens, new.n_tokens), d)
+    return Shared(min(_count_to(new, b, cut), old.n_tokens, new.n_tokens), d)
+
+
+def _first_difference_of(head_a, head_b, n: int) -> int:
+    """``_first_difference`` of two sequences of at least ``n`` elements given by their heads
+    (``head(k)``: the first ``k``), compared on growing heads: prompts of two families differ
+    within their first few hundred characters, and building a 500k-character text to find
+    that was most of a slot comparison."""
+    k = 4096
+    while True:
+        k = min(k, n)
+        d = _first_difference(head_a(k), head_b(k))
+        if d < k or k == n:
+            return d
+        k *= 16
+
+
+def _count_to(p: TurnPrompt, text: str, cut: int) -> int:
+    """The estimate's tokens of ``text[:cut]`` (``text`` is ``p``'s): what ``counts_between(text,
+    [cut])`` gives its first part, which is scanned as a text of its own (pieces never cross a
+    cut), so only that part is scanned. Kept per family while the cut is inside the base."""
+    memo = p.counts if cut <= p.cut else None
+    n = memo.get(cut) if memo is not None else None
+    if n is None:
+        n = counts_between(text[:cut], [])[0]
+        if memo is not None:
+            memo[cut] = n
+    return n
 
 
 def server_turn_prompt(turn, st, layouts: TurnLayouts, build) -> tuple[TurnPrompt, PromptLayout]:
