@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,49 @@ def blob_size(value: Any) -> int:
             value = value.split(",", 1)[1]
         return (len(value) * 3) // 4
     return 0
+
+
+#: a JSON text longer than this is parsed by the standard library: orjson asks for a buffer of
+#: 10–35× its input before it parses (yyjson's pessimistic value array; a 78 KB OpenAI body
+#: peaked at 1.1 MB), ``json`` for the decoded text and the objects (3× that body)
+_ORJSON_MAX = 32 << 10
+#: what ``json`` reads where orjson refuses: a lone surrogate escape (a ``str`` no output can
+#: encode); such a text goes to orjson. NaN, Infinity and a float past a double's range are
+#: refused by ``_reject_constant`` and ``_finite``.
+_JSON_DIFFERS = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+                           r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]")
+_JSON_DIFFERS_B = re.compile(_JSON_DIFFERS.pattern.encode())
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:20]} is infinity when parsed as double")
+    return value
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """One JSON text read as orjson reads it (its refusals an ``orjson.JSONDecodeError``), with a
+    peak memory near the input's: above ``_ORJSON_MAX`` by ``json`` on the decoded text, the
+    bytes freed by the caller's choice (a ``str`` handed in)."""
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    small = len(data) <= _ORJSON_MAX
+    if small or (_JSON_DIFFERS if isinstance(data, str) else _JSON_DIFFERS_B).search(data):
+        return orjson.loads(data)
+    try:
+        text = data if isinstance(data, str) else data.decode("utf-8")
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    except UnicodeDecodeError as exc:
+        raise orjson.JSONDecodeError(f"not UTF-8 (byte {exc.start})", "", exc.start) from None
+    except json.JSONDecodeError as exc:
+        raise orjson.JSONDecodeError(exc.msg, "", exc.pos) from None
+    except (ValueError, RecursionError) as exc:  # json's on deep nesting: orjson stops at 1,024 levels
+        raise orjson.JSONDecodeError(f"{type(exc).__name__}: {exc}"[:200], "", 0) from None
 
 
 def check_readable_file(path: Path) -> Path:
@@ -197,8 +241,8 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
                 continue
             stats.lines += 1
             try:  # JSON allows the surrounding whitespace: no stripped copy
-                obj = json.loads(raw) if isinstance(raw, str) else orjson.loads(raw)
-            except (ValueError, RecursionError):  # both parsers' errors; json's on deep nesting
+                obj = loads(raw)
+            except ValueError:  # orjson.JSONDecodeError is one
                 stats.bad_lines += 1
                 if len(stats.bad_line_numbers) < 20:
                     stats.bad_line_numbers.append(lineno)
@@ -244,7 +288,7 @@ def head_objects(path: Path, limit: int = 20) -> list[dict[str, Any]]:
             if not line:
                 continue
             try:
-                obj = orjson.loads(line)
+                obj = loads(line)
             except orjson.JSONDecodeError:
                 continue
             if isinstance(obj, dict):
