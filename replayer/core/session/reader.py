@@ -59,6 +59,8 @@ def blob_size(value: Any) -> int:
 #: 10–35× its input before it parses (yyjson's pessimistic value array; a 78 KB OpenAI body
 #: peaked at 1.1 MB), ``json`` for the decoded text and the objects (3× that body)
 _ORJSON_MAX = 32 << 10
+#: a text json finds too deep (past ~1,000 levels) goes to orjson (1,024) up to this size
+_ORJSON_DEEP_MAX = 1 << 20
 #: what ``json`` reads where orjson refuses: a lone surrogate escape (a ``str`` no output can
 #: encode); such a text goes to orjson. NaN, Infinity and a float past a double's range are
 #: refused by ``_reject_constant`` and ``_finite``.
@@ -94,7 +96,11 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         raise orjson.JSONDecodeError(f"not UTF-8 (byte {exc.start})", "", exc.start) from None
     except json.JSONDecodeError as exc:
         raise orjson.JSONDecodeError(exc.msg, "", exc.pos) from None
-    except (ValueError, RecursionError) as exc:  # json's on deep nesting: orjson stops at 1,024 levels
+    except RecursionError:  # json stops near 1,000 levels, orjson at 1,024: its word on a small text
+        if len(data) <= _ORJSON_DEEP_MAX:
+            return orjson.loads(data)
+        raise orjson.JSONDecodeError("nested too deeply", "", 0) from None
+    except ValueError as exc:
         raise orjson.JSONDecodeError(f"{type(exc).__name__}: {exc}"[:200], "", 0) from None
 
 
