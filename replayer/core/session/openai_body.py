@@ -11,15 +11,20 @@ from typing import Any
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, image_part
 from replayer.core.session.reader import blob_size, json_args
-from replayer.core.session.registry import Head, Importer, doc_confidence, is_one_of, read_doc
+from replayer.core.session import salvage
+from replayer.core.session.registry import Head, Importer, doc_confidence, is_one_of, mostly, read_doc
 
 FORMAT = "openai"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and is_one_of(m.get("role"), ROLES)
+
+
 def detect(doc: Any) -> bool:
-    return isinstance(doc, dict) and isinstance(doc.get("messages"), list) and all(
-        isinstance(m, dict) and is_one_of(m.get("role"), ROLES) for m in doc["messages"])
+    """A ``messages`` list of role-keyed objects (a few without a known role are left out by name)."""
+    return isinstance(doc, dict) and mostly(doc.get("messages"), _is_message)
 
 
 def _parts(content: Any, images: str) -> str | list | None:
@@ -47,6 +52,10 @@ def load(path: Path, doc: dict, *, images: str = "omit") -> Session:
     out: list[Message] = []
     system_prompt = None
     for i, m in enumerate(msgs):
+        if not _is_message(m):
+            role = m.get("role") if isinstance(m, dict) else type(m).__name__
+            salvage.skip(m, f"role {str(role)[:40]!r} is none of {', '.join(sorted(ROLES))}")
+            continue
         role = m.get("role")
         if role in ("system", "developer") and i == 0:
             c = m.get("content")
