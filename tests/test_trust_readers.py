@@ -170,6 +170,26 @@ def test_an_object_dense_document_is_parsed_without_orjsons_buffer():
     assert 2 * peak < orjson_peak, (peak, orjson_peak)
 
 
+def test_one_emoji_does_not_make_the_decoded_text_four_bytes_a_character():
+    """A character past U+FFFF made the ``str`` of a whole 756 KB Claude Code log 3 MB; it is
+    read as its escape, so the text stays one byte a character (ASCII here)."""
+    import tracemalloc
+
+    from replayer.core.session.reader import loads
+
+    data = orjson.dumps({"messages": [{"role": "user", "content": "x" * 300_000}, {"role": "user", "content": "\U0001f600"}]})
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        doc = loads(data)
+        kept, peak = (x - base for x in tracemalloc.get_traced_memory())
+    finally:
+        tracemalloc.stop()
+    assert doc == orjson.loads(data)
+    assert peak <= kept + 2 * len(data) + (64 << 10), (peak, kept, len(data))  # not the 4-byte text
+
+
 def _shape(value):
     """A value's nesting depth and innermost item, without recursion (the deep case)."""
     depth = 0
@@ -181,7 +201,8 @@ def _shape(value):
 @pytest.mark.parametrize("body,ok", [
     (b'"\\ud800"', False), (b'"\\udc00"', False), (b'"\\ud83d\\ude00"', True), (b'[NaN]', False), (b'[Infinity]', False),
     (b'[1e999]', False), (b'[1.5e300]', True), (b'{"a": "\\\\ud800"}', True), (b'[1]x', False), (b'"\xff"', False),
-    (b'[' * 1010 + b']' * 1010, True), (b'[' * 5000, False)])
+    (b'[' * 1010 + b']' * 1010, True), (b'[' * 5000, False), ('["a\U0001f600b", {"\U0010ffff": 1}]'.encode(), True),
+    (b'["\xf4\x90\x80\x80"]', False), (b'["\xf0\x9f\x98"]', False)])
 def test_large_texts_are_read_and_refused_as_orjson_reads_and_refuses_them(body, ok):
     from replayer.core.session.reader import loads
 

@@ -69,6 +69,21 @@ _JSON_DIFFERS = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
 _JSON_DIFFERS_B = re.compile(_JSON_DIFFERS.pattern.encode())
 
 
+#: a character past U+FFFF (an emoji) in UTF-8: one of them makes the decoded ``str`` of a whole
+#: file 4 bytes a character (a 756 KB Claude Code log: a 3 MB text), so each is written as its
+#: JSON surrogate-pair escape first (UTF-8 past ASCII can only be inside a JSON string), which
+#: ``json`` reads back as the same character; the text stays at 1-2 bytes a character
+_NON_BMP_B = re.compile(rb"[\xf0-\xf4][\x80-\xbf]{3}")
+
+
+def _escape_non_bmp(m: re.Match) -> bytes:
+    try:
+        cp = ord(m.group().decode("utf-8")) - 0x10000
+    except (UnicodeDecodeError, TypeError):  # not a character: the decode below refuses it
+        return m.group()
+    return b"\\u%04x\\u%04x" % (0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF))
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -90,6 +105,8 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     if small or (_JSON_DIFFERS if isinstance(data, str) else _JSON_DIFFERS_B).search(data):
         return orjson.loads(data)
     try:
+        if not isinstance(data, str) and _NON_BMP_B.search(data):
+            data = _NON_BMP_B.sub(_escape_non_bmp, data)
         text = data if isinstance(data, str) else data.decode("utf-8")
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
     except UnicodeDecodeError as exc:
