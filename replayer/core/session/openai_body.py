@@ -23,7 +23,13 @@ def _is_message(m: Any) -> bool:
 
 
 def detect(doc: Any) -> bool:
-    """A ``messages`` list of role-keyed objects (a few without a known role are left out by name)."""
+    """A chat body as sent: a ``messages`` list of role-keyed objects, every one (the check the
+    traffic and request-log readers and the watch make of each body)."""
+    return isinstance(doc, dict) and isinstance(doc.get("messages"), list) and all(map(_is_message, doc["messages"]))
+
+
+def detect_file(doc: Any) -> bool:
+    """A stored body, a few of whose messages may lack a known role (left out by name)."""
     return isinstance(doc, dict) and mostly(doc.get("messages"), _is_message)
 
 
@@ -82,8 +88,8 @@ def load(path: Path, doc: dict, *, images: str = "omit") -> Session:
 
 
 def detect_head(head: Head) -> float:
-    return doc_confidence(head, detect, 0.7)
+    return doc_confidence(head, detect_file, 0.7)
 
 
 IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(
-    path, read_doc(path, detect, "an OpenAI chat-completions body"), images=o.images))
+    path, read_doc(path, detect_file, "an OpenAI chat-completions body"), images=o.images))
