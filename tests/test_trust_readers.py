@@ -129,3 +129,87 @@ def test_a_file_that_reports_no_size_is_read_whole_and_still_bounded(tmp_path):
     assert len(read_bytes(f, "file", 3 << 20)) == 3 << 20
     with pytest.raises(ReplayerError, match="too large"):
         read_bytes(f, "file", (3 << 20) - 1)
+
+
+def _dense_body(n: int) -> bytes:
+    """An OpenAI body of ``n`` short messages: object-dense JSON, the costliest kind per byte."""
+    msgs = [{"role": "system", "content": "s"}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"type": "text", "text": f"m{i}"}]}
+        for i in range(n)]
+    return orjson.dumps({"model": "m", "messages": msgs}, option=orjson.OPT_INDENT_2)
+
+
+def test_an_object_dense_document_is_parsed_without_orjsons_buffer():
+    """orjson asks for a value buffer of 10-35x its input before it parses (the 78 KB OpenAI
+    fixture peaked at 1.1 MB for 157 KB of objects); a text over 32 KB is read by ``json``,
+    whose peak is the objects it returns and the decoded text. Measured as the traced heap
+    (tracemalloc), which counts every byte asked for."""
+    import tracemalloc
+
+    from replayer.core.session.reader import loads
+
+    data = _dense_body(600)
+    assert len(data) > 64 << 10
+
+    def peak_and_kept(parse):
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        doc = parse(data)
+        kept, peak = (x - base for x in tracemalloc.get_traced_memory())
+        return doc, peak, kept
+
+    tracemalloc.start()
+    try:
+        want, orjson_peak, _ = peak_and_kept(orjson.loads)
+        del want
+        doc, peak, kept = peak_and_kept(loads)
+    finally:
+        tracemalloc.stop()
+    assert doc == orjson.loads(data)
+    assert peak <= kept + 2 * len(data), (peak, kept, len(data))  # the objects, the text and no buffer
+    assert 2 * peak < orjson_peak, (peak, orjson_peak)
+
+
+def test_one_emoji_does_not_make_the_decoded_text_four_bytes_a_character():
+    """A character past U+FFFF made the ``str`` of a whole 756 KB Claude Code log 3 MB; it is
+    read as its escape, so the text stays one byte a character (ASCII here)."""
+    import tracemalloc
+
+    from replayer.core.session.reader import loads
+
+    data = orjson.dumps({"messages": [{"role": "user", "content": "x" * 300_000}, {"role": "user", "content": "\U0001f600"}]})
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        doc = loads(data)
+        kept, peak = (x - base for x in tracemalloc.get_traced_memory())
+    finally:
+        tracemalloc.stop()
+    assert doc == orjson.loads(data)
+    assert peak <= kept + 2 * len(data) + (64 << 10), (peak, kept, len(data))  # not the 4-byte text
+
+
+def _shape(value):
+    """A value's nesting depth and innermost item, without recursion (the deep case)."""
+    depth = 0
+    while isinstance(value, list) and value:
+        value, depth = value[0], depth + 1
+    return depth, value if not isinstance(value, dict) else sorted(value.items())
+
+
+@pytest.mark.parametrize("body,ok", [
+    (b'"\\ud800"', False), (b'"\\udc00"', False), (b'"\\ud83d\\ude00"', True), (b'[NaN]', False), (b'[Infinity]', False),
+    (b'[1e999]', False), (b'[1.5e300]', True), (b'{"a": "\\\\ud800"}', True), (b'[1]x', False), (b'"\xff"', False),
+    (b'[' * 1010 + b']' * 1010, True), (b'[' * 5000, False), ('["a\U0001f600b", {"\U0010ffff": 1}]'.encode(), True),
+    (b'["\xf4\x90\x80\x80"]', False), (b'["\xf0\x9f\x98"]', False)])
+def test_large_texts_are_read_and_refused_as_orjson_reads_and_refuses_them(body, ok):
+    from replayer.core.session.reader import loads
+
+    pad = b" " * (40 << 10)  # past the size where json reads instead of orjson
+    for data in (body, body + pad):
+        if ok:
+            assert _shape(loads(data)) == _shape(orjson.loads(body))
+        else:
+            with pytest.raises(orjson.JSONDecodeError):
+                loads(data)

@@ -16,7 +16,7 @@ from typing import Any
 
 from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part
 from replayer.core.session.reader import iso_to_s, json_args, read_records
-from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
+from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence, mostly
 
 FORMAT = "codex"
 WRAPPED_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted",
@@ -34,13 +34,27 @@ def detect(objs: list[dict[str, Any]]) -> bool:
         return True
     if "type" not in first and "id" in first and "timestamp" in first:
         return any(o.get("record_type") == "state" or is_one_of(o.get("type"), ITEM_TYPES) for o in objs[1:])
-    return False
+    return _wrapped_without_meta(objs)
+
+
+def _is_wrapped(o: dict[str, Any]) -> bool:
+    return is_one_of(o.get("type"), WRAPPED_TYPES) and isinstance(o.get("payload"), dict)
+
+
+def _wrapped_without_meta(objs: list[dict[str, Any]]) -> bool:
+    """A wrapped rollout whose ``session_meta`` line is damaged or lost: the records after it say so."""
+    rest = objs[1:] if objs and not _is_wrapped(objs[0]) else objs
+    return sum(map(_is_wrapped, rest)) >= 2 and mostly(rest, _is_wrapped)
 
 
 def load(path: Path, *, images: str = "omit") -> Session:
     """Records → the active items (after compactions and roll-backs) → messages → a ``Session``."""
     lines, stats, warnings = read_records(path, "Codex")
     wrapped = lines[0].get("type") == "session_meta"
+    if not wrapped and _wrapped_without_meta(lines):
+        wrapped = True
+        warnings.append(f"the first record is not the session_meta (its type is {str(lines[0].get('type'))[:40]!r}): "
+                        "no session id, cwd or base instructions from it")
     if wrapped:
         meta, items, model, usage = _read_wrapped(lines, stats)
     else:

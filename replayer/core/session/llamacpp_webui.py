@@ -23,7 +23,7 @@ from replayer.core.errors import ImportFailed
 from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import ImagePart, ImportStats, Message, Session, TextPart, ToolCall, image_part
 from replayer.core.session.reader import json_args, ms_to_s
-from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
+from replayer.core.session.registry import Head, Importer, doc_confidence, mostly, read_doc
 
 FORMAT = "llamacpp-webui"
 AUDIO_OMITTED = "(audio omitted)"
@@ -39,15 +39,26 @@ _MCP = {"mcp_prompt": "MCP Prompt", "mcpprompt": "MCP Prompt", "mcp_resource": "
         "mcpresource": "MCP Resource"}
 
 
+def _has_conv_id(m: Any) -> bool:
+    return isinstance(m, dict) and "convId" in m
+
+
 def _entries(doc: Any) -> list[dict]:
+    """The conversations: a ``conv`` object beside a ``messages`` list, or (``conv`` lost or of
+    another type) messages that carry their ``convId`` all the same."""
     items = doc if isinstance(doc, list) else [doc]
-    return [d for d in items if isinstance(d, dict) and isinstance(d.get("conv"), dict)
-            and isinstance(d.get("messages"), list)]
+    return [d for d in items if isinstance(d, dict) and isinstance(d.get("messages"), list) and (
+        isinstance(d.get("conv"), dict) or (bool(d["messages"]) and mostly(d["messages"][:20], _has_conv_id)))]
+
+
+def _conv(entry: dict) -> dict:
+    conv = entry.get("conv")
+    return conv if isinstance(conv, dict) else {}
 
 
 def detect(doc: Any) -> bool:
     ents = _entries(doc)
-    return bool(ents) and all(isinstance(m, dict) and "convId" in m for m in ents[0]["messages"][:20])
+    return bool(ents) and mostly(ents[0]["messages"][:20], _has_conv_id)
 
 
 def _attachment_text(label: str, name: str, content: str, extra: str | None = None) -> str:
@@ -101,11 +112,14 @@ def load(path: Path, doc: Any, *, images: str = "omit") -> Session:
     ents = _entries(doc)
     if not ents:
         raise ImportFailed(f"{path} holds no llama.cpp web-UI conversations")
-    entry = max(ents, key=lambda e: e["conv"].get("lastModified") or 0)
+    entry = max(ents, key=lambda e: _conv(e).get("lastModified") or 0)
     warnings = ([f"{len(ents)} conversations in this export; replaying the newest "
-                 f"({entry['conv'].get('name') or entry['conv'].get('id')})"] if len(ents) > 1 else [])
+                 f"({_conv(entry).get('name') or _conv(entry).get('id')})"] if len(ents) > 1 else [])
+    if not isinstance(entry.get("conv"), dict):
+        warnings.append(f"its conv is {type(entry.get('conv')).__name__}, not an object: "
+                        "no title or current node, the newest message's branch replayed")
     msgs = [m for m in entry["messages"] if isinstance(m, dict)]
-    branch = _branch(msgs, entry["conv"].get("currNode"))
+    branch = _branch(msgs, _conv(entry).get("currNode"))
     out: list[Message] = []
     system_prompt = None
     model = None
@@ -149,7 +163,7 @@ def load(path: Path, doc: Any, *, images: str = "omit") -> Session:
             msg.tool_calls.append(ToolCall(id=str(tc.get("id", "")), name=str(fn.get("name", "")),
                                            arguments=json_args(fn.get("arguments", "{}"))))
         out.append(msg)
-    conv = entry["conv"]
+    conv = _conv(entry)
     return Session(format=FORMAT, path=str(path), session_id=conv.get("id"), title=conv.get("name"), model=model,
                    updated=ms_to_s(conv.get("lastModified")), messages=out, system_prompt=system_prompt,
                    stats=ImportStats(entries_total=len(msgs), branch_length=len(branch)), warnings=warnings)

@@ -11,15 +11,26 @@ from typing import Any
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, image_part
 from replayer.core.session.reader import blob_size, json_args
-from replayer.core.session.registry import Head, Importer, doc_confidence, is_one_of, read_doc
+from replayer.core.session import salvage
+from replayer.core.session.registry import Head, Importer, doc_confidence, is_one_of, mostly, read_doc
 
 FORMAT = "openai"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and is_one_of(m.get("role"), ROLES)
+
+
 def detect(doc: Any) -> bool:
-    return isinstance(doc, dict) and isinstance(doc.get("messages"), list) and all(
-        isinstance(m, dict) and is_one_of(m.get("role"), ROLES) for m in doc["messages"])
+    """A chat body as sent: a ``messages`` list of role-keyed objects, every one (the check the
+    traffic and request-log readers and the watch make of each body)."""
+    return isinstance(doc, dict) and isinstance(doc.get("messages"), list) and all(map(_is_message, doc["messages"]))
+
+
+def detect_file(doc: Any) -> bool:
+    """A stored body, a few of whose messages may lack a known role (left out by name)."""
+    return isinstance(doc, dict) and mostly(doc.get("messages"), _is_message)
 
 
 def _parts(content: Any, images: str) -> str | list | None:
@@ -47,6 +58,10 @@ def load(path: Path, doc: dict, *, images: str = "omit") -> Session:
     out: list[Message] = []
     system_prompt = None
     for i, m in enumerate(msgs):
+        if not _is_message(m):
+            role = m.get("role") if isinstance(m, dict) else type(m).__name__
+            salvage.skip(m, f"role {str(role)[:40]!r} is none of {', '.join(sorted(ROLES))}")
+            continue
         role = m.get("role")
         if role in ("system", "developer") and i == 0:
             c = m.get("content")
@@ -73,8 +88,8 @@ def load(path: Path, doc: dict, *, images: str = "omit") -> Session:
 
 
 def detect_head(head: Head) -> float:
-    return doc_confidence(head, detect, 0.7)
+    return doc_confidence(head, detect_file, 0.7)
 
 
 IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(
-    path, read_doc(path, detect, "an OpenAI chat-completions body"), images=o.images))
+    path, read_doc(path, detect_file, "an OpenAI chat-completions body"), images=o.images))

@@ -17,7 +17,7 @@ from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
     ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
-from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
+from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence, mostly
 from replayer.core.session.reader import JsonlStats, blob_size, iter_jsonl, json_args, ms_to_s, iso_to_s
 
 FORMAT = "pi"
@@ -36,11 +36,26 @@ _KNOWN_ENTRY_TYPES = {
 }
 
 
+def _is_entry(o: dict[str, Any]) -> bool:
+    """A v2/v3 entry: a known type, its own id and a parent link."""
+    return is_one_of(o.get("type"), _KNOWN_ENTRY_TYPES) and isinstance(o.get("id"), str) and "parentId" in o
+
+
+def _is_header(o: dict[str, Any]) -> bool:
+    """The header line, its ``type`` or ``id`` damaged or not: no entry's type, header fields."""
+    return o.get("type") == "session" or (not is_one_of(o.get("type"), _KNOWN_ENTRY_TYPES)
+                                         and "version" in o and ("cwd" in o or "id" in o))
+
+
 def detect(objs: list[dict[str, Any]]) -> bool:
+    """A session header line; or, its ``type`` or ``id`` damaged (or the line lost), pi's entries."""
     if not objs:
         return False
     first = objs[0]
-    return first.get("type") == "session" and isinstance(first.get("id"), str)
+    if first.get("type") == "session" and isinstance(first.get("id"), str):
+        return True
+    entries = objs[1:] if _is_header(first) else objs
+    return sum(map(_is_entry, entries)) >= (1 if entries is not objs else 2) and mostly(entries, _is_entry)
 
 
 def _migrate(header: dict, entries: list[dict]) -> None:
@@ -98,12 +113,33 @@ def _read(path: Path) -> tuple[dict, list[dict], ImportStats, list[str]]:
     jstats = JsonlStats()
     objs = iter_jsonl(path, jstats)
     header = next(objs, None)
-    if header is None or header.get("type") != "session" or not isinstance(header.get("id"), str):
-        raise ImportFailed(f"{path} is not a pi session (first line is not a session header)")
-    entries: list[dict] = list(objs)
+    if header is None:
+        raise ImportFailed(f"{path} is not a pi session (no line is a JSON object)")
+    entries: list[dict] = []
+    note = None
+    if header.get("type") != "session" or not isinstance(header.get("id"), str):
+        header, entries, note = _damaged_header(path, header)
+    entries += objs
     stats, warnings = jstats.import_stats(len(entries))
+    warnings += [note] if note else []
     _migrate(header, entries)
     return header, entries, stats, warnings
+
+
+def _damaged_header(path: Path, first: dict) -> tuple[dict, list[dict], str]:
+    """A header whose ``type`` or ``id`` is damaged, read on with a note; or, when the first
+    object is already an entry (the header line lost), version 3 from the entries' ids and that
+    entry. Anything else is not a pi session, the field named."""
+    if _is_header(first):
+        bad = [f"its {k} is {str(first.get(k))[:40]!r}" for k, ok in
+               (("type", first.get("type") == "session"), ("id", isinstance(first.get("id"), str))) if not ok]
+        header = {k: v for k, v in first.items() if k != "id" or isinstance(v, str)}
+        return header, [], f"the session header is damaged ({', '.join(bad)}): read as pi's all the same"
+    if _is_entry(first):
+        return {"version": 3}, [first], ("no session header (the first line that parsed is an entry): "
+                                         "version 3 assumed, no cwd or session id")
+    raise ImportFailed(f"{path} is not a pi session (the first record's \"type\" is "
+                       f"{str(first.get('type'))[:40]!r}, not \"session\")")
 
 
 def _active_branch(entries: list[dict], stats: ImportStats) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,72 @@ def blob_size(value: Any) -> int:
             value = value.split(",", 1)[1]
         return (len(value) * 3) // 4
     return 0
+
+
+#: a JSON text longer than this is parsed by the standard library: orjson asks for a buffer of
+#: 10–35× its input before it parses (yyjson's pessimistic value array; a 78 KB OpenAI body
+#: peaked at 1.1 MB), ``json`` for the decoded text and the objects (3× that body)
+_ORJSON_MAX = 32 << 10
+#: a text json finds too deep (past ~1,000 levels) goes to orjson (1,024) up to this size
+_ORJSON_DEEP_MAX = 1 << 20
+#: what ``json`` reads where orjson refuses: a lone surrogate escape (a ``str`` no output can
+#: encode); such a text goes to orjson. NaN, Infinity and a float past a double's range are
+#: refused by ``_reject_constant`` and ``_finite``.
+_JSON_DIFFERS = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+                           r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F]")
+_JSON_DIFFERS_B = re.compile(_JSON_DIFFERS.pattern.encode())
+
+
+#: a character past U+FFFF (an emoji) in UTF-8: one of them makes the decoded ``str`` of a whole
+#: file 4 bytes a character (a 756 KB Claude Code log: a 3 MB text), so each is written as its
+#: JSON surrogate-pair escape first (UTF-8 past ASCII can only be inside a JSON string), which
+#: ``json`` reads back as the same character; the text stays at 1-2 bytes a character
+_NON_BMP_B = re.compile(rb"[\xf0-\xf4][\x80-\xbf]{3}")
+
+
+def _escape_non_bmp(m: re.Match) -> bytes:
+    try:
+        cp = ord(m.group().decode("utf-8")) - 0x10000
+    except (UnicodeDecodeError, TypeError):  # not a character: the decode below refuses it
+        return m.group()
+    return b"\\u%04x\\u%04x" % (0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:20]} is infinity when parsed as double")
+    return value
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """One JSON text read as orjson reads it (its refusals an ``orjson.JSONDecodeError``), with a
+    peak memory near the input's: above ``_ORJSON_MAX`` by ``json`` on the decoded text, the
+    bytes freed by the caller's choice (a ``str`` handed in)."""
+    if isinstance(data, memoryview):
+        data = bytes(data)
+    small = len(data) <= _ORJSON_MAX
+    if small or (_JSON_DIFFERS if isinstance(data, str) else _JSON_DIFFERS_B).search(data):
+        return orjson.loads(data)
+    try:
+        if not isinstance(data, str) and _NON_BMP_B.search(data):
+            data = _NON_BMP_B.sub(_escape_non_bmp, data)
+        text = data if isinstance(data, str) else data.decode("utf-8")
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    except UnicodeDecodeError as exc:
+        raise orjson.JSONDecodeError(f"not UTF-8 (byte {exc.start})", "", exc.start) from None
+    except json.JSONDecodeError as exc:
+        raise orjson.JSONDecodeError(exc.msg, "", exc.pos) from None
+    except RecursionError:  # json stops near 1,000 levels, orjson at 1,024: its word on a small text
+        if len(data) <= _ORJSON_DEEP_MAX:
+            return orjson.loads(data)
+        raise orjson.JSONDecodeError("nested too deeply", "", 0) from None
+    except ValueError as exc:
+        raise orjson.JSONDecodeError(f"{type(exc).__name__}: {exc}"[:200], "", 0) from None
 
 
 def check_readable_file(path: Path) -> Path:
@@ -197,8 +264,8 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
                 continue
             stats.lines += 1
             try:  # JSON allows the surrounding whitespace: no stripped copy
-                obj = json.loads(raw) if isinstance(raw, str) else orjson.loads(raw)
-            except (ValueError, RecursionError):  # both parsers' errors; json's on deep nesting
+                obj = loads(raw)
+            except ValueError:  # orjson.JSONDecodeError is one
                 stats.bad_lines += 1
                 if len(stats.bad_line_numbers) < 20:
                     stats.bad_line_numbers.append(lineno)
@@ -244,7 +311,7 @@ def head_objects(path: Path, limit: int = 20) -> list[dict[str, Any]]:
             if not line:
                 continue
             try:
-                obj = orjson.loads(line)
+                obj = loads(line)
             except orjson.JSONDecodeError:
                 continue
             if isinstance(obj, dict):

@@ -24,7 +24,7 @@ import orjson
 from replayer.core.errors import FormatUnknown, ImportFailed, ReplayerError, did_you_mean
 from replayer.core.session import salvage
 from replayer.core.session.model import Session
-from replayer.core.session.reader import UTF8_BOM, check_readable_file, head_objects
+from replayer.core.session.reader import UTF8_BOM, check_readable_file, head_objects, loads
 
 HEAD_BYTES = 65536
 HEAD_OBJECTS = 20
@@ -99,7 +99,7 @@ class Head:
         if not sep or not rest.strip():
             return False
         try:
-            orjson.loads(first)
+            loads(first)
         except orjson.JSONDecodeError:
             return False
         return True
@@ -123,6 +123,21 @@ def jsonl_confidence(head: Head, detect: Callable[[list[dict[str, Any]]], bool],
     return confidence if detect(head.objs) else 0.0
 
 
+def mostly(items: Any, ok: Callable[[Any], bool]) -> bool:
+    """A list of a format's records but for a few that lack a field it needs (a hand-edited or
+    damaged file): fewer bad than good and no more than ``salvage.MAX_RECORDS``.
+    The importer leaves the bad ones out by name, so one broken record does not hide the format."""
+    if not isinstance(items, list):
+        return False
+    bad = 0
+    for x in items:
+        if not ok(x):
+            bad += 1
+            if bad > salvage.MAX_RECORDS:
+                return False
+    return 2 * bad < len(items) or not items  # an empty list: the importer says so, naming it
+
+
 def doc_confidence(head: Head, detect: Callable[[Any], bool], confidence: float) -> float:
     """``confidence`` when the whole document is this format's (web-UI export, OpenAI body, ShareGPT)."""
     return confidence if head.doc is not None and detect(head.doc) else 0.0
@@ -136,7 +151,7 @@ def whole_json(path: Path) -> Any:
         data = read_bytes(path, "session", WHOLE_JSON_LIMIT)
     except ReplayerError as exc:
         raise ImportFailed(str(exc)) from None
-    doc = orjson.loads(data.removeprefix(UTF8_BOM))
+    doc = loads(data.removeprefix(UTF8_BOM))  # orjson's reading, not its 10–35× buffer
     if salvage.active():  # an import: each item of the document's lists named, to be left out by name
         if isinstance(doc, list):
             doc = salvage.admit_all(doc, "item")
@@ -225,5 +240,36 @@ def detect(path: Path) -> str:
                            hint="give a session file, or an OpenCode storage folder")
     if head.is_binary:
         raise FormatUnknown(f"{path} is a binary file, not a session log")
-    raise FormatUnknown(f"cannot tell which agent wrote {path}",
+    why = _why_unknown(head)
+    raise FormatUnknown(f"cannot tell which agent wrote {path}" + (f": {why}" if why else ""),
                         hint=f"supported: {', '.join(importers())}; force one with --format")
+
+
+#: the fields that tell a JSON document's format, for the refusal of one that has none of them
+_DOC_FIELDS = ('"messages" (OpenAI body, llama.cpp web UI, Cline) or "conversations" (ShareGPT), '
+               "a list of role-keyed objects")
+
+
+def _why_unknown(head: Head) -> str | None:
+    """The field that would have told the format, named for the one-line refusal."""
+    doc = head.doc
+    what = "a JSON object"
+    if isinstance(doc, list):
+        doc, what = next((x for x in doc if isinstance(x, dict)), None), "a JSON list whose first object is one"
+        if doc is None:
+            return f"a JSON list with no object in it; a session file needs {_DOC_FIELDS}"
+    if isinstance(doc, dict):
+        for key in ("messages", "conversations"):
+            if key in doc:
+                v = doc[key]
+                what = (f"a list of {len(v)} item(s), too few of them objects with a known role"
+                        if isinstance(v, list) else type(v).__name__)
+                return f'its "{key}" is {what}'
+        return f"{what} without {_DOC_FIELDS}"
+    if head.objs:
+        t = head.objs[0].get("type")
+        return (f'its first record\'s "type" is {str(t)[:40]!r}' if t is not None else
+                'its first record has no "type"') + (
+            ' (pi\'s header: "session" with an "id"; Codex\'s: "session_meta"; '
+            'Claude Code\'s and Qwen\'s records: a "sessionId" and a "uuid")')
+    return None

@@ -91,12 +91,20 @@ def admit_all(items: list, prefix: str) -> list:
     out = []
     for i, x in enumerate(items):
         if not isinstance(x, dict):
-            note_dropped(f"{prefix}[{i}] is {type(x).__name__}, not an object: left out")
+            skip(f"{prefix}[{i}]", f"{type(x).__name__}, not an object")
             continue
         r = admit(x, f"{prefix}[{i}]")
         if r is not None:
             out.append(r)
     return out
+
+
+def skip(record: Any, why: str) -> None:
+    """An importer leaves a record out (it lacks a field its format needs): named in the caveat."""
+    st = _state.get()
+    label = record if isinstance(record, str) else getattr(record, "label", None)
+    if st is not None and label is not None and not any(x.startswith(f"{label} (") for x in st.skipped):
+        st.skipped.append(f"{label} ({why})")
 
 
 def note_dropped(text: str) -> None:

@@ -14,7 +14,8 @@ import orjson
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import ImportStats, Message, Session, ToolCall
 from replayer.core.session.reader import json_args
-from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
+from replayer.core.session import salvage
+from replayer.core.session.registry import Head, Importer, doc_confidence, mostly, read_doc
 
 FORMAT = "sharegpt"
 _ROLE = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -30,10 +31,14 @@ def _entries(doc: Any) -> list[dict]:
     return [d for d in doc if isinstance(d, dict) and isinstance(d.get("conversations"), list)]
 
 
+def _is_turn(t: Any) -> bool:
+    return isinstance(t, dict) and "from" in t and "value" in t
+
+
 def detect(doc: Any) -> bool:
+    """``conversations`` of ``from``/``value`` turns (a few without them are left out by name)."""
     ents = _entries(doc)
-    return bool(ents) and all(isinstance(t, dict) and "from" in t and "value" in t
-                              for t in ents[0]["conversations"])
+    return bool(ents) and mostly(ents[0]["conversations"], _is_turn)
 
 
 def load(path: Path, doc: Any, *, index: int = 0) -> Session:
@@ -53,7 +58,10 @@ def load(path: Path, doc: Any, *, index: int = 0) -> Session:
     out: list[Message] = []
     pending: list[str] = []
     n = 0
-    for turn in entry["conversations"]:
+    for i, turn in enumerate(salvage.admit_all(entry["conversations"], "conversations")):  # each named
+        if not _is_turn(turn):
+            salvage.skip(turn if isinstance(turn, dict) else f"conversations[{i}]", "a turn without from and value")
+            continue
         role = _ROLE.get(str(turn.get("from")), "user")
         value = turn.get("value", "")
         if role == "system":
