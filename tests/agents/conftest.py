@@ -46,12 +46,15 @@ def agent(request) -> Agent:
     return AGENTS[request.param]
 
 
-def run_subagent(agent: Agent, home: Path, project: Path) -> list:
-    """The agent run headless on a prompt the stub answers with its Task tool (a subagent);
-    the requests the stub received, in order."""
+def run_subagent(agent: Agent, home: Path) -> list:
+    """The agent run headless in ``home``'s ``project`` folder (one file, hello.txt) on a prompt
+    the stub answers with its Task tool (a subagent); the requests the stub received, in order."""
     from replayer.core.agents.run import run
     from replayer.core.agents.stub_model import ModelServer
 
+    project = home / "project"
+    project.mkdir()
+    (project / "hello.txt").write_text("hello\n")
     with ModelServer(str(project / "hello.txt")) as m:
         r = run(agent, agent_binary(agent), agent.prompt("SUBAGENT: have a helper look around"),
                 home=home, project=project, url=m.url)

@@ -186,9 +186,9 @@ def test_a_subagent_thread_and_its_parent_are_rebuilt_as_sent(name, tmp_path):
     from replayer.core.agents.registry import AGENTS
 
     agent = AGENTS[name]
-    home, project = tmp_path / "home", tmp_path / "project"
-    home.mkdir(), project.mkdir()
-    log = run_subagent(agent, home, project)
+    home = tmp_path / "home"
+    home.mkdir()
+    log = run_subagent(agent, home)
     [parent_file] = glob.glob(str(home / agent.sessions))
     [sub_file] = glob.glob(str(home / agent.subagents))
     parent, other = wire.main_thread(agent, log)

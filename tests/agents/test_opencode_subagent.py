@@ -24,10 +24,7 @@ pytestmark = pytest.mark.agents
 def opencode_subagent(tmp_path_factory):
     agent = AGENTS["opencode"]
     home = tmp_path_factory.mktemp("home-opencode-sub")
-    project = home / "project"
-    project.mkdir()
-    (project / "hello.txt").write_text("hello\n")
-    log = run_subagent(agent, home, project)
+    log = run_subagent(agent, home)
     db = home / agent.sessions
     parent, other = wire.main_thread(agent, log)
     main_ids = {id(q) for q in parent}
