@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.print_help()
             return 0
         runner = ns.func
-    from replayer.core.engine.processes import stop_on_signals
+    from replayer.core.processes import stop_on_signals
 
     try:
         if hasattr(ns, "no_redact"):

@@ -220,7 +220,7 @@ def test_claude_codes_billing_header_fingerprints_the_first_prompt(prompt, suffi
     """The ``NNN`` of ``cc_version=2.1.332.NNN``, as Claude Code 2.1.332 sent it for these first
     prompts ("hi": past its end every picked character is "0"; the emoji: JavaScript indices count
     UTF-16 code units, so the 21st unit is not the 21st character)."""
-    from replayer.core.session.claude_wire import billing_header
+    from replayer.core.session.formats.claude_wire import billing_header
 
     assert billing_header("2.1.332", "sdk-cli", prompt) == \
         f"x-anthropic-billing-header: cc_version=2.1.332.{suffix}; cc_entrypoint=sdk-cli;"

@@ -194,17 +194,8 @@ OVER_LONG_MODULES: dict[str, int] = {}
 OVER_LONG_CLASSES: dict[str, int] = {}
 ORCHESTRATION = {"replayer.core.compare", "replayer.core.replay", "replayer.core.pipeline",
                  "replayer.core.session_replay"}
-KNOWN_LAYER_BREAKS = {("replayer.core.builds.manager", "replayer.core.engine.processes"),
-                      ("replayer.core.engine.cache", "replayer.core.compare")}
-KNOWN_PRIVATE_IMPORTS = {
-    ("replayer.core.tiny_models", "_QWEN2"),
-    ("replayer.core.engine.misses", "_scan_text"),
-    ("replayer.core.prompt.sandbox_worker", "_HEADROOM_MIN"),
-    ("replayer.core.prompt.sandbox_worker", "_HEADROOM_PER_OUTPUT"), ("replayer.core.prompt.sandbox_worker", "_READY"),
-    ("replayer.core.prompt.sandbox_worker", "_receive"), ("replayer.core.prompt.sandbox_worker", "_send"),
-    ("replayer.core.prompt.kept_reasoning", "_marks"), ("replayer.core.hardware.gguf_model", "_field"),
-    ("replayer.core.server.slots", "_run"), ("replayer.core.server.slots", "_shared_prefix"),
-}
+KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 
 def _ratchet(found: dict, known: dict) -> list[str]:

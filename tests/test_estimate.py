@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from replayer.core.builds.catalog import parse_build
 from replayer.core.prompt import estimate, templates
-from replayer.core.prompt.layout import _scan_text
+from replayer.core.prompt.layout import scan_text
 from replayer.core.session import build_request, load_session
 
 from conftest import SAMPLES, need_shared
@@ -86,7 +86,7 @@ def test_scan_agrees_on_every_sample_prompt():
     for path in paths:
         req = build_request(load_session(path))
         text = templates.render(tpl, req.messages, req.body.get("tools"), add_generation_prompt=True)
-        cuts = [c for _, c in _scan_text(text, delims) if 0 < c < len(text)]
+        cuts = [c for _, c in scan_text(text, delims) if 0 < c < len(text)]
         assert cuts, path
         assert_same_as_reference(text, cuts)
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import replayer.core.session as session_pkg
+import replayer.core.session.formats as session_pkg
 from replayer.core.errors import ImportFailed
 from replayer.core.session import detect_format, load_session, registry
 
@@ -82,7 +82,7 @@ def fake_format_module(tmp_path, monkeypatch):
     registry.reset()
     yield
     registry.reset()
-    sys.modules.pop("replayer.core.session.fake_format", None)
+    sys.modules.pop("replayer.core.session.formats.fake_format", None)
 
 
 def test_a_new_format_is_one_module(fake_format_module, tmp_path):

@@ -20,18 +20,18 @@ def tiny(tmp_path_factory):
 def test_values_equal_gguf_py_reader(tiny):
     import gguf
 
-    from replayer.core.prompt.gguf_tokenizer import _field
+    from replayer.core.prompt.gguf_tokenizer import gguf_field
 
     ref = gguf.GGUFReader(str(tiny), "r")
     kv = gguf_kv.read(tiny)
     keys = [k for k in ref.fields if not k.startswith("GGUF.")]
     assert len(keys) > 15
     for key in keys:
-        assert kv.get(key) == _field(ref, key), key
+        assert kv.get(key) == gguf_field(ref, key), key
     assert kv.n_tensors == len(ref.tensors)
     lazy = kv.lazy_strings("tokenizer.ggml.tokens")
-    assert list(lazy) == _field(ref, "tokenizer.ggml.tokens")
-    assert lazy[-1] == _field(ref, "tokenizer.ggml.tokens")[-1]
+    assert list(lazy) == gguf_field(ref, "tokenizer.ggml.tokens")
+    assert lazy[-1] == gguf_field(ref, "tokenizer.ggml.tokens")[-1]
 
 
 def _header(n_kv: int) -> bytes:

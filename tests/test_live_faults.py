@@ -29,7 +29,7 @@ from replayer.core import export
 from replayer.core.builds.catalog import parse_build
 from replayer.core.compare import compare
 from replayer.core.engine import events as ev
-from replayer.core.engine import processes
+from replayer.core import processes
 from replayer.core.engine.live import LiveOptions, LiveResult, attach_events, live_events, live_processes
 from replayer.core.engine.schedule import Knobs
 

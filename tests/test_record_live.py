@@ -223,7 +223,7 @@ def test_the_log_replays_live_to_the_same_cache_n(recorded, monkeypatch):
 
 
 def test_the_servers_prompt_folder_replays_to_its_own_token_counts(recorded):
-    from replayer.core.session.prompt_log import read_prompt_log
+    from replayer.core.session.formats.prompt_log import read_prompt_log
 
     log = read_prompt_log(recorded["prompts"])
     lines = recorded["lines"]

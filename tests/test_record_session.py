@@ -186,7 +186,7 @@ def test_a_tool_call_without_a_content_key_is_rendered():
 
 
 def test_a_prompt_log_folder_is_read_in_the_servers_order(tmp_path):
-    from replayer.core.session.prompt_log import is_prompt_log, read_prompt_log
+    from replayer.core.session.formats.prompt_log import is_prompt_log, read_prompt_log
 
     d = tmp_path / "prompts"
     d.mkdir()

@@ -80,7 +80,7 @@ def test_builds_share_a_layout_only_where_the_server_renders_alike():
     messages for (StepFun's, from b10001), b9934 and b10001 must not share a layout."""
     from replayer.core.builds.catalog import parse_build
     from replayer.core.prepare import span_rule
-    from replayer.core.prompt.prepare import _STEPFUN
+    from replayer.core.prompt.template_inputs import _STEPFUN
 
     src = "{# " + _STEPFUN + " #}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}"
     stepfun = templates.Template(name="stepfun-like", source=src)

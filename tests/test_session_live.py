@@ -21,7 +21,7 @@ from replayer.core import session_replay as sr
 from replayer.core.builds import manager
 from replayer.core.builds.catalog import parse_build
 from replayer.core.engine import events as ev
-from replayer.core.engine.cache import simulate_session
+from replayer.core.engine.slot_turns import simulate_session
 from replayer.core.engine.live import live_processes
 from replayer.core.engine.live_session import live_session_events
 from replayer.core.engine.schedule import Knobs

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from replayer.core.builds.catalog import parse_build
-from replayer.core.engine.cache import simulate_session, turn_records
-from replayer.core.engine.misses import explain
+from replayer.core.engine.slot_turns import simulate_session, turn_records
+from replayer.core.misses import explain
 from replayer.core.engine.schedule import Knobs
 from replayer.core.engine.simulate import RunSpec
 from replayer.core.prompt import templates

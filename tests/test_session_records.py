@@ -11,8 +11,8 @@ import pytest
 
 from replayer.core import session_replay as sr
 from replayer.core.builds.catalog import parse_build
-from replayer.core.engine.cache import simulate_session, simulate_session_records, turn_records
-from replayer.core.engine.misses import explain
+from replayer.core.engine.slot_turns import simulate_session, simulate_session_records, turn_records
+from replayer.core.misses import explain
 from replayer.core.engine.schedule import Knobs, Slot
 from replayer.core.engine.simulate import RunSpec
 from replayer.core.prompt import templates
@@ -134,7 +134,7 @@ def test_facts_read_part_by_part_equal_the_whole_reading(tmp_path):
     every event at once, however the events are cut; ``TurnReader`` even mid-turn."""
     import random
 
-    from replayer.core.engine.cache import TurnFinished, TurnReader
+    from replayer.core.engine.slot_turns import TurnFinished, TurnReader
 
     log = write_log(tmp_path / "log.jsonl", _turns(11)[0], change_from=20)
     prep = sr.prepare_session(log, ReplayConfig(a="9859", b="10001", model="qwen3.6-35b-a3b-q8_0"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 
 from replayer.core.builds.catalog import parse_build
-from replayer.core.engine.cache import simulate_session, turn_records
-from replayer.core.engine.misses import explain, lost_by_cause
+from replayer.core.engine.slot_turns import simulate_session, turn_records
+from replayer.core.misses import explain, lost_by_cause
 from replayer.core.engine.schedule import Knobs
 from replayer.core.engine.simulate import RunSpec
 from replayer.core.prompt import templates

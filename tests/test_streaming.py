@@ -114,7 +114,7 @@ def test_shared_prefix_of_two_families_counts_the_text_they_share():
     first difference, the same number whether asked once or again (the family's kept count)."""
     from replayer.core.builds.catalog import parse_build
     from replayer.core.prompt import templates
-    from replayer.core.prompt.turn_layouts import _shared_prefix, turn_layouts
+    from replayer.core.prompt.turn_layouts import compute_shared_prefix, turn_layouts
     from replayer.core.server.traffic import agent_stream
     from replayer.core.session.turns import Turn
 
@@ -130,7 +130,7 @@ def test_shared_prefix_of_two_families_counts_the_text_they_share():
         cut = max(y.rfind(" ", 0, d), y.rfind("\n", 0, d), 0)
         want = a.n_tokens if d == len(x) else min(estimate.counts_between(y, [cut])[0], a.n_tokens, b.n_tokens)
         for _ in range(2):
-            assert _shared_prefix(a, b) == (want, d)
+            assert compute_shared_prefix(a, b) == (want, d)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -139,7 +139,7 @@ def test_shared_prefix_from_heads_equals_the_whole_texts_compared(seed):
     (``turn_layouts._first_difference_of``), never built whole: the same first difference as the
     whole texts' and ids', wherever it falls (first characters, past 4,096 or 65,536, in the
     suffix, or one prompt a prefix of the other)."""
-    from replayer.core.prompt.turn_layouts import TurnPrompt, _first_difference, _shared_prefix
+    from replayer.core.prompt.turn_layouts import TurnPrompt, _first_difference, compute_shared_prefix
 
     rng = random.Random(seed)
     common = "".join(rng.choice("ab \n") for _ in range(rng.choice([0, 50, 5000, 70000])))
@@ -156,7 +156,7 @@ def test_shared_prefix_from_heads_equals_the_whole_texts_compared(seed):
         for _ in range(20):
             a = prompt(1, "".join(rng.choice("abc \n") for _ in range(rng.randint(0, 300))), with_ids)
             b = prompt(2, "".join(rng.choice("abc \n") for _ in range(rng.randint(0, 300))), with_ids)
-            got = _shared_prefix(a, b)
+            got = compute_shared_prefix(a, b)
             d = _first_difference(a.text, b.text)
             assert got.n_chars == d
             if with_ids:

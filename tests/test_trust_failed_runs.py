@@ -3,7 +3,7 @@ tokens its batches processed, not the whole prompt, and no throughput."""
 
 from __future__ import annotations
 
-from replayer.core.compare import RunSummary
+from replayer.core.engine.run_summary import RunSummary
 from replayer.core.engine import events as ev
 
 

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from replayer.core.builds import changes
 from replayer.core.builds.catalog import GENERATIONS, REPRESENTATIVE_BUILD, Build, parse_build
-from replayer.core.compare import Comparison, RunSummary
+from replayer.core.compare import Comparison
+from replayer.core.engine.run_summary import RunSummary
 from replayer.core.errors import ReplayerError
 from replayer.core.hardware import presets
 from replayer.core.engine.base import engine_for

@@ -29,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 from replayer.core import paths
 from replayer.core.builds import changes
 from replayer.core.builds.catalog import parse_build
-from replayer.core.compare import RunSummary
+from replayer.core.engine.run_summary import RunSummary
 from replayer.core.errors import ReplayerError, RunError
 from replayer.core.replay import ReplayConfig, prepare, run_events
 from replayer.core.runspec import DEFAULT_TIMEOUT_S

@@ -22,7 +22,7 @@ from replayer.core.hardware import cost as costmod
 from replayer.core.settings import load_settings
 
 if TYPE_CHECKING:
-    from replayer.core.compare import RunSummary
+    from replayer.core.engine.run_summary import RunSummary
 
 
 class HeldOut(BaseModel):

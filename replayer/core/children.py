@@ -100,7 +100,7 @@ def spawn_tied(cmd: list[str], death_signal: int = signal.SIGKILL,
     """``Popen(cmd, **kwargs)`` whose child gets ``death_signal`` from the kernel when this
     process dies (Linux; elsewhere a plain ``Popen``). ``unclaimed`` stops a child whose caller
     was interrupted while it was being started. The signal reaches that one process, not what
-    it forks (``engine/tree_guard`` passes it on to a tree)."""
+    it forks (``core/tree_guard`` passes it on to a tree)."""
     preexec = _die_with_parent(death_signal)
     if preexec is None:
         return subprocess.Popen(cmd, **kwargs)

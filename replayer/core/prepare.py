@@ -18,7 +18,7 @@ from replayer.core.hardware import cost as costmod
 from replayer.core.hardware import presets
 from replayer.core.prompt import templates
 from replayer.core.prompt.layout import PromptLayout, compute_layout
-from replayer.core.prompt.prepare import STEPFUN_TRIM_FROM, trims_for
+from replayer.core.prompt.template_inputs import STEPFUN_TRIM_FROM, trims_for
 from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S, Knobs, LiveTarget, RunSpec
 from replayer.core.session import ChatRequest, Session, load_session
 from replayer.core.session.request import request_from_files

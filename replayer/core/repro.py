@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from replayer.core.engine.cache import SessionRun
+from replayer.core.engine.slot_turns import SessionRun
 from replayer.core.errors import ReplayerError
 from replayer.core.redact import redact, redact_bytes
 from replayer.core.runspec import DEFAULT_SESSION_CTX

@@ -66,7 +66,7 @@ class Controls:
                 threading.Thread(target=self._stop_servers, args=(r, ident), daemon=True).start()
 
     def _stop_servers(self, run: str, ident: int) -> None:
-        from replayer.core.engine.processes import stop_started_by
+        from replayer.core.processes import stop_started_by
 
         stop_started_by(ident)
         for delay in STOP_AGAIN_S:
@@ -175,7 +175,7 @@ def run_pair(stream_of: Callable[[str], Iterator[ev.Event]], on_event: EventSink
                 one(run)
     except KeyboardInterrupt:
         if realtime:
-            from replayer.core.engine.processes import stop_all
+            from replayer.core.processes import stop_all
 
             stop_all()
         raise

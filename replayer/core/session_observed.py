@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from replayer.core.engine.cache import SessionRun
+from replayer.core.engine.slot_turns import SessionRun
 
 SOURCE_FORMAT = "traffic-log"
 MAX_LISTED = 20  # differing requests named in the text report (30 in Markdown)
@@ -25,7 +25,7 @@ def observed_section(path: str | Path, fmt: str, runs: tuple[SessionRun, Session
     """The report's ``observed`` section of a traffic log's replay, None for any other session."""
     if fmt != SOURCE_FORMAT:
         return None
-    from replayer.core.session.recorded_traffic import read_traffic
+    from replayer.core.session.formats.recorded_traffic import read_traffic
 
     obs = read_traffic(Path(path).expanduser()).observed
     timed = [o.timings["prompt_ms"] for o in obs

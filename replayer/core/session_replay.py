@@ -4,7 +4,7 @@ The resume mode asks how one cold prefill of the whole conversation is batched. 
 asks the question users bring from long agent sessions: turn after turn, what did the
 server reuse, what did it re-process, and why. It takes the same ``ReplayConfig``; the turns
 come from ``session.turns``, their prompts from ``prompt.turn_layouts``, the simulated slot
-from ``engine.cache`` and the reasons from ``engine.misses``.
+from ``engine.slot_turns`` and the reasons from ``misses``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from replayer import __version__
-from replayer.core.engine.cache import SessionRun, TurnReader, simulate_session, simulate_session_records
-from replayer.core.engine.misses import explain, lost_by_cause
+from replayer.core.engine.slot_turns import SessionRun, TurnReader, simulate_session, simulate_session_records
+from replayer.core.misses import explain, lost_by_cause
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import kept_reasoning
 from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts

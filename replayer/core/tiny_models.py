@@ -60,11 +60,11 @@ def train_bpe() -> tuple[list[str], list[str]]:
     """A greedy BPE trainer: the most frequent adjacent pair merges, N_MERGES times."""
     from tokenizers import Regex, pre_tokenizers
 
-    from replayer.core.prompt.gguf_tokenizer import _QWEN2
+    from replayer.core.prompt.gguf_tokenizer import QWEN2_PRETOKENIZER
 
     b2u = _bytes_to_unicode()
     words = Counter()
-    for piece, _ in pre_tokenizers.Split(Regex(_QWEN2), behavior="isolated").pre_tokenize_str(_CORPUS):
+    for piece, _ in pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZER), behavior="isolated").pre_tokenize_str(_CORPUS):
         words[tuple(b2u[b] for b in piece.encode("utf-8"))] += 1
     merges: list[str] = []
     vocab = [b2u[b] for b in range(256)]

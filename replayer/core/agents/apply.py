@@ -88,7 +88,7 @@ def _session_billing_header(session, prompt: str) -> str:
     version) in place of the capture run's: the fingerprint is of the first prompt."""
     import re
 
-    from replayer.core.session.claude_wire import BILLING, fingerprint
+    from replayer.core.session.formats.claude_wire import BILLING, fingerprint
 
     if not prompt.startswith(BILLING):
         return prompt

@@ -39,7 +39,7 @@ from replayer.core.builds.catalog import parse_build
 from replayer.core.builds.records import (  # noqa: F401  (callers find the records through the manager)
     BuildRecord, damaged_records, find_build, find_source_build, installed_backends, installed_sources, list_builds,
     named_build, read_record, source_build, write_record)
-from replayer.core.engine import processes
+from replayer.core import processes
 from replayer.core.errors import BuildError, did_you_mean
 
 BACKENDS = ["cpu", "cuda", "vulkan", "rocm", "metal", "sycl"]
@@ -174,7 +174,7 @@ def _run_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
         logf.flush()
         # the step's whole tree (cmake → make → compilers) dies with replayer, even by SIGKILL;
         # -P: the work folder (the step's cwd, untrusted sources) is not on the guard's import path
-        proc = processes.spawn([sys.executable, "-P", "-m", "replayer.core.engine.tree_guard", *cmd],
+        proc = processes.spawn([sys.executable, "-P", "-m", "replayer.core.tree_guard", *cmd],
                                death_signal=signal.SIGTERM, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         try:

@@ -30,7 +30,7 @@ from replayer.core.engine import events as ev
 from replayer.core.engine.live_server import LiveOptions, LiveServer, follow_log, live_options, resolve_server
 from replayer.core.engine.live_server import free_port, port_in_use, server_memory  # noqa: F401  (the live API)
 from replayer.core.engine.live_stream import LiveResult, stream
-from replayer.core.engine.processes import live_processes, stop_all, stop_started_by  # noqa: F401  (the live API)
+from replayer.core.processes import live_processes, stop_all, stop_started_by  # noqa: F401  (the live API)
 from replayer.core.runspec import DEFAULT_TIMEOUT_S
 from replayer.core.server_protocol import Clock, Guard, Health, http_error, one_line, parse
 from replayer.core.engine.schedule import Knobs

@@ -38,7 +38,7 @@ import httpx
 
 from replayer.core.builds.catalog import Build, parse_build
 from replayer.core.builds.manager import probe_version
-from replayer.core.engine import processes
+from replayer.core import processes
 from replayer.core.engine.logparse import memory_kind
 from replayer.core.errors import BuildError, RunError
 from replayer.core.runspec import DEFAULT_TIMEOUT_S, Knobs

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 import httpx
 
 from replayer.core.engine import events as ev
-from replayer.core.engine.cache import TurnFinished, TurnStarted, context_full, run_finished
+from replayer.core.engine.slot_turns import TurnFinished, TurnStarted, context_full, run_finished
 from replayer.core.engine.live_server import LiveOptions, LiveServer, live_options, resolve_server, server_memory
 from replayer.core.engine.live_stream import LiveResult, stream
 from replayer.core.engine.live_wire import is_wire, send_wire_turn

@@ -25,7 +25,7 @@ import httpx
 import orjson
 
 from replayer.core.engine import events as ev
-from replayer.core.engine.cache import TurnFinished
+from replayer.core.engine.slot_turns import TurnFinished
 from replayer.core.engine.live_stream import LiveResult, fact_events
 from replayer.core.engine.logparse import FULL_REPROCESS, LogFact, parse_line
 from replayer.core.engine.schedule import Knobs, ReasonRule

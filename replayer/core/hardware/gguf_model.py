@@ -278,10 +278,10 @@ def _read(path: str, _mtime: int, _size: int) -> GGUFModel:
 def _profile(path: str, reader: Any) -> GGUFModel:
     """The header read in the order the server's loader reads it: identity, attention shape,
     memory kind (recurrent layers, sliding window, state size), then the tensor table."""
-    from replayer.core.prompt.gguf_tokenizer import _field
+    from replayer.core.prompt.gguf_tokenizer import gguf_field
 
     def get(key: str, default: Any = None) -> Any:
-        return _field(reader, key, default)
+        return gguf_field(reader, key, default)
 
     arch, n_layer, n_embd, n_vocab = _identity(path, reader, get)
 

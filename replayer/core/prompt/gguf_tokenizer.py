@@ -18,7 +18,7 @@ from typing import Any
 from replayer.core.errors import ReplayerError
 
 # kept for the tiny models' trainer: llama.cpp's qwen2 split (the table has them all)
-_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+QWEN2_PRETOKENIZER = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 #: ``progress(stage, done, total)`` of a first build (a cached tokenizer reports nothing)
@@ -32,7 +32,7 @@ def _silent(stage: str, done: int, total: int) -> None:
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 
 
-def _field(reader: Any, key: str, default: Any = None) -> Any:
+def gguf_field(reader: Any, key: str, default: Any = None) -> Any:
     f = reader.fields.get(key)
     if f is None:
         return default

@@ -3,7 +3,7 @@
 Templates in the manner of Qwen3 render an assistant message's reasoning only while it belongs
 to the current task (after the last user message). When the next user message arrives, the
 earlier messages lose their reasoning, the new prompt no longer starts with what the server
-holds, and the server re-processes from there (``engine.misses``: ``template_dropped_reasoning``).
+holds, and the server re-processes from there (``misses``: ``template_dropped_reasoning``).
 A client that sent the history back as it was rendered (or a template that kept the reasoning)
 would have had it reused.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from replayer.core.builds.catalog import Build
-from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, _marks, prompt_of_text
+from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, marks_of, prompt_of_text
 from replayer.core.session.turns import Turn
 
 
@@ -50,7 +50,7 @@ def keep_reasoning(lay: TurnLayouts, build: Build) -> tuple[TurnLayouts, int]:
     changed = 0
     for p in lay.prompts:
         text = p.text
-        marks = _marks(text, lay.delimiters, "assistant")
+        marks = marks_of(text, lay.delimiters, "assistant")
         grows = prev is not None and p.turn.starts_with(prev.turn)
         n_a = n_a_prev + _assistants(p.turn, prev.turn.n_messages) if grows else _assistants(p.turn)
         # one marker per assistant message, and one for the generation prompt unless the

@@ -96,7 +96,7 @@ class ExactTokenizer(Protocol):
     def encode(self, text: str, add_special: bool = True) -> list[int]: ...
 
 
-def _scan_text(text: str, delims: list[Delimiter]) -> list[tuple[str, int]]:
+def scan_text(text: str, delims: list[Delimiter]) -> list[tuple[str, int]]:
     """Delimiter matches on the rendered string: at each position the first delimiter in list
     order wins (the token scan's rule, applied to characters)."""
     hits: dict[int, str] = {}
@@ -201,7 +201,7 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
     notes: list[str] = []
     # character offsets of the delimiters: the estimate and G0's prefix rule both need them
     scanned = tok is None or not b.token_space_spans
-    text_matches = _scan_text(text, delims) if scanned else []
+    text_matches = scan_text(text, delims) if scanned else []
     if tok is not None:
         ids = tok.encode(text, add_special=True)
         n = len(ids)

@@ -41,10 +41,10 @@ DEFAULT_MAX_MB = 64
 MAX_INT_BITS = 1 << 16
 #: address space a render may use beyond the worker's size before it: the context, the output
 #: and Jinja's intermediate strings
-_HEADROOM_PER_OUTPUT = 8
-_HEADROOM_MIN = 512 << 20
+HEADROOM_PER_OUTPUT = 8
+HEADROOM_MIN = 512 << 20
 #: the worker says this byte once it has imported what it renders with
-_READY = b"R"
+READY = b"R"
 _START_SECONDS = 120.0
 
 
@@ -154,7 +154,7 @@ class _Worker:
             timer = threading.Timer(_START_SECONDS, proc.kill)
             timer.start()
             try:
-                ready = proc.stdout.read(1) == _READY
+                ready = proc.stdout.read(1) == READY
             finally:
                 timer.cancel()
             if not ready:
@@ -190,7 +190,7 @@ class _Worker:
                        "max_bytes": limit.max_bytes}
             try:
                 payload = orjson.dumps(request, default=str)
-                _send(proc.stdin, payload)
+                send_frame(proc.stdin, payload)
             except (BrokenPipeError, OSError):
                 self.stop()
                 raise TemplateError("the chat template's render process stopped before it started") from None
@@ -199,7 +199,7 @@ class _Worker:
             timer = threading.Timer(limit.seconds, lambda: (expired.set(), proc.kill()))
             timer.start()
             try:
-                reply = _receive(proc.stdout)
+                reply = receive_frame(proc.stdout)
             finally:
                 timer.cancel()
             if reply is None:
@@ -213,12 +213,12 @@ class _Worker:
             return orjson.loads(reply)
 
 
-def _send(stream: BinaryIO, payload: bytes) -> None:
+def send_frame(stream: BinaryIO, payload: bytes) -> None:
     stream.write(struct.pack("<Q", len(payload)) + payload)
     stream.flush()
 
 
-def _receive(stream: BinaryIO) -> bytes | None:
+def receive_frame(stream: BinaryIO) -> bytes | None:
     head = stream.read(8)
     if len(head) < 8:
         return None

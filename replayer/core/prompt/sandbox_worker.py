@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from replayer.core.prompt.sandbox import (_HEADROOM_MIN, _HEADROOM_PER_OUTPUT, _READY, BudgetExceeded,
-                                          RaiseException, _receive, _send)
+from replayer.core.prompt.sandbox import (HEADROOM_MIN, HEADROOM_PER_OUTPUT, READY, BudgetExceeded,
+                                          RaiseException, receive_frame, send_frame)
 
 # -- the worker's side ---------------------------------------------------------------------
 
@@ -40,7 +40,7 @@ def _render_one(request: dict[str, Any]) -> dict[str, Any]:
             used = int(cpu.ru_utime + cpu.ru_stime)
             resource.setrlimit(resource.RLIMIT_CPU, (used + int(request["seconds"]) + 2, resource.RLIM_INFINITY))
             limits.append((resource.RLIMIT_AS, resource.getrlimit(resource.RLIMIT_AS)))
-            headroom = max(_HEADROOM_MIN, _HEADROOM_PER_OUTPUT * max_bytes)
+            headroom = max(HEADROOM_MIN, HEADROOM_PER_OUTPUT * max_bytes)
             resource.setrlimit(resource.RLIMIT_AS, (_address_space() + headroom, resource.RLIM_INFINITY))
         except (ValueError, OSError):
             pass
@@ -112,14 +112,14 @@ def _serve() -> None:
     from replayer.core.prompt import templates  # noqa: F401 - imported before saying ready
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    stdout.write(_READY)
+    stdout.write(READY)
     stdout.flush()
-    while (data := _receive(stdin)) is not None:
+    while (data := receive_frame(stdin)) is not None:
         request = orjson.loads(data)
         del data
         reply = _render_one(request)
         del request
-        _send(stdout, orjson.dumps(reply))
+        send_frame(stdout, orjson.dumps(reply))
 
 
 if __name__ == "__main__":  # run as a module: use the importable copy, whose classes templates raise

@@ -15,7 +15,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from replayer.core.prompt import jinja_env, sandbox
-from replayer.core.prompt.prepare import Caps
+from replayer.core.prompt.template_inputs import Caps
 
 class _Seen:
     """What a probe value records: read at all (``used``) and how (``ops``), as the server's

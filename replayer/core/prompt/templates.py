@@ -29,7 +29,7 @@ from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
 from replayer.core.prompt import handlers, output_pieces, reasoning_analysis, sandbox
 from replayer.core.prompt.jinja_env import RaiseException, trusted_environment
-from replayer.core.prompt.prepare import Caps
+from replayer.core.prompt.template_inputs import Caps
 from replayer.core.prompt.template_probe import caps_of
 from replayer.core.textfile import read_text
 
@@ -186,12 +186,12 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     assistant message continued. ``allow_media``: the server has a multimodal projector (a
     text-only server refuses image parts). Every failure is a ``TemplateError`` with the reason.
     """
-    from replayer.core.prompt.prepare import extra_context, prepare, render_content
+    from replayer.core.prompt.template_inputs import extra_context, render_content, template_inputs
 
     tpl = _compile(template.source, template.trusted)
-    prep = prepare(template.source, template_caps(template), messages, tools,
-                   add_generation_prompt=add_generation_prompt, build_number=build_number,
-                   allow_media=allow_media)
+    prep = template_inputs(template.source, template_caps(template), messages, tools,
+                           add_generation_prompt=add_generation_prompt, build_number=build_number,
+                           allow_media=allow_media)
     if not template.trusted and handlers.is_ministral_3(template.source):
         prep.messages = handlers.ministral_3_messages(prep.messages)
     elif not template.trusted and handlers.is_outdated_gemma4(template.source):

@@ -205,7 +205,7 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     text = whole.base
     msgs = base.messages
     a_roles = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
-    a_chars = (_marks(text, delims, "assistant") if lay.text_marks is None
+    a_chars = (marks_of(text, delims, "assistant") if lay.text_marks is None
                else [c for role, c in lay.text_marks if role == "assistant"])
     a_toks = [s.start for s in lay.spans if s.role == "assistant"]
     if not (len(a_chars) == len(a_toks) == len(a_roles) + 1):
@@ -240,7 +240,7 @@ def _derive(fam: int, base: Turn, members: list[tuple[Turn, int]], tpl: Template
     return prompts
 
 
-def _marks(text: str, delims: list[templates.Delimiter], role: str) -> list[int]:
+def marks_of(text: str, delims: list[templates.Delimiter], role: str) -> list[int]:
     """Where the delimiters of ``role`` start in ``text``, where no delimiter listed before
     them also matches (the server's first-in-list rule), by regex search only."""
     import re
@@ -320,12 +320,12 @@ def shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     known = new._shared  # read once: the two runs may ask from two threads
     if known is not None and known[0] is old:
         return known[1]
-    shared = _shared_prefix(old, new)
+    shared = compute_shared_prefix(old, new)
     new._shared = (old, shared)
     return shared
 
 
-def _shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
+def compute_shared_prefix(old: TurnPrompt, new: TurnPrompt) -> Shared:
     if (old.family == new.family and old.base is new.base and old.cut <= new.cut
             and new.base.startswith(old.suffix, old.cut)):
         n_chars = old.cut + len(old.suffix)  # len(old.text) without building it

@@ -31,7 +31,7 @@ from replayer.core.hardware import cost as costmod
 from replayer.core.hardware import presets
 from replayer.core.prepare import ReplayConfig
 from replayer.core.session.reader import JsonlStats, check_readable_file, iter_jsonl
-from replayer.core.session.recorded_traffic import detect
+from replayer.core.session.formats.recorded_traffic import detect
 
 #: the share of a log's timed requests the line is fitted on when no other log is held out
 FIT_SHARE = 2 / 3

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, Protocol
 
-from replayer.core.engine.cache import SessionRun, TurnRecord, context_full
-from replayer.core.engine.misses import explain
+from replayer.core.engine.slot_turns import SessionRun, TurnRecord, context_full
+from replayer.core.misses import explain
 from replayer.core.engine.simulate import prefill_into
 from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig, run_spec
@@ -35,7 +35,7 @@ from replayer.core.server.session import setup_knobs
 from replayer.core.server.setup import ServerSetup, parse_server_args
 from replayer.core.server.slots import ServerSim
 from replayer.core.server.traffic import MAIN, Request
-from replayer.core.session import openai_body
+from replayer.core.session.formats import openai_body
 from replayer.core.session.server_conversions import CONVERSIONS, to_chat
 from replayer.core.session.turns import Turn
 
@@ -75,7 +75,7 @@ class WatchRow:
     ms_estimated: bool = False  # observed.prompt_ms is the first byte's time (the answer had no timings)
     error: str | None = None  # the exchange's error (the server's or the proxy's)
     note: str | None = None  # why there is no prediction
-    causes: tuple[dict | None, dict | None] = (None, None)  # why each side re-processed (``engine.misses``)
+    causes: tuple[dict | None, dict | None] = (None, None)  # why each side re-processed (``misses``)
     predicted_slot: int | None = None  # the slot build B's simulated server put the request on
 
     @property
@@ -337,7 +337,7 @@ def _id_slot(body: dict[str, Any]) -> int:
 
 
 class _Misses:
-    """Why each side of a row re-processed what it did: ``engine.misses.explain`` on a run of
+    """Why each side of a row re-processed what it did: ``misses.explain`` on a run of
     each side's records, the request compared with its thread's previous one on the prompts
     laid out for the prediction. Only each thread's last prompt is kept (a long watch would
     otherwise hold every prompt's text and ids); earlier requests stand in by their thread.

@@ -1,6 +1,6 @@
 """``replay --mode session --server-args "…"``: the session's turns through the user's server setup.
 
-The one-slot session replay (``engine.cache``) walks every turn on one slot; with a server
+The one-slot session replay (``engine.slot_turns``) walks every turn on one slot; with a server
 command line the turns go through ``ServerSim`` instead — its slots, host cache and idle-slot
 saves — and each turn's schedule is the chosen slot's. The rest of the session replay (events,
 records, the misses' explanations) is unchanged: it reads the same (prompt, common prefix,

@@ -30,9 +30,9 @@ from typing import Iterator
 import numpy as np
 
 from replayer.core.builds.catalog import Build
-from replayer.core.engine.cache import _run
+from replayer.core.engine.slot_turns import slot_schedule
 from replayer.core.engine.schedule import Knobs, Schedule, Slot
-from replayer.core.prompt.turn_layouts import TurnPrompt, _shared_prefix
+from replayer.core.prompt.turn_layouts import TurnPrompt, compute_shared_prefix
 from replayer.core.server.cache_rules import CacheRules, rules_for
 from replayer.core.server.host_cache import CacheEvent, HostCache
 from replayer.core.server.setup import ServerSetup
@@ -50,7 +50,7 @@ def lcp(a: TurnPrompt | None, b: TurnPrompt) -> int:
         return 0
     if a is b:
         return a.n_tokens
-    return min(_shared_prefix(a, b).n_tokens, a.n_tokens, b.n_tokens)
+    return min(compute_shared_prefix(a, b).n_tokens, a.n_tokens, b.n_tokens)
 
 
 class ServerSlot(Slot):
@@ -233,7 +233,7 @@ class ServerSim:
         reusable = min(common, s.n)
         self.task += 1
         s.slot.task = self.task - 1  # one task counter for the server: checkpoints move between slots
-        sched = _run(s.slot, p, common, reusable)
+        sched = slot_schedule(s.slot, p, common, reusable)
         facts.common_prefix = common
         facts.schedule = sched
         facts.cache_n, facts.prompt_n = sched.n_past, p.n_tokens - sched.n_past

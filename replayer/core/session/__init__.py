@@ -6,7 +6,6 @@ from pathlib import Path
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session import registry, salvage
-from replayer.core.session.detect import detect_format
 from replayer.core.session.model import Message, Session
 from replayer.core.session.reader import check_readable_file
 from replayer.core.session.request import ChatRequest, build_request
@@ -18,6 +17,11 @@ def __getattr__(name: str):
     if name == "FORMATS":  # the registered format names (found on first use)
         return registry.names()
     raise AttributeError(name)
+
+
+def detect_format(path: str | Path) -> str:
+    """Which agent wrote this file, from its content, not its name (``registry.detect``)."""
+    return registry.detect(Path(path))
 
 
 def load_session(path: str | Path, format: str | None = None, *, images: str = "omit",

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from replayer.core.session.claude_code import text_of as prompt_text  # the importer's own reading
+from replayer.core.session.formats.claude_code import text_of as prompt_text  # the importer's own reading
 from replayer.core.session.discover import Found
 
 HEAD_BYTES = 64 * 1024  # the first prompt and the session's folder are in the first records

@@ -175,10 +175,10 @@ _registry: dict[str, Importer] | None = None
 
 
 def importers() -> dict[str, Importer]:
-    """Every format module's importer by name, found by scanning this package once."""
+    """Every format module's importer by name, found by scanning ``session/formats`` once."""
     global _registry
     if _registry is None:
-        pkg = import_module(__name__.rpartition(".")[0])
+        pkg = import_module(__name__.rpartition(".")[0] + ".formats")
         found: dict[str, Importer] = {}
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
             imp = getattr(import_module(f"{pkg.__name__}.{info.name}"), "IMPORTER", None)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from replayer.core.errors import ReplayerError
-from replayer.core.session import claude_code, claude_wire, load_session, opencode
+from replayer.core.session import load_session
+from replayer.core.session.formats import claude_code, claude_wire, opencode
 from replayer.core.session.model import Session
 from replayer.core.session.reader import iso_to_s, read_records
 

@@ -177,7 +177,7 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
     req = request_from_files(s, system_prompt, tools)
     notes: list[str] = []
     if s.format in ("chat-requests", "traffic-log"):  # logs of the requests as sent: the turns are the lines
-        from replayer.core.session import recorded_traffic, request_log
+        from replayer.core.session.formats import recorded_traffic, request_log
 
         if s.format == "traffic-log":  # each request also as sent, to its own endpoint (a live replay)
             t = recorded_traffic.read_traffic(Path(path).expanduser())
@@ -244,7 +244,7 @@ def session_threads(s: Session, request: ChatRequest, path: str | Path, images: 
     (what ``inspect`` shows): a request log's ``thread`` fields, else the main thread's turns
     and each subagent thread's sent requests (``threads.sub_threads``)."""
     if s.format in ("chat-requests", "traffic-log"):
-        from replayer.core.session import recorded_traffic, request_log
+        from replayer.core.session.formats import recorded_traffic, request_log
 
         reader = request_log if s.format == "chat-requests" else recorded_traffic
         bodies, _ = reader.read_bodies(Path(path).expanduser())

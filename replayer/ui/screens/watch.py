@@ -25,7 +25,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import OptionList, RichLog, Static
 from textual.widgets.option_list import Option
 
-from replayer.core.engine.cache import TurnRecord
+from replayer.core.engine.slot_turns import TurnRecord
 from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig
 from replayer.core.record.predict import WatchRow

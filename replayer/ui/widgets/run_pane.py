@@ -22,7 +22,7 @@ from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import Log, Static
 
-from replayer.core.compare import RunSummary
+from replayer.core.engine.run_summary import RunSummary
 from replayer.core.engine import events as ev
 from replayer.core.reasons import REASON_LABELS
 from replayer.ui.widgets.progress_line import ProgressLine

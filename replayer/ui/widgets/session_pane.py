@@ -20,8 +20,8 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from replayer.core.engine import events as ev
-from replayer.core.engine.cache import SessionRun, TurnFinished, TurnStarted
-from replayer.core.engine.misses import lost_by_cause
+from replayer.core.engine.slot_turns import SessionRun, TurnFinished, TurnStarted
+from replayer.core.misses import lost_by_cause
 from replayer.core.session.turns import thread_of
 from replayer.core.session_replay import SessionFacts, SessionPrepared, miss_line
 from replayer.ui.widgets.run_pane import Applied, FollowLog, RunPane

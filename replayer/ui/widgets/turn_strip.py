@@ -3,7 +3,7 @@
 Each cell is a lower block whose height is the share of the turn's prompt the server
 re-processed (the filled part, in the primary colour) over a background of the share it
 reused (green): ``▁`` on green is a turn that only appended, ``█`` a cold turn or a full
-re-processing. A turn the core explained as a *miss* (``engine.misses``) shows its cause's
+re-processing. A turn the core explained as a *miss* (``misses``) shows its cause's
 letter instead, on the cause's colour. When a session has more turns than the strip has
 columns, a cell sums the turns it covers (as the timeline sums message starts) and shows
 the costliest miss among them. The facts are the core's ``TurnRecord``s; nothing here
@@ -24,8 +24,8 @@ from textual.color import Color
 from textual.message import Message
 from textual.widget import Widget
 
-from replayer.core.engine.cache import TurnRecord
-from replayer.core.engine.misses import CAUSES
+from replayer.core.engine.slot_turns import TurnRecord
+from replayer.core.misses import CAUSES
 from replayer.ui.widgets.thread_lanes import Lane, lane_index, lanes_of, short_label
 from replayer.ui.widgets.timeline import theme_color
 

@@ -20,7 +20,7 @@ import gc
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from replayer.core.compare import RunSummary
+from replayer.core.engine.run_summary import RunSummary
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, Slot
 from replayer.core.engine.simulate import RunSpec, prefill_events, prefill_into
@@ -148,7 +148,7 @@ class OneSlot:
         if self.n_ctx is not None and p.n_tokens >= self.n_ctx:
             return p, common, None, False, None  # the server refuses the request before touching the slot
         reusable = min(common, self.slot.cached)
-        sched = _run(self.slot, p, common, reusable)
+        sched = slot_schedule(self.slot, p, common, reusable)
         self.prev = p
         return p, common, sched, reusable > 0 and sched.n_past == 0 and sched.restored is None, None
 
@@ -173,7 +173,7 @@ def run_finished(run: str, n_tokens: int, processed: int, t: float, n_batches: i
                           n_batches=n_batches, n_checkpoints=n_ckpt, t_ms=t)
 
 
-def _run(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Schedule:
+def slot_schedule(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Schedule:
     """``slot.run`` with only the user starts the prefill can reach.
 
     A turn's prefill covers ``[n_past, n)``; user starts below ``n_past`` take no part in
@@ -245,7 +245,7 @@ class TurnRecord:
 
 @dataclass
 class SessionRun(RunSummary):
-    """A run's summary (``compare.RunSummary``, over all turns) with its turns."""
+    """A run's summary (``RunSummary``, over all turns) with its turns."""
 
     turns: list[TurnRecord] = field(default_factory=list)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session import openai_body
+from replayer.core.session.formats import openai_body
 from replayer.core.session.model import Session
 from replayer.core.session.reader import JsonlStats, iter_jsonl
 from replayer.core.session.registry import Head, Importer, jsonl_confidence

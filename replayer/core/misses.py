@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from replayer.core.engine.cache import SessionRun, TurnRecord
+from replayer.core.engine.slot_turns import SessionRun, TurnRecord
 from replayer.core.prompt import templates
-from replayer.core.prompt.layout import _scan_text
+from replayer.core.prompt.layout import scan_text
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
 from replayer.core.server.traffic import thread_of
 
@@ -53,7 +53,7 @@ def locate(old: TurnPrompt, new: TurnPrompt, n_chars: int, delims: list[template
     """Which message and line of the new prompt the first change falls in, old and new text."""
     text = new.text
     d = min(n_chars, len(text))
-    marks = [(r, c) for r, c in _scan_text(text, delims) if c <= d]
+    marks = [(r, c) for r, c in scan_text(text, delims) if c <= d]
     if not marks or marks[-1][0] == "system":
         what, start = "system prompt", (marks[-1][1] if marks else 0)
         if old.turn.tools != new.turn.tools and _system(old) == _system(new):

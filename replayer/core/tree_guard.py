@@ -6,7 +6,7 @@ instead: the leader of the step's session, it runs the command in its group, get
 the kernel when replayer dies (``spawn(..., death_signal=SIGTERM)``), and answers it by killing
 every process of its session, itself last. Otherwise it only waits and passes on the exit code.
 
-Usage: ``python -m replayer.core.engine.tree_guard CMD [ARG ...]``.
+Usage: ``python -m replayer.core.tree_guard CMD [ARG ...]``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 
-from replayer.core.engine.processes import members
+from replayer.core.processes import members
 
 
 def _kill_session(_signum: int, _frame: object) -> None:

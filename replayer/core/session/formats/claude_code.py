@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session import claude_wire
+from replayer.core.session.formats import claude_wire
 from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
     IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,

@@ -49,7 +49,7 @@ class Caps:
 
 
 @dataclass
-class Prepared:
+class TemplateInputs:
     """The template's inputs: messages as the server rebuilt them, its tools, and the
     assistant message it continues instead of rendering (``continue_msg``), if any."""
 
@@ -216,9 +216,9 @@ def _trimmed(m: dict) -> dict:
     return out
 
 
-def prepare(source: str, caps: Caps, messages: list[dict], tools: list[dict] | None, *,
+def template_inputs(source: str, caps: Caps, messages: list[dict], tools: list[dict] | None, *,
             add_generation_prompt: bool = True, build_number: int | None = None,
-            allow_media: bool = False) -> Prepared:
+            allow_media: bool = False) -> TemplateInputs:
     """The messages and tools llama-server renders for this request body."""
     tl = _tools(tools)
     continuation = None
@@ -254,7 +254,7 @@ def prepare(source: str, caps: Caps, messages: list[dict], tools: list[dict] | N
             msgs[0]["content"] = first["content"] + "\n" + msgs[0]["content"]
     reasoning_only = bool(continuation and continuation["reasoning_content"] and not continuation["content"]
                           and not continuation["parts"])
-    return Prepared(msgs, tl, continuation, reasoning_only)
+    return TemplateInputs(msgs, tl, continuation, reasoning_only)
 
 
 def extra_context(now: datetime | None = None) -> dict[str, Any]:
