@@ -20,13 +20,10 @@ from replayer.core.prompt import conformance
 pytestmark = pytest.mark.live
 
 #: (template, conversation) → why the server's render differs (per build, read in chat.cpp).
-#: Apertus (enable_thinking false on the server) renders as the server's since
-#: ``reasoning_analysis``: exact live on b9859 and b10001 (2026-12-03). b11434 was still compiling
-#: then: its entry stays until a run shows it exact (the same C++ analysis; this test then says
-#: "now exact, drop from KNOWN").
-_APERTUS = {("Apertus-8B-Instruct", c): "enable_thinking false: the server finds no thinking support"
-            for c in ("agent", "non-ascii", "plain")}
-KNOWN: dict[int, dict] = {10001: {}, 11434: _APERTUS}
+#: Empty: Apertus (enable_thinking false on the server) renders as the server's since
+#: ``reasoning_analysis``, exact live on b9859, b10001 and b11434 (2026-12-03). A template that
+#: differs goes here with its reason; one that becomes exact makes this test say "drop from KNOWN".
+KNOWN: dict[int, dict] = {10001: {}, 11434: {}}
 #: two builds with different reasoning defaults (b10001: past reasoning dropped; b11434: kept)
 BUILDS = (10001, 11434)
 
