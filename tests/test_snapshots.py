@@ -1,4 +1,4 @@
-"""SVG snapshots at 80×24, 100×30 and 160×50 (fixed size, no ETA, no animation, deterministic
+"""SVG snapshots at 80×24, 100×30, 140×45 and 160×50 (fixed size, no ETA, no animation, deterministic
 simulated runs). Behaviour is asserted in the Pilot tests; these catch layout regressions."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from replayer.core.replay import ReplayConfig, demo_session_path, prepare, run_e
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.replay import ReplayScreen
 
-SIZES = [(80, 24), (100, 30), (160, 50)]
+SIZES = [(80, 24), (100, 30), (140, 45), (160, 50)]
 
 
 def _app():
