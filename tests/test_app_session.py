@@ -17,6 +17,7 @@ from replayer.core.replay import ReplayConfig, demo_session_path
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.session import SessionScreen, SessionSpec
 from replayer.ui.screens.setup import SetupScreen
+from replayer.ui.widgets.session_pane import counted
 from replayer.ui.widgets.turn_strip import TurnStrip
 
 from conftest import REPO
@@ -223,8 +224,8 @@ async def test_the_strip_takes_focus_and_n_enter_show_a_turn(changed_log):
         t = runs[0].turns[CHANGE_AT]
         assert text.startswith(f"▲ {CHANGE_AT}: reused {t.cache_n:,} · new {t.prompt_n:,} · ")
         # the miss first on its line (a narrow pane cuts the end), then the counts, then its detail
-        assert f"\nmiss: client_changed, {t.cause['lost_tokens']:,} tokens · {len(t.batches)} batches · " \
-               f"{len(t.created)} checkpoints" in text
+        assert f"\nmiss: client_changed, {t.cause['lost_tokens']:,} tokens · {counted(len(t.batches), 'batch')} · " \
+               f"{counted(len(t.created), 'checkpoint')}" in text
         assert text.endswith(" · lost" + sr.miss_line(t).split(" re-processed", 1)[1]) and "Today is" in text
         assert f"▲ turn {CHANGE_AT}" in str(strip.render())
         await pilot.press("n")  # the only miss: n wraps round to it
@@ -374,3 +375,9 @@ async def test_the_setup_remembers_the_mode_in_the_saved_settings(changed_log):
         assert setup.query_one("#what-if").display, "the session mode's what-if is shown with it"
         assert (await choose_mode(pilot, again, "up")).value == "resume"
     assert settings.load_settings()[0].mode == "resume"
+
+
+def test_the_turn_detail_counts_read_as_words():
+    assert [counted(1, "checkpoint"), counted(2, "checkpoint"), counted(1, "batch"), counted(3, "batch"),
+            counted(0, "batch"), counted(1200, "checkpoint")] == \
+        ["1 checkpoint", "2 checkpoints", "1 batch", "3 batches", "0 batches", "1,200 checkpoints"]

@@ -29,6 +29,11 @@ from replayer.ui.widgets.timeline import Timeline
 from replayer.ui.widgets.turn_strip import CAUSE_MARKS, TurnStrip
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 checkpoint``, ``2 checkpoints``, ``1 batch``, ``3 batches``: the turn detail is read as a sentence."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}{'es' if noun.endswith('ch') else 's'}"
+
+
 class SessionPane(RunPane):
     def __init__(self, run: str, *, id: str | None = None) -> None:
         super().__init__(run, id=id)
@@ -179,7 +184,7 @@ class SessionPane(RunPane):
         slot = f" · slot {t.slot}" if t.slot is not None else ""
         # "▲" as on the strip's axis: the line fits a pane at 80 columns
         text = f"▲ {turn}: reused {t.cache_n:,} · new {t.prompt_n:,} · {t.prompt_ms / 1000:,.1f} s{slot}{thread}\n"
-        counts = f"{len(t.batches)} batches · {len(t.created)} checkpoints{restored}"
+        counts = f"{counted(len(t.batches), 'batch')} · {counted(len(t.created), 'checkpoint')}{restored}"
         if not t.cause:
             return text + counts + " · no miss"
         # the miss first (a narrow pane cuts the end of the line), its detail last
@@ -200,5 +205,5 @@ class SessionPane(RunPane):
                 f"{CAUSE_MARKS[c][0]} {int(v['turns'])}× {int(v['tokens']):,} tok {v['ms'] / 1000:,.1f} s"
                 for c, v in lost.items())
         else:
-            text += f"no misses · {s.n_batches} batches · {len(s.created)} checkpoints"
+            text += f"no misses · {counted(s.n_batches, 'batch')} · {counted(len(s.created), 'checkpoint')}"
         self.query_one("#stats", Static).update(text, layout=False)
