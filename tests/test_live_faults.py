@@ -219,15 +219,21 @@ def test_own_server_never_healthy_fails_at_the_timeout(tmp_path, tag):
 def test_replay_timeout_bounds_a_server_that_never_becomes_healthy(tmp_path, tag, mode):
     """``replay --engine live --timeout 2`` in both modes (one driver for both): each run fails with
     the one line naming the start-up, exit 1, no traceback."""
-    binary = write_binary(tmp_path / "llama-server", "loading")
+    runs = _replay_with_timeout_2(tmp_path, "loading", mode)
+    assert [run["error"] for run in runs] == [HEALTH_LATE, HEALTH_LATE]
+
+
+def _replay_with_timeout_2(tmp_path, scenario: str, mode: str) -> list[dict]:
+    """``replay --engine live --timeout 2 --json`` with the fake server in ``scenario`` as A and B:
+    its runs, after checking it exits 1 without a traceback."""
+    binary = write_binary(tmp_path / "llama-server", scenario)
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
     r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(REPO / "fixtures/pi/small-v3.jsonl"),
                         "--mode", mode, "--engine", "live", "--a", str(binary), "--b", str(binary), "--model",
                         str(model), "--timeout", "2", "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    runs = orjson.loads(r.stdout)["runs"]
-    assert [run["error"] for run in runs] == [HEALTH_LATE, HEALTH_LATE]
+    return orjson.loads(r.stdout)["runs"]
 
 
 LAYOUT_LATE = ("the server did not lay out the prompt (/apply-template, /tokenize) within the 2 s of --timeout "
@@ -253,15 +259,8 @@ def test_attach_layout_is_inside_the_timeout():
 def test_replay_timeout_bounds_a_layout_that_never_ends(tmp_path, tag, mode):
     """``replay --engine live --timeout 2`` against a server that never lays the prompt out: one
     deadline for start-up, layout and prefill in both modes; each run fails with the one line."""
-    binary = write_binary(tmp_path / "llama-server", "slow_layout")
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
     t = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(REPO / "fixtures/pi/small-v3.jsonl"),
-                        "--mode", mode, "--engine", "live", "--a", str(binary), "--b", str(binary), "--model",
-                        str(model), "--timeout", "2", "--json"], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    runs = orjson.loads(r.stdout)["runs"]
+    runs = _replay_with_timeout_2(tmp_path, "slow_layout", mode)
     assert [run["error"] for run in runs] == [LAYOUT_LATE, LAYOUT_LATE]
     assert time.monotonic() - t < 2 * 2.0 + 2 * SLACK_S
 
