@@ -116,9 +116,7 @@ def _parse_replay(sub: Any) -> None:
     add_options(p, ("a", "b", "engine", "mode"))
     p.add_argument("--freeze-system-prompt", action="store_true",
                    help="session what-if: every turn keeps the first turn's system prompt")
-    p.add_argument("--server-args", metavar="ARGS|@FILE",
-                   help="session (simulated): the llama-server command line users run (slots, --cache-ram, …), "
-                        "or @file holding it; defaults from each build's own --help")
+    add_options(p, ("server_args",))
     p.add_argument("--keep-reasoning", action="store_true",
                    help="session what-if (simulated): the history keeps each message as first rendered, "
                         "reasoning included, where the template drops it")

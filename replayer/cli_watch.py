@@ -66,11 +66,10 @@ def add_parser(sub: Any) -> None:
                                      "re-processed beside what build B's simulation predicts")
     add_proxy_options(p)
     p.add_argument("--lines", action="store_true", help="no app: print one line a request")
-    p.add_argument("--server-args", metavar="ARGS|@FILE",
-                   help="the upstream llama-server's command line (slots, --cache-ram, …), or @file holding it: "
-                        "build B's simulated server runs it (default: B's own defaults, with the upstream's "
-                        "number of slots)")
-    add_options(p, ("b", *MODEL, *KNOBS), b="the build whose simulation is shown beside the server "
-                                           "(number or generation)",
+    add_options(p, ("server_args", "b", *MODEL, *KNOBS),
+                server_args="the upstream llama-server's command line (slots, --cache-ram, …), or @file holding "
+                            "it: build B's simulated server runs it (default: B's own defaults, with the "
+                            "upstream's number of slots)",
+                b="the build whose simulation is shown beside the server (number or generation)",
                 tokenizer="estimate | gguf:PATH (default: the upstream server's own /apply-template and /tokenize)")
     p.set_defaults(func=cmd_watch)

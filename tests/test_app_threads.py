@@ -244,3 +244,47 @@ def test_server_args_with_screenshot_are_used_and_a_bad_flag_is_one_line(threade
     bad = cli(*base, str(tmp_path / "bad.svg"), "--server-args", "--bogus 3")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--bogus" in bad.stderr
     assert not (tmp_path / "bad.svg").exists()
+
+
+async def test_the_setup_takes_the_server_flags_by_keyboard_refuses_a_bad_one_and_remembers_them(threaded):
+    """The setup's "server flags" field, shown in session mode only: an unknown flag is the
+    error line (the CLI's one line) and no screen opens; ``-np 4`` replays on four slots — the
+    same document as ``Replay(…, server_args="-np 4")`` — and is remembered for the next session
+    opened, in this run and the next."""
+    from textual.widgets import Input
+
+    from replayer.core import settings
+    from replayer.core.pipeline import Replay
+    from replayer.ui.app import ReplayerApp
+    from replayer.ui.screens.setup import SetupScreen
+    from test_app_session import choose_mode
+
+    cfg = ReplayConfig()
+    app = ReplayerApp(session=threaded, default_speed=0.0, deterministic=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        setup = app.screen
+        assert not setup.query_one("#server-args").display, "a resume is one request on one slot"
+        assert (await choose_mode(pilot, app, "down")).value == "session"
+        field = await tab_to(pilot, app, "#server-args")
+        await pilot.press(*"--bogus 3")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert app.screen is setup, "an unknown flag opens no screen"
+        error = str(setup.query_one("#setup-error", Static).render())
+        assert "--bogus" in error and "\n" not in error.strip()
+        field.value = ""
+        await pilot.press(*"-np 4", "enter")
+        screen = await finished(pilot, app)
+        prep = Replay(threaded, cfg, mode="session", server_args="-np 4").prepare()
+        assert screen.doc == sr.report(prep, *(sr.simulated_session_run(prep, r) for r in ("A", "B")))
+        assert screen.doc["runs"][0]["misses"] == [], "four slots: no thread loses its cache"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        assert app.screen.query_one("#server-args", Input).value == "-np 4", "the way back keeps it"
+    assert settings.load_settings()[0].server_args == "-np 4"
+    again = ReplayerApp(session=threaded, default_speed=0.0)  # a later run of the app
+    async with again.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(again.screen, SetupScreen))
+        assert again.screen.query_one("#server-args", Input).value == "-np 4"
+        assert again.screen.query_one("#server-args").display, "the remembered mode shows it"

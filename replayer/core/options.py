@@ -186,6 +186,10 @@ OPTIONS: tuple[Option, ...] = (
        help="with --calibrate: run each session and build N times and time each batch by "
             "the median (a shared or throttled machine varies 15-35%% from run to run)"),
     _o("--calibration", field="calibration", help="simulate with a line saved by --calibrate instead of a GPU preset"),
+    # not a ReplayConfig field: the server's setup is the session replay's (core/server), parsed per build
+    _o("--server-args", modes=frozenset({"session"}), widget="server-args", metavar="ARGS|@FILE",
+       help="session (simulated): the llama-server command line users run (slots, --cache-ram, …), "
+            "or @file holding it; defaults from each build's own --help"),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 #: the cost model's and the layout's choices (bisect and advise take these of replay's)

@@ -11,10 +11,10 @@ so tests and CI never depend on, or write to, a user's choices.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from replayer.core import paths
@@ -35,6 +35,8 @@ class SettingsFile(BaseModel):
     # the setup's replay options as last started, by option name (``options.to_settings``: only those
     # that differ from the defaults); each value is checked as the CLI checks it when read back
     replay: dict[str, Any] = {}
+    # the setup's llama-server flags as a session replay last started with them (checked per build when used)
+    server_args: Annotated[str, StringConstraints(max_length=4096, pattern=r"^[^\n\r]*$")] | None = None
 
 
 class Settings(BaseSettings, SettingsFile):

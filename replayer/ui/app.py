@@ -18,6 +18,9 @@ from replayer.core.session import load_session
 from replayer.ui import themes as theme_files
 
 
+SETTINGS_NOTICE_S = 15
+
+
 class ReplayerApp(App):
     CSS_PATH = "replayer.tcss"
     TITLE = "replayer"
@@ -61,11 +64,13 @@ class ReplayerApp(App):
             self.animation_level = "none"
         for err in self.theme_errors:
             self.notify(f"theme skipped: {err}", severity="warning", timeout=8)
+        # the settings' problems stay up long enough to be read on a slow first start (Textual's default: 5 s)
         if self._settings_damaged:
             self.notify(f"settings file is damaged; using defaults ({self._settings_damaged})", severity="warning",
-                        markup=False)
+                        markup=False, timeout=SETTINGS_NOTICE_S)
         for problem in self._option_problems:
-            self.notify(f"settings: {problem}; using the default", severity="warning", markup=False)
+            self.notify(f"settings: {problem}; using the default", severity="warning", markup=False,
+                        timeout=SETTINGS_NOTICE_S)
         if hasattr(self.replay, "open_screen"):  # a watch (``screens.watch.WatchSpec``)
             self.push_screen(self.replay.open_screen())
             return
@@ -120,6 +125,13 @@ class ReplayerApp(App):
             self.settings.mode = mode
             self.save_settings(mode=mode)
 
+    def remember_server_args(self, text: str | None) -> None:
+        """The setup's server flags as a session replay started with them: users run one server
+        setup, so the next session opened starts with it (now and in later runs)."""
+        if text != self.settings.server_args:
+            self.settings.server_args = text
+            self.save_settings(server_args=text)
+
     def remember_options(self, config: ReplayConfig) -> None:
         """The setup's replay options as just started: the next session opened starts with them
         (now and in later runs); settings.json keeps only what differs from the defaults."""
@@ -147,7 +159,8 @@ class ReplayerApp(App):
             return
         for w in session.warnings:
             self.notify(w, severity="warning")
-        self.push_screen(self.setup_screen(session, self.config, mode=self.settings.mode))
+        self.push_screen(self.setup_screen(session, self.config, mode=self.settings.mode,
+                                           server_args=self.settings.server_args))
 
     def _show_open_error(self, path: Path, text: str) -> None:
         from textual.widgets import Input

@@ -50,6 +50,7 @@ class SessionSpec:
     keep_reasoning: bool = False  # simulated only (core refuses it with a live engine)
     session: Session | None = None  # already imported (the setup screen's): the way back to it
     server_args: str | None = None  # the user's llama-server command line, checked (``check_server_args``)
+    server_args_typed: str | None = None  # as the setup's field held it (``@file`` unread): the way back to it
 
     @property
     def what_if(self) -> str:
@@ -252,7 +253,8 @@ class SessionScreen(ReplayScreen):
 
     def setup_screen(self) -> Screen:
         return self.app.setup_screen(self.session, self.spec.config, mode="session",
-                                     what_if=self.spec.what_if)
+                                     what_if=self.spec.what_if,
+                                     server_args=self.spec.server_args_typed or self.spec.server_args)
 
     def action_repro(self) -> None:
         """The replay as a folder a maintainer runs with stock llama-server (``core/repro.py``),

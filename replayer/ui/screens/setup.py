@@ -82,12 +82,13 @@ class SetupScreen(Screen):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
 
     def __init__(self, session: Session, config: ReplayConfig | None = None, mode: str = "resume",
-                 what_if: str = "none") -> None:
+                 what_if: str = "none", server_args: str | None = None) -> None:
         super().__init__()
         self.session = session
         self.config = config or ReplayConfig()
         self.mode = mode
         self.what_if = what_if
+        self.server_args = server_args  # the session replay's llama-server command line, as typed
 
     def compose(self) -> ComposeResult:
         s = self.session
@@ -109,6 +110,10 @@ class SetupScreen(Screen):
                 # a what-if of the session mode only: shown (and a Tab stop) when that mode is chosen
                 yield Label("what-if", id="what-if-label")
                 yield Select(WHAT_IF_OPTIONS, value=self.what_if, allow_blank=False, id="what-if")
+                # the server as the user runs it (slots, host cache): the session replay's too
+                yield Label("server flags", id="server-args-label")
+                yield Input(self.server_args or "", id="server-args", tooltip=option("server_args").help,
+                            placeholder="as you start llama-server, e.g. -np 4 --cache-ram 8192 (default: the build's own)")
                 yield Label("engine")
                 yield Select(choice_options("engine"), value=c.engine, allow_blank=False, id="engine")
                 yield from self._cost_model_rows(c)
@@ -182,7 +187,8 @@ class SetupScreen(Screen):
         self.query_one("#start", Button).focus()
 
     def show_what_if(self, shown: bool) -> None:
-        for sel in ("#what-if-label", "#what-if"):
+        """The session mode's own controls (what-if, server flags): shown, and Tab stops, in that mode only."""
+        for sel in ("#what-if-label", "#what-if", "#server-args-label", "#server-args"):
             self.query_one(sel).display = shown
 
     def on_resize(self) -> None:
@@ -285,9 +291,11 @@ class SetupScreen(Screen):
             if self.tokenizer_build_started(cfg):
                 return  # the start runs again once the tokenizer is built
             if val_of(self, "#mode") == "session":  # its turns are laid out on the session screen
+                screen = self.session_screen(cfg)  # an unknown server flag is the error line, as in the CLI
                 err.update("")
                 self.app.remember_options(chosen)
-                self.app.push_screen(self.session_screen(cfg))
+                self.app.remember_server_args(self.query_one("#server-args", Input).value.strip() or None)
+                self.app.push_screen(screen)
                 return
             prep = prepare(self.session.path, cfg, session=self.session)
         except ReplayerError as exc:
@@ -324,9 +332,14 @@ class SetupScreen(Screen):
         return True
 
     def session_screen(self, cfg: ReplayConfig) -> Screen:
+        """The session replay the controls say; the server flags checked for A and B first
+        (``check_server_args``: an unknown flag raises before any screen opens)."""
+        from replayer.core.server.session import check_server_args
         from replayer.ui.screens.session import SessionScreen, SessionSpec
 
+        typed = self.query_one("#server-args", Input).value.strip()
         spec = SessionSpec(Path(self.session.path), cfg, session=self.session,
+                           server_args=check_server_args(typed, cfg) if typed else None, server_args_typed=typed or None,
                            **what_ifs.switches(val_of(self, "#what-if")))
         return SessionScreen(spec, speed=self.app.default_speed)
 
