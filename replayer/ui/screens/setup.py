@@ -67,6 +67,20 @@ def build_options(installed: dict[int, list[str]] | None = None,
     return opts
 
 
+def missing_builds(cfg: ReplayConfig) -> list[int]:
+    """Build numbers a live run needs that are not installed for its backend."""
+    installed = manager.installed_backends()
+    out = []
+    for spec in (cfg.a, cfg.b):
+        if "/" in spec:
+            continue
+        number = parse_build(spec).number
+        if number is not None and (cfg.backend or LIVE_BACKEND) not in installed.get(number, []) \
+                and number not in out:
+            out.append(number)
+    return out
+
+
 class NoFocusScroll(VerticalScroll, can_focus=False):
     """The form scrolls to whatever control has focus; the container itself is no Tab stop
     (Textual's default made the first Tab land on an invisible focus)."""
@@ -256,19 +270,6 @@ class SetupScreen(Screen):
         event.stop()
         self.action_start()
 
-    def missing_builds(self, cfg: ReplayConfig) -> list[int]:
-        """Build numbers a live run needs that are not installed for its backend."""
-        installed = manager.installed_backends()
-        out = []
-        for spec in (cfg.a, cfg.b):
-            if "/" in spec:
-                continue
-            number = parse_build(spec).number
-            if number is not None and (cfg.backend or LIVE_BACKEND) not in installed.get(number, []) \
-                    and number not in out:
-                out.append(number)
-        return out
-
     def action_start(self) -> None:
         from replayer.ui.screens.replay import ReplayScreen
 
@@ -284,7 +285,7 @@ class SetupScreen(Screen):
                 cfg.model = live_model
             if cfg.engine == "simulated":
                 cfg.cost()  # an impossible GPU/backend pair is said here, not in both panes
-            missing = self.missing_builds(cfg) if cfg.engine == "live" else []
+            missing = missing_builds(cfg) if cfg.engine == "live" else []
             if missing:
                 self.offer_install(missing, cfg.backend or LIVE_BACKEND)
                 return
