@@ -127,7 +127,7 @@ class SetupScreen(Screen):
                 # the server as the user runs it (slots, host cache): the session replay's too
                 yield Label("server flags", id="server-args-label")
                 yield Input(self.server_args or "", id="server-args", tooltip=option("server_args").help,
-                            placeholder="as you start llama-server, e.g. -np 4 --cache-ram 8192 (default: the build's own)")
+                            placeholder="e.g. -np 4 --cache-ram 8192 (empty: the build's defaults)")
                 yield Label("engine")
                 yield Select(choice_options("engine"), value=c.engine, allow_blank=False, id="engine")
                 yield from self._cost_model_rows(c)
