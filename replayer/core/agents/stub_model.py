@@ -26,8 +26,11 @@ SHELL_TOOLS = ("bash", "Bash", "shell", "shell_command", "exec_command", "run_sh
                "execute_command", "run_terminal_cmd", "run_commands")
 READ_TOOLS = ("read", "Read", "read_file", "view")
 #: the agents' subagent tools, for a prompt holding ``SUBAGENT``
-AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent")
+AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent", "agent")
 SHELL_COMMAND = "ls"
+#: the summary for a compaction prompt that asks for a ``<state_snapshot>`` (Qwen Code's)
+STATE_SNAPSHOT = ("<analysis>The user asked for the files.</analysis>\n<state_snapshot>\nSummary: the user "
+                  "asked for files to be listed; they were.\n</state_snapshot>")
 
 
 @dataclass
@@ -99,6 +102,8 @@ def tool_call(api: str, body: dict[str, Any], file_path: str, subagent: bool = F
     for k in ("subagent_type", "agent_type"):
         if k in args:
             args[k] = _general_agent(_description(api, body, name))
+    if subagent and isinstance(props.get("run_in_background"), dict):
+        args["run_in_background"] = False  # Qwen Code: the result inline, so the parent waits for it
     return name, json.dumps(args)
 
 
@@ -194,6 +199,8 @@ def script(api: str, body: dict[str, Any], file_path: str) -> Reply:
             return Reply(reasoning="The user wants a tool run.", call=nc[1], namespace=nc[0])
     if kind == "tool" and agent_id_waited(api, body) is None and (wc := wait_call(api, body)) is not None:
         return Reply(reasoning="Wait for the helper.", call=wc[1], namespace=wc[0])
+    if kind == "user" and "<state_snapshot>" in text and "TOOL" not in text:
+        return Reply(text=STATE_SNAPSHOT)  # Qwen Code keeps a summary only when it holds a state snapshot
     if kind == "user" and "summar" in text.lower() and "TOOL" not in text:
         return Reply(text="Summary: the user asked for files to be listed; they were.")
     return Reply(text="Done." if kind == "tool" else "Hello from the scripted model.", reasoning="Short answer.")
@@ -265,6 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, r: Reply, stream: bool, body: dict) -> None:
         cid, created = f"chatcmpl-{self.server.next_id()}", int(time.time())
         usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+        if self.server.usage_by_size:
+            n = len(json.dumps(body)) // 4
+            usage = {"prompt_tokens": n, "completion_tokens": 10, "total_tokens": n + 10}
         calls = [{"index": 0, "id": f"call_{self.server.next_id()}", "type": "function",
                   "function": {"name": r.call[0], "arguments": r.call[1]}}] if r.call else []
         finish = "tool_calls" if calls else "stop"
@@ -379,6 +389,9 @@ class _Server(ThreadingHTTPServer):
         self.log: list[Logged] = []
         self.file_path = file_path
         self._n = 0
+        #: report a chat request's prompt tokens as its size / 4, not 100 (Qwen Code keeps a
+        #: compression only when the tokens it saves exceed the summary's, by the reported usage)
+        self.usage_by_size = False
 
     def next_id(self) -> int:
         with self.lock:
@@ -391,10 +404,12 @@ class ModelServer:
     """``with ModelServer(file_path) as m:`` — ``m.url``, ``m.log`` (every request, in order)."""
 
     file_path: str = "/tmp/hello.txt"
+    usage_by_size: bool = False  # see ``_Server.usage_by_size``
     _srv: _Server | None = field(default=None, init=False)
 
     def __enter__(self) -> "ModelServer":
         self._srv = _Server(self.file_path)
+        self._srv.usage_by_size = self.usage_by_size
         threading.Thread(target=self._srv.serve_forever, daemon=True).start()
         return self
 

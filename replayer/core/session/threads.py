@@ -9,6 +9,8 @@ Where each agent keeps them:
   root (``claude_code.sidechains``), named ``sidechain-1``, ``sidechain-2``, … in file order.
 * OpenCode: child sessions (``parent_id`` in the database, ``parentID`` in the storage folder)
   that its task tool starts; a thread per descendant session, named by its id.
+* Qwen Code: ``<project>/subagents/<session>/agent-*.jsonl`` (``qwen_code.subagent_files``), a
+  thread per file, named by its stem.
 * Codex: a rollout per subagent that its ``spawn_agent`` tool starts (``codex.children``); a
   thread per rollout, named by the subagent's thread id.
 
@@ -27,7 +29,7 @@ from typing import Callable
 
 from replayer.core.errors import ReplayerError
 from replayer.core.session import load_session
-from replayer.core.session.formats import claude_code, claude_wire, codex, opencode
+from replayer.core.session.formats import claude_code, claude_wire, codex, opencode, qwen_code
 from replayer.core.session.model import Session
 from replayer.core.session.reader import iso_to_s, read_records
 
@@ -66,6 +68,9 @@ def sub_threads(s: Session, path: Path, images: str = "omit") -> list[SubThread]
         except ReplayerError:  # the main import read it: a database gone bad since has no children
             return []
         return [SubThread(c, "child", _loader(path, "opencode", images, session_id=c), message_times) for c in found]
+    if s.format == "qwen-code":
+        return [SubThread(f.stem, "file", _loader(f, "qwen-code", images), message_times)
+                for f in qwen_code.subagent_files(path, s.session_id)]
     if s.format == "codex" and s.session_id:
         try:
             rollouts = codex.children(path, s.session_id)
