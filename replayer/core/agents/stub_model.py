@@ -102,7 +102,7 @@ def tool_call(api: str, body: dict[str, Any], file_path: str, subagent: bool = F
     for k in ("subagent_type", "agent_type"):
         if k in args:
             args[k] = _general_agent(_description(api, body, name))
-    if subagent and isinstance(props.get("run_in_background"), dict):
+    if subagent and name == "agent" and isinstance(props.get("run_in_background"), dict):
         args["run_in_background"] = False  # Qwen Code: the result inline, so the parent waits for it
     return name, json.dumps(args)
 
