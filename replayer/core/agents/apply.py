@@ -36,6 +36,9 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
     agent = agent_of_format(session.format)
     if agent is None:
         return Parts()
+    if session.format_version == "subagent":  # a capture is of the main agent's prompt and tools, not a subagent's
+        return Parts(notes=[f"a {AGENTS[agent].label} subagent's prompt and tools are not captured: "
+                            "the main agent's capture is not used for them"])
     # a stored prompt wins, unless the agent is known to send another one
     need_prompt = need_prompt and (session.system_prompt is None or not AGENTS[agent].prompt_as_sent)
     if not (need_prompt or need_tools):

@@ -26,8 +26,11 @@ SHELL_TOOLS = ("bash", "Bash", "shell", "shell_command", "exec_command", "run_sh
                "execute_command", "run_terminal_cmd", "run_commands")
 READ_TOOLS = ("read", "Read", "read_file", "view")
 #: the agents' subagent tools, for a prompt holding ``SUBAGENT``
-AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent")
+AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent", "agent")
 SHELL_COMMAND = "ls"
+#: the summary for a compaction prompt that asks for a ``<state_snapshot>`` (Qwen Code's)
+STATE_SNAPSHOT = ("<analysis>The user asked for the files.</analysis>\n<state_snapshot>\nSummary: the user "
+                  "asked for files to be listed; they were.\n</state_snapshot>")
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Reply:
     text: str = ""
     reasoning: str = ""
     call: tuple[str, str] | None = None  # (tool name, JSON arguments)
+    namespace: str | None = None  # the Responses namespace tool the call's tool is in (Codex's multi_agent_v1)
 
 
 def _tools(api: str, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -98,7 +102,53 @@ def tool_call(api: str, body: dict[str, Any], file_path: str, subagent: bool = F
     for k in ("subagent_type", "agent_type"):
         if k in args:
             args[k] = _general_agent(_description(api, body, name))
+    if subagent and name == "agent" and isinstance(props.get("run_in_background"), dict):
+        args["run_in_background"] = False  # Qwen Code: the result inline, so the parent waits for it
     return name, json.dumps(args)
+
+
+def namespace_call(api: str, body: dict[str, Any]) -> tuple[str, tuple[str, str]] | None:
+    """(namespace, call) of a subagent tool inside a Responses ``namespace`` tool: Codex 0.171
+    offers ``spawn_agent`` only as ``multi_agent_v1.spawn_agent``, which ``_tools`` (function tools
+    only) does not see. The task goes in ``message`` (its schema requires nothing)."""
+    if api != "responses":
+        return None
+    for t in body.get("tools") or []:
+        if not (isinstance(t, dict) and t.get("type") == "namespace" and isinstance(t.get("tools"), list)):
+            continue
+        for inner in t["tools"]:
+            if isinstance(inner, dict) and inner.get("name") in AGENT_TOOLS:
+                props = (inner.get("parameters") or {}).get("properties") or {}
+                key = "message" if "message" in props else next(iter(props), "message")
+                return str(t.get("name", "")), (inner["name"], json.dumps({key: "list the files"}))
+    return None
+
+
+def wait_call(api: str, body: dict[str, Any]) -> tuple[str, tuple[str, str]] | None:
+    """(namespace, call) of Codex's ``wait_agent`` on the agent that the request's last item, a
+    ``spawn_agent`` result (``{"agent_id": …}``), started: waiting keeps ``codex exec`` from ending
+    its turn, and shutting the subagent down, before the subagent has answered."""
+    items = body.get("input") if api == "responses" and isinstance(body.get("input"), list) else []
+    last = items[-1] if items and isinstance(items[-1], dict) else {}
+    if last.get("type") != "function_call_output" or not isinstance(last.get("output"), str):
+        return None
+    try:
+        agent_id = json.loads(last["output"]).get("agent_id")
+    except (ValueError, AttributeError):
+        return None
+    for t in body.get("tools") or []:
+        if isinstance(t, dict) and t.get("type") == "namespace" and any(
+                isinstance(x, dict) and x.get("name") == "wait_agent" for x in t.get("tools") or []):
+            return str(t.get("name", "")), ("wait_agent", json.dumps({"targets": [agent_id]}))
+    return None
+
+
+def agent_id_waited(api: str, body: dict[str, Any]) -> str | None:
+    """The agent a ``wait_agent`` call of the request already waited on (one wait per subagent)."""
+    for it in body.get("input") or [] if api == "responses" and isinstance(body.get("input"), list) else []:
+        if isinstance(it, dict) and it.get("type") == "function_call" and it.get("name") == "wait_agent":
+            return str(it.get("arguments"))
+    return None
 
 
 def _description(api: str, body: dict[str, Any], name: str) -> str:
@@ -145,6 +195,12 @@ def script(api: str, body: dict[str, Any], file_path: str) -> Reply:
         call = tool_call(api, body, file_path, subagent="SUBAGENT" in text)
         if call is not None:
             return Reply(reasoning="The user wants a tool run.", call=call)
+        if "SUBAGENT" in text and (nc := namespace_call(api, body)) is not None:
+            return Reply(reasoning="The user wants a tool run.", call=nc[1], namespace=nc[0])
+    if kind == "tool" and agent_id_waited(api, body) is None and (wc := wait_call(api, body)) is not None:
+        return Reply(reasoning="Wait for the helper.", call=wc[1], namespace=wc[0])
+    if kind == "user" and "<state_snapshot>" in text and "TOOL" not in text:
+        return Reply(text=STATE_SNAPSHOT)  # Qwen Code keeps a summary only when it holds a state snapshot
     if kind == "user" and "summar" in text.lower() and "TOOL" not in text:
         return Reply(text="Summary: the user asked for files to be listed; they were.")
     return Reply(text="Done." if kind == "tool" else "Hello from the scripted model.", reasoning="Short answer.")
@@ -216,6 +272,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, r: Reply, stream: bool, body: dict) -> None:
         cid, created = f"chatcmpl-{self.server.next_id()}", int(time.time())
         usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+        if self.server.usage_by_size:
+            n = len(json.dumps(body)) // 4
+            usage = {"prompt_tokens": n, "completion_tokens": 10, "total_tokens": n + 10}
         calls = [{"index": 0, "id": f"call_{self.server.next_id()}", "type": "function",
                   "function": {"name": r.call[0], "arguments": r.call[1]}}] if r.call else []
         finish = "tool_calls" if calls else "stop"
@@ -259,6 +318,8 @@ class _Handler(BaseHTTPRequestHandler):
         if r.call:
             items.append({"type": "function_call", "id": f"fc_{self.server.next_id()}", "status": "completed",
                           "call_id": f"call_{self.server.next_id()}", "name": r.call[0], "arguments": r.call[1]})
+            if r.namespace:
+                items[-1]["namespace"] = r.namespace
         usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 10,
                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110}
         resp = {"id": rid, "object": "response", "created_at": int(time.time()), "status": "completed",
@@ -328,6 +389,9 @@ class _Server(ThreadingHTTPServer):
         self.log: list[Logged] = []
         self.file_path = file_path
         self._n = 0
+        #: report a chat request's prompt tokens as its size / 4, not 100 (Qwen Code keeps a
+        #: compression only when the tokens it saves exceed the summary's, by the reported usage)
+        self.usage_by_size = False
 
     def next_id(self) -> int:
         with self.lock:
@@ -340,10 +404,12 @@ class ModelServer:
     """``with ModelServer(file_path) as m:`` — ``m.url``, ``m.log`` (every request, in order)."""
 
     file_path: str = "/tmp/hello.txt"
+    usage_by_size: bool = False  # see ``_Server.usage_by_size``
     _srv: _Server | None = field(default=None, init=False)
 
     def __enter__(self) -> "ModelServer":
         self._srv = _Server(self.file_path)
+        self._srv.usage_by_size = self.usage_by_size
         threading.Thread(target=self._srv.serve_forever, daemon=True).start()
         return self
 

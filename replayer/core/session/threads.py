@@ -9,10 +9,15 @@ Where each agent keeps them:
   root (``claude_code.sidechains``), named ``sidechain-1``, ``sidechain-2``, … in file order.
 * OpenCode: child sessions (``parent_id`` in the database, ``parentID`` in the storage folder)
   that its task tool starts; a thread per descendant session, named by its id.
+* Qwen Code: ``<project>/subagents/<session>/agent-*.jsonl`` (``qwen_code.subagent_files``), a
+  thread per file, named by its stem.
+* Codex: a rollout per subagent that its ``spawn_agent`` tool starts (``codex.children``); a
+  thread per rollout, named by the subagent's thread id.
 
 Each thread says when its requests were sent, so that ``turns`` can put them between the main
 thread's turns: Claude Code's ``api-request`` records or each response's first record; for
-OpenCode each response's own time (its step's start where the database has it).
+OpenCode each response's own time (its step's start where the database has it); for Codex the
+time of each response's first stored item.
 """
 
 from __future__ import annotations
@@ -24,13 +29,13 @@ from typing import Callable
 
 from replayer.core.errors import ReplayerError
 from replayer.core.session import load_session
-from replayer.core.session.formats import claude_code, claude_wire, opencode
+from replayer.core.session.formats import claude_code, claude_wire, codex, opencode, qwen_code
 from replayer.core.session.model import Session
 from replayer.core.session.reader import iso_to_s, read_records
 
 #: where each format's threads come from, for the notes
 SOURCE = {"file": "the per-agent files", "sidechain": "the sidechain records in the file",
-          "child": "the child sessions"}
+          "child": "the child sessions", "rollout": "the subagents' rollouts"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,15 @@ def sub_threads(s: Session, path: Path, images: str = "omit") -> list[SubThread]
         except ReplayerError:  # the main import read it: a database gone bad since has no children
             return []
         return [SubThread(c, "child", _loader(path, "opencode", images, session_id=c), message_times) for c in found]
+    if s.format == "qwen-code":
+        return [SubThread(f.stem, "file", _loader(f, "qwen-code", images), message_times)
+                for f in qwen_code.subagent_files(path, s.session_id)]
+    if s.format == "codex" and s.session_id:
+        try:
+            rollouts = codex.children(path, s.session_id)
+        except ReplayerError:  # the main import read it: a file gone bad since has no children
+            return []
+        return [SubThread(tid, "rollout", _loader(f, "codex", images), message_times) for tid, f in rollouts]
     return []
 
 

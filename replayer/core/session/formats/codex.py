@@ -7,12 +7,20 @@ and each stored developer item as one more (so they stay ``developer`` messages 
 folded, not ``user``); consecutive assistant items of a turn become one assistant message
 with ``tool_calls``. The stored ``base_instructions`` are longer than what is sent (Codex
 drops sections for tools it does not offer): a capture of the agent replaces them.
+
+A call of a tool inside a ``namespace`` tool (``multi_agent_v1.spawn_agent``) is stored with
+its ``namespace`` beside its ``name``; llama-server reads ``name`` only (b9859
+tools/server/server-chat.cpp:163-176), so the call keeps the bare name. Each subagent that
+``spawn_agent`` starts writes a rollout of its own (``session_meta.parent_thread_id`` is the
+parent's id); ``children`` finds them from the spawn results the parent stored.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part
 from replayer.core.session.reader import iso_to_s, json_args, read_records
@@ -55,8 +63,9 @@ def load(path: Path, *, images: str = "omit") -> Session:
         wrapped = True
         warnings.append(f"the first record is not the session_meta (its type is {str(lines[0].get('type'))[:40]!r}): "
                         "no session id, cwd or base instructions from it")
+    times: dict[int, float | None] = {}
     if wrapped:
-        meta, items, model, usage = _read_wrapped(lines, stats)
+        meta, items, model, usage = _read_wrapped(lines, stats, times)
     else:
         meta, model, usage = lines[0], None, Usage()
         items = [ln for ln in lines[1:] if ln.get("record_type") != "state" and "type" in ln]
@@ -66,6 +75,7 @@ def load(path: Path, *, images: str = "omit") -> Session:
     turns = _Turns(images, [base["text"]] if isinstance(base, dict) and base.get("text") else
                    [base] if isinstance(base, str) else [])
     for it in items:
+        turns.when = times.get(id(it))
         turns.add(it, stats)
     turns.flush()
     if not has_base:
@@ -81,8 +91,11 @@ def load(path: Path, *, images: str = "omit") -> Session:
     )
 
 
-def _read_wrapped(lines: list[dict], stats: ImportStats) -> tuple[dict, list[dict], str | None, Usage]:
-    """A wrapped rollout's meta, active items, model and last usage, replaying compactions and roll-backs."""
+def _read_wrapped(lines: list[dict], stats: ImportStats,
+                  times: dict[int, float | None]) -> tuple[dict, list[dict], str | None, Usage]:
+    """A wrapped rollout's meta, active items, model and last usage, replaying compactions and
+    roll-backs; ``times`` gets each stored item's record time (by ``id``: when a response arrived,
+    which puts a subagent's requests between the parent's)."""
     meta: dict = {}
     items: list[dict] = []
     model = None
@@ -96,6 +109,7 @@ def _read_wrapped(lines: list[dict], stats: ImportStats) -> tuple[dict, list[dic
             meta = p
         elif t == "response_item":
             items.append(p)
+            times[id(p)] = iso_to_s(ln.get("timestamp"))
         elif t == "turn_context":
             model = p.get("model") or model
         elif t == "compacted":
@@ -133,6 +147,7 @@ class _Turns:
         self.messages: list[Message] = []
         self.acc: Message | None = None
         self.pending_reasoning: list[str] = []
+        self.when: float | None = None  # the time of the item being added
 
     def system_prompt(self) -> str | None:
         return "\n\n".join(p for p in self.system_parts if p) if self.system_parts else None
@@ -144,7 +159,7 @@ class _Turns:
 
     def assistant(self) -> Message:
         if self.acc is None:
-            self.acc = Message(role="assistant")
+            self.acc = Message(role="assistant", timestamp=self.when)
             if self.pending_reasoning:
                 self.acc.reasoning = "\n".join(self.pending_reasoning)
                 self.pending_reasoning.clear()
@@ -203,9 +218,7 @@ class _Turns:
         a = self.assistant()
         cid = str(it.get("call_id") or it.get("id") or f"call_{len(self.messages)}")
         if t == "function_call":
-            name = it.get("name", "")
-            if it.get("namespace"):
-                name = f"{it['namespace']}.{name}"
+            name = it.get("name", "")  # a namespace tool's call as the server renders it: its name only
             args = json_args(it.get("arguments", "{}"))
         elif t == "custom_tool_call":
             name, args = it.get("name", ""), json_args({"input": it.get("input", "")})
@@ -249,6 +262,60 @@ def _roll_back(items: list[dict], n: int) -> list[dict]:
             break
         items = items[:idx]
     return items
+
+
+def spawned(path: Path) -> list[str]:
+    """The thread ids of the subagents the rollout at ``path`` started, in order: the receivers of
+    its ``spawn_agent`` calls (``CollabAgentToolCall`` events), else the ``agent_id`` of each
+    spawn result."""
+    records, _, _ = read_records(path, "Codex")
+    found: list[str] = []
+    calls: set[str] = set()
+    for r in records:
+        p = r.get("payload") if isinstance(r.get("payload"), dict) else {}
+        item = p.get("item") if isinstance(p.get("item"), dict) else {}
+        if p.get("type") == "item_completed" and item.get("type") == "CollabAgentToolCall" \
+                and item.get("tool") == "spawn_agent":
+            found += [str(x) for x in item.get("receiver_thread_ids") or [] if str(x) not in found]
+        elif p.get("type") == "function_call" and p.get("name") == "spawn_agent":
+            calls.add(str(p.get("call_id")))
+        elif p.get("type") == "function_call_output" and str(p.get("call_id")) in calls:
+            try:
+                agent_id = orjson.loads(p.get("output") or "{}").get("agent_id")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if agent_id and str(agent_id) not in found:
+                found.append(str(agent_id))
+    return found
+
+
+def children(path: Path, session_id: str | None) -> list[tuple[str, Path]]:
+    """(thread id, rollout) of the subagents the rollout at ``path`` started, and of theirs, in the
+    order they were started: ``rollout-<time>-<thread id>.jsonl`` in the sessions tree
+    (``sessions/YYYY/MM/DD``, a child's day may be later than its parent's) or beside the
+    parent, whose ``session_meta.parent_thread_id`` is the parent's id."""
+    if not session_id:
+        return []
+    root = path.parents[3] if len(path.parents) > 3 and path.parent.name.isdigit() else None
+    out: list[tuple[str, Path]] = []
+    for tid in spawned(path):
+        found = sorted(path.parent.glob(f"rollout-*{tid}.jsonl")) or (
+            sorted(root.glob(f"*/*/*/rollout-*{tid}.jsonl")) if root is not None else [])
+        for f in found[:1]:
+            if _parent_of(f) == session_id:
+                out += [(tid, f), *children(f, tid)]
+    return out
+
+
+def _parent_of(path: Path) -> str | None:
+    """The ``parent_thread_id`` of a rollout's ``session_meta`` (its first line)."""
+    try:
+        with path.open("rb") as fh:
+            head = orjson.loads(fh.readline(1 << 24) or b"{}")
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    p = head.get("payload") if isinstance(head, dict) and isinstance(head.get("payload"), dict) else {}
+    return str(p["parent_thread_id"]) if p.get("parent_thread_id") else None
 
 
 def detect_head(head: Head) -> float:

@@ -6,6 +6,13 @@ with ``text`` parts (``thought: true`` for reasoning), ``functionCall`` and
 ``functionResponse`` parts. ``system`` records (telemetry, attribution snapshots) are not
 sent. What Qwen Code adds at send time (its system prompt, ``<system-reminder>`` parts with
 the skills listing and the date) is not stored; a capture supplies the prompt and tools.
+
+A subagent that the ``agent`` tool starts writes its own transcript,
+``<project>/subagents/<session id>/agent-<type>-<call id>.jsonl`` (records with ``agentId``,
+``agentName`` and ``isSidechain``); it holds the task and the subagent's replies only: not the
+subagent's own system prompt and tools, nor the ``<system-reminder>`` parts (skills listing,
+environment) sent before the task, so its requests cannot be rebuilt as sent from it (a warning
+says so).
 """
 
 from __future__ import annotations
@@ -63,6 +70,24 @@ def _messages(r: dict, ts: float | None) -> list[Message]:
     return out
 
 
+def _compressed(r: dict) -> list[Message] | None:
+    """The history a ``chat_compression`` record (``/compress`` or the automatic compression)
+    replaced the chat's with, ``systemPayload.compressedHistory``: the summary as a user message
+    (``<state_snapshot>…``) and a model reply Qwen Code wrote itself ("Got it. Thanks for the
+    additional context!"), which answered no request (hence ``compacted_prefix``); None for a
+    compression that kept nothing (a failed one writes no history)."""
+    payload = r.get("systemPayload") if isinstance(r.get("systemPayload"), dict) else {}
+    history = payload.get("compressedHistory")
+    if not isinstance(history, list) or not history:
+        return None
+    ts = iso_to_s(r.get("timestamp"))
+    out: list[Message] = []
+    for c in history:
+        if isinstance(c, dict):
+            out.extend(_messages({"type": "assistant" if c.get("role") == "model" else "user", "message": c}, ts))
+    return out
+
+
 def load(path: Path) -> Session:
     records, stats, warnings = read_records(path, "Qwen Code")
     by_uuid = {r["uuid"]: r for r in records if isinstance(r.get("uuid"), str)}
@@ -74,9 +99,14 @@ def load(path: Path) -> Session:
     stats.branch_length = len(chain)
     messages: list[Message] = []
     usage = Usage()
+    kept = 0
     for r in chain:
         if r.get("type") == "system" and r.get("subtype") == "chat_compression":
             stats.compactions_total += 1
+            compressed = _compressed(r)
+            if compressed is not None:  # the history Qwen Code sends from here on
+                messages, kept = compressed, len(compressed)
+                stats.compactions_applied = 1
         if r.get("type") not in ("user", "assistant", "tool_result"):
             continue
         messages.extend(_messages(r, iso_to_s(r.get("timestamp"))))
@@ -87,11 +117,23 @@ def load(path: Path) -> Session:
     times = [t for t in (iso_to_s(r.get("timestamp")) for r in chain) if t]
     model = next((r.get("model") for r in reversed(chain) if r.get("model")), None)
     warnings.append("Qwen Code adds <system-reminder> parts (skills listing, date) at send time; they are not stored")
-    return Session(format=FORMAT, agent_version=next((r.get("version") for r in reversed(chain) if r.get("version")), None),
+    agent = next((r.get("agentName") for r in chain if r.get("isSidechain") and r.get("agentName")), None)
+    if agent:
+        warnings.append(f"a Qwen Code subagent's transcript ({agent}): its system prompt, tools and the "
+                        "<system-reminder> parts sent before its task are not stored")
+    return Session(format=FORMAT, format_version="subagent" if agent else None, agent_version=next((r.get("version") for r in reversed(chain) if r.get("version")), None),
                    path=str(path), session_id=next((r.get("sessionId") for r in chain if r.get("sessionId")), None),
                    cwd=next((r.get("cwd") for r in reversed(chain) if r.get("cwd")), None), provider="openai",
                    model=model, created=min(times) if times else None, updated=max(times) if times else None,
-                   messages=messages, usage=usage, stats=stats, warnings=warnings)
+                   messages=messages, compacted_prefix=kept, usage=usage, stats=stats, warnings=warnings)
+
+
+def subagent_files(path: Path, session_id: str | None) -> list[Path]:
+    """The transcripts of the subagents the chat at ``path`` (``<project>/chats/<id>.jsonl``)
+    started: ``<project>/subagents/<id>/agent-*.jsonl``, in name order."""
+    if not session_id or path.parent.name != "chats":
+        return []
+    return sorted((path.parent.parent / "subagents" / session_id).glob("agent-*.jsonl"))
 
 
 def detect_head(head: Head) -> float:

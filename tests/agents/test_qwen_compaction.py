@@ -1,0 +1,73 @@
+"""Qwen Code's chat compression as it sent it: the real CLI (pinned) compresses headless on
+``qwen -c -p /compress`` (the command's ``supportedModes`` include ``non_interactive``). It
+sends the history with a summarization prompt (its own prompt and tools, for the prompt cache),
+keeps the summary only when it holds a ``<state_snapshot>`` and saves tokens by the reported
+usage (so the stub reports a request's size / 4), and writes a ``system`` record of subtype
+``chat_compression`` whose ``compressedHistory`` is the history it sends from then on: the
+summary as a user message and a model reply it wrote itself. The chat, imported, makes one turn
+per request Qwen Code sent after the compression, rebuilt as sent (messages with the send-time
+reminders, system prompt and tools from a capture of the run's first request); none of the
+written reply. Written at test time in a temporary HOME."""
+
+from __future__ import annotations
+
+import glob
+import json
+
+import pytest
+
+from replayer.core.agents import capture
+from replayer.core.agents.registry import AGENTS
+from replayer.core.agents.run import run
+from replayer.core.agents.stub_model import ModelServer
+from replayer.core.session.turns import load_turns
+
+from agents import wire
+from agents.conftest import agent_binary
+
+pytestmark = pytest.mark.agents
+
+PROMPT, AFTER = "TOOL: list the files here", "after the compression"
+SUMMARIZE = "You are the component that summarizes"
+
+
+def _is_compression(q) -> bool:
+    last = (q.body.get("messages") or [{}])[-1]
+    return last.get("role") == "user" and wire.from_chat({"messages": [last]}).messages[0]["text"].startswith(SUMMARIZE)
+
+
+def test_qwen_after_a_compression_every_turn_is_a_request_sent_after_it(tmp_path):
+    agent = AGENTS["qwen"]
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(), project.mkdir()
+    (project / "hello.txt").write_text("hello\n")
+    with ModelServer(str(project / "hello.txt"), usage_by_size=True) as m:
+        for args in (agent.prompt(PROMPT), agent.resume("/compress"), agent.resume(AFTER)):
+            # Qwen Code takes minutes a prompt on 2 loaded cores
+            r = run(agent, agent_binary(agent), args, home=home, project=project, url=m.url, timeout=600)
+            assert r.returncode == 0, r.stderr[-300:]
+        log = m.log
+    [f] = glob.glob(str(home / agent.sessions))
+    records = [json.loads(x) for x in open(f)]
+    [comp] = [x for x in records if x.get("subtype") == "chat_compression"]
+    assert comp["systemPayload"]["info"]["compressionStatus"] == 1  # COMPRESSED
+    main, _ = wire.main_thread(agent, log)
+    [at] = [k for k, q in enumerate(main) if _is_compression(q)]
+    after = main[at + 1:]
+    assert len(after) == 1 and at == 2  # the tool round's two requests, the compression, the prompt
+    # a capture of the run's first request: prompt, tools, the reminders before the first prompt,
+    # and the date reminder (its last part) before the prompt of each later ``-c -p`` run
+    cap = capture.from_request(agent.name, agent.version, agent.api, main[0].body)
+    cap.first_user_prefix = capture.prefix_parts(main[0].body, PROMPT)
+    cap.later_user_prefix = cap.first_user_prefix[-1:]
+    assert cap.later_user_prefix[0].startswith("<system-reminder>\nThe current date is")
+    capture.save(cap)
+    st = load_turns(f)
+    assert st.session.stats.compactions_total == 1 == st.session.stats.compactions_applied
+    assert st.session.compacted_prefix == 2  # the summary and the reply Qwen Code wrote
+    sent = st.turns[:-1]
+    assert len(sent) == len(after)
+    for t, q in zip(sent, after):
+        assert wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)) == []
+    first = wire.from_chat(sent[0].body).messages
+    assert "<state_snapshot>" in first[0]["text"] and not any(x["role"] == "tool" for x in first)
