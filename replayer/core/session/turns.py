@@ -6,10 +6,11 @@ whole conversation (the resume). A run of consecutive assistant messages is one 
 the agent sent one request before it, not one per message.
 
 What the importers keep decides what can be rebuilt. They reduce a session to its active
-branch after the *latest* compaction (pi, Claude Code, Codex, OpenCode): turns before that
-compaction, and turns on abandoned branches, are not in the ``Session`` and cannot be
-replayed; the first turn then starts with the compaction summary, as the agent's next
-request really did. A stored system prompt is one text for the whole session, so turns
+branch after the *latest* compaction (pi, Claude Code, Codex, OpenCode, Cline); the first turn
+after it starts with the compaction summary, as the agent's next request really did. Where the
+file keeps the history before a compaction (pi, Claude Code, Cline: ``Session.earlier``), its
+requests are turns too, before those (``earlier_turns``); for Codex and OpenCode they are not
+rebuilt, nor are turns on abandoned branches. A stored system prompt is one text for the whole session, so turns
 rebuilt from a session never change it. A JSONL log of request bodies
 (``request_log``) has none of these limits: its lines are the turns exactly as sent.
 """
