@@ -18,7 +18,7 @@ from replayer.core.errors import ReplayerError
 def cmd_inspect(args: argparse.Namespace) -> int:
     from replayer.core.session import load_session
     from replayer.core.session.request import request_from_files
-    from replayer.core.session.turns import count_turns, session_threads
+    from replayer.core.session.turns import MAIN, earlier_turns, session_threads
 
     s = load_session(args.session, args.format)
     req = request_from_files(s, args.system_prompt, args.tools)
@@ -34,7 +34,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "messages": len(s.messages), "roles": s.role_counts(), "tool_calls": s.n_tool_calls,
         "tool_results": s.n_tool_results, "tool_calls_recovered": s.stats.recovered_tool_calls,
         "tool_results_recovered": s.stats.recovered_tool_results, "compactions_applied": s.stats.compactions_applied,
-        "compactions_in_file": s.stats.compactions_total, "branch_length": s.stats.branch_length,
+        "compactions_in_file": s.stats.compactions_total,
+        "turns_before_compaction": sum(map(len, earlier_turns(s))), "branch_length": s.stats.branch_length,
         "entries": s.stats.entries_total, "dropped_turns": s.stats.dropped_turns,
         "synthetic_results": s.stats.synthetic_results, "bad_lines": s.stats.bad_lines,
         "unknown_types": s.stats.unknown_types, "characters": s.n_chars, "estimated_tokens": n_tokens,
@@ -42,7 +43,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "orphan_results": s.stats.orphan_results, "image_placeholders": s.stats.image_placeholders,
         "replay_refused": refused,
         "tools_stored": s.tools is not None, "missing": req.missing, "warnings": s.warnings + req.notes,
-        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else count_turns(req),
+        # the main thread's count holds the requests sent before a compaction (Session.earlier)
+        "turns": s.stats.entries_total if s.format in ("chat-requests", "traffic-log") else threads[MAIN],
         "threads": threads,
     }
     if len(info["threads"]) > 1:
@@ -74,7 +76,9 @@ def _inspect_text(s, info: dict[str, Any], req) -> str:
         f"  tool calls     {s.n_tool_calls}, results {s.n_tool_results}" + (
             f"  ({s.stats.recovered_tool_calls} calls and {s.stats.recovered_tool_results} results recovered "
             "from parallel branches)" if s.stats.recovered_tool_calls or s.stats.recovered_tool_results else ""),
-        f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file",
+        f"  compactions    {s.stats.compactions_applied} applied of {s.stats.compactions_total} in file" + (
+            f"  ({info['turns_before_compaction']} turns sent before them rebuilt)"
+            if info["turns_before_compaction"] else ""),
         f"  branch         {s.stats.branch_length} entries on the active path of {s.stats.entries_total}",
         f"  characters     {s.n_chars:,}",
         f"  tokens (est.)  {n_tokens:,}  with {n_starts} user/tool-result starts (chatml)" if refused is None

@@ -92,11 +92,16 @@ def test_claude_code_makes_no_turn_of_a_response_the_compaction_kept(tmp_path):
     f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next"), _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])],
                    preserved={"headUuid": "u0", "anchorUuid": "cs", "tailUuid": "a0"})
     st = load_turns(f)
-    assert [t.n_messages for t in st.turns[:-1]] == [len(st.request.messages) - 1]  # before "ok" only
+    # the request before the compaction (the old question: the records before the boundary stay
+    # in the file), then the one after it, before "ok" only
+    assert [t.n_messages for t in st.turns[:-1]] == [1, len(st.request.messages) - 1]
+    assert [m["content"] for m in st.turns[0].messages] == ["old question"]
     assert any("1 response(s) the compaction kept" in n for n in st.notes)
+    assert any("1 turn(s) are the requests sent before it" in n for n in st.notes)
     plain = load_turns(_compacted(tmp_path, [_cc("u1", "cs", "user", "next"),
                                              _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])]))
-    assert len(plain.turns) == 2 and plain.request.compacted_prefix == 0  # nothing kept: one turn and the resume
+    # nothing kept: the turn before the compaction, one after it and the resume
+    assert len(plain.turns) == 3 and plain.request.compacted_prefix == 0
 
 
 def test_claude_code_drops_synthetic_turns_and_flags_orphans_and_image_results(tmp_path):

@@ -105,9 +105,9 @@ def test_pi_latest_compaction_wins():
 
 def test_pi_turns_after_a_compaction_are_the_requests_sent_after_it():
     """The responses the compaction kept answered the history before it (pi sent them the whole
-    conversation, not the summary): session mode makes turns of the responses after it only —
-    each turn's response is later than the compaction in the file, and every response after it
-    is a turn."""
+    conversation, not the summary): the turns rebuilt from the history after the latest
+    compaction are those of the responses after it only — each turn's response is later than
+    the compaction in the file, and every response after it is a turn."""
     from replayer.core.session.reader import iso_to_s
     from replayer.core.session.turns import load_turns, response_starts
 
@@ -120,10 +120,39 @@ def test_pi_turns_after_a_compaction_are_the_requests_sent_after_it():
     starts = [i for i in response_starts(msgs) if i > 0]
     kept = [i for i in starts if i < st.request.compacted_prefix]
     assert kept and all(st.session.messages[i - off].timestamp < at for i in kept)  # answered before it
-    turns = st.turns[:-1]
-    assert all(st.session.messages[t.n_messages - off].timestamp > at for t in turns)
-    assert [t.n_messages for t in turns] == [i for i in starts if st.session.messages[i - off].timestamp > at]
+    after = [t for t in st.turns[:-1] if t.messages == msgs[:t.n_messages]]  # those of the latest history
+    assert after and all(st.session.messages[t.n_messages - off].timestamp > at for t in after)
+    assert [t.n_messages for t in after] == [i for i in starts if st.session.messages[i - off].timestamp > at]
     assert any(f"{len(kept)} response(s) the compaction kept" in n for n in st.notes)
+
+
+def test_pi_turns_before_the_compactions_are_the_requests_sent_before_them():
+    """pi's file keeps every entry: the requests sent before each of its two compactions are
+    turns too, in order, before those after the latest one. So every response the file holds
+    (the aborted and errored ones aside: pi drops them on resume) answers exactly one turn, in
+    file order: 170 before the first compaction, 121 between them, 174 after (of the 212 after
+    it, 38 are the kept ones, counted before it). It was 175 turns (174 and the resume)."""
+    from replayer.core.session.reader import ms_to_s
+    from replayer.core.session.turns import load_turns
+
+    path = need_shared(SAMPLES / "pi/badlogic-pi-mono_v1_before-compaction.jsonl")
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+    answered = [ms_to_s(e["message"]["timestamp"]) for e in lines if e.get("type") == "message"
+                and e["message"].get("role") == "assistant" and e["message"].get("stopReason") not in ("aborted", "error")]
+    st = load_turns(path)
+    histories = [*st.session.earlier, st.session]
+    # each turn's response: the message just past the turn in the history its body was built from
+    bodies = {}
+    for h in histories:
+        s = st.session.model_copy(update={"messages": h.messages, "earlier": []})
+        bodies[len(bodies)] = (h, build_request(s).messages)
+    got = []
+    for t in st.turns[:-1]:
+        h, msgs = next(v for v in bodies.values() if v[1][:t.n_messages] == t.messages)
+        got.append(h.messages[t.n_messages - (len(msgs) - len(h.messages))].timestamp)
+    assert len(st.session.earlier) == 2 and len(st.turns) - 1 == len(answered) == 465
+    assert got == answered
+    assert any("291 turn(s) are the requests sent before them" in n for n in st.notes)
 
 
 def test_synthetic_pi_matches_expected_messages():

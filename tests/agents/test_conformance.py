@@ -140,23 +140,28 @@ def test_a_capture_made_in_another_folder_rebuilds_the_prompt_sent(agent_run):
 def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
     """Tool round, a compaction (``claude -c -p /compact``; pi's RPC ``compact`` command), one
     more prompt: the rebuild of the request after the compaction (summary, system prompt and
-    tools) is the one sent; and every turn of the compacted session is a request the agent sent
-    after the compaction, in order: none for the responses the compaction kept (pi's kept
-    messages, Claude Code's preserved segment), which answered the longer history before it."""
+    tools) is the one sent; and every request of the conversation is a turn, in order, rebuilt as
+    sent: those before the compaction from the history the file keeps (``Session.earlier``), then
+    those after it — none for the responses the compaction kept (pi's kept messages, Claude Code's
+    preserved segment), which answered the longer history before it. The requests sent while the
+    compaction ran are its summarization (Claude Code sends two with the conversation's own prompt
+    and tools; pi's have no tools): not rebuilt, the agent's summarization prompt is not in the file."""
     from replayer.core.agents.registry import AGENTS
     from replayer.core.agents.run import run_commands
+    from replayer.core.session.turns import earlier_turns
 
     agent = AGENTS[name]
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir(), project.mkdir()
     with ModelServer(str(project / "hello.txt")) as m:
         for args in (agent.prompt("TOOL: list the files here"), agent.compact, agent.resume("after the compaction")):
+            before = len(m.log)
             r = (run_commands(agent, agent_binary(agent), args, agent.compact_commands, home=home, project=project,
                               url=m.url) if args is agent.compact and agent.compact_commands else
                  run(agent, agent_binary(agent), args, home=home, project=project, url=m.url))
             assert r.returncode == 0, r.stderr[-300:]
             if args is agent.compact:
-                compacted_at = len(m.log)  # the requests so far, the compaction's own included
+                compacted_at, summarizing = before, {id(q) for q in m.log[before:]}
         log = m.log
     [f] = glob.glob(str(home / agent.sessions))
     main, _ = wire.main_thread(agent, log)
@@ -168,13 +173,16 @@ def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
     assert "summary" in rebuilt.messages[0]["text"].lower() and "TOOL" not in rebuilt.messages[0]["text"]
     # the system prompt too: Claude Code's billing header fingerprints the summary now, not the first prompt
     assert wire.diff(rebuilt, wire.FROM[agent.api](log[-1].body)) == []
-    # the conversation's requests after the compaction: its tools (Claude Code's billing header,
-    # part of the system prompt, fingerprints the summary now)
+    # the conversation's own requests: its tools (Claude Code's billing header, part of the system
+    # prompt, fingerprints the summary after the compaction, so main_thread's key misses them)
     tools = wire.FROM[agent.api](main[0].body).tools
-    after = [q for q in log[compacted_at:] if wire.FROM[agent.api](q.body).tools == tools]
-    assert len(st.turns) - 1 == len(after) < len(main)
-    for t, q in zip(st.turns[:-1], after):
-        assert wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)) == []
+    sent = [q for q in log if wire.FROM[agent.api](q.body).tools == tools and id(q) not in summarizing]
+    assert len(st.turns) - 1 == len(sent) and summarizing
+    diffs = {k: d for k, (t, q) in enumerate(zip(st.turns[:-1], sent))
+             if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
+    assert not diffs, diffs
+    n_before = sum(1 for q in log[:compacted_at] if id(q) in {id(x) for x in sent})
+    assert sum(map(len, earlier_turns(st.session))) == n_before == 2  # the prompt and the tool round
 
 
 @pytest.mark.parametrize("name", [n for n, a in sorted(__import__(

@@ -131,6 +131,23 @@ class Usage(BaseModel):
         return salvage.validate(cls, data, handler, _USAGE_DROPPABLE)
 
 
+class EarlierHistory(BaseModel):
+    """The conversation as the agent last sent it before one compaction: the importer keeps it
+    because the requests sent then are part of the session (a replay shows the cache lost at
+    the compaction) although the agent sends none of it again. Each has its own prompt where the
+    file stores one (Claude Code's billing header fingerprints the first prompt; after the
+    compaction, the summary)."""
+
+    messages: list[Message]
+    system_prompt: str | None = None  # None = the session's (or, not stored, a capture's)
+    tools: list[dict[str, Any]] | None = None  # None = the session's
+    #: messages[:n] are what the compaction before this one left (``Session.compacted_prefix``)
+    compacted_prefix: int = 0
+    #: the last message ends a request that was sent (the compaction's own summarization
+    #: request, rebuilt from the agent's wire records), not a response
+    ends_with_request: bool = False
+
+
 class Session(BaseModel):
     format: str  # pi, claude-code, codex, opencode, openai, sharegpt, aider
     format_version: str | None = None
@@ -153,6 +170,9 @@ class Session(BaseModel):
     #: a response among them answered the history before the compaction, so no request that
     #: ends there was ever sent with this one (pi)
     compacted_prefix: int = 0
+    #: the history before each compaction, oldest first, where the file keeps it (pi, Claude
+    #: Code): its requests are turns too, before the ones after the compaction
+    earlier: list[EarlierHistory] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     stats: ImportStats = Field(default_factory=ImportStats)
     warnings: list[str] = Field(default_factory=list)

@@ -6,10 +6,11 @@ whole conversation (the resume). A run of consecutive assistant messages is one 
 the agent sent one request before it, not one per message.
 
 What the importers keep decides what can be rebuilt. They reduce a session to its active
-branch after the *latest* compaction (pi, Claude Code, Codex, OpenCode): turns before that
-compaction, and turns on abandoned branches, are not in the ``Session`` and cannot be
-replayed; the first turn then starts with the compaction summary, as the agent's next
-request really did. A stored system prompt is one text for the whole session, so turns
+branch after the *latest* compaction (pi, Claude Code, Codex, OpenCode, Cline); the first turn
+after it starts with the compaction summary, as the agent's next request really did. Where the
+file keeps the history before a compaction (pi, Claude Code, Cline: ``Session.earlier``), its
+requests are turns too, before those (``earlier_turns``); for Codex and OpenCode they are not
+rebuilt, nor are turns on abandoned branches. A stored system prompt is one text for the whole session, so turns
 rebuilt from a session never change it. A JSONL log of request bodies
 (``request_log``) has none of these limits: its lines are the turns exactly as sent.
 """
@@ -186,17 +187,59 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
             turns = turns_of_bodies(request_log.read_bodies(Path(path).expanduser())[0])
         exact = True
     else:
-        turns, exact = turns_of_request(req), False
+        earlier = earlier_turns(s, system_prompt, tools)
+        turns, exact = chain_turns([*earlier, turns_of_request(req)]), False
         turns = _with_subagents(turns, s, Path(path).expanduser(), images, notes)
         if s.stats.compactions_applied:
-            notes.append(f"{s.stats.compactions_total} compaction(s) in the file: turns start after the latest "
-                         "one (the importer keeps only the history the agent sent from then on)")
+            notes.append(_compaction_note(s, sum(map(len, earlier))))
         if kept := sum(1 for i in response_starts(req.messages) if 0 < i < req.compacted_prefix):
             notes.append(f"{kept} response(s) the compaction kept answered the history before it: "
                          "no turn of them (they were not sent with the summary)")
     if not turns:
         raise ReplayerError(f"{s.path}: no turns to replay")
     return SessionTurns(s, req, turns, exact, notes)
+
+
+def earlier_turns(s: Session, system_prompt: str | None = None, tools: str | None = None) -> list[list[Turn]]:
+    """The requests sent before each compaction, one list a compaction, oldest first: each
+    history the importer kept (``Session.earlier``) made into turns as the session's own are —
+    its prompt and tools, or the ones supplied or captured — without a resume request, unless
+    the history ends with a request that was sent (the summarization request)."""
+    out = []
+    for h in s.earlier:
+        sub = s.model_copy(update={"messages": h.messages, "system_prompt": h.system_prompt or s.system_prompt,
+                                   "tools": h.tools if h.tools is not None else s.tools,
+                                   "compacted_prefix": h.compacted_prefix, "earlier": []})
+        ts = turns_of_request(request_from_files(sub, system_prompt, tools))
+        out.append(ts if h.ends_with_request else ts[:-1])
+    return out
+
+
+def chain_turns(groups: list[list[Turn]]) -> list[Turn]:
+    """Lists of turns one after the other, numbered on; each keeps its own prefix links."""
+    if len(groups) == 1:
+        return groups[0]
+    out: list[Turn] = []
+    for g in groups:
+        off = len(out)
+        out += [Turn(off + t.index, t._body, t.notes, None if t.prefix_of is None else off + t.prefix_of,
+                     n_messages=t.n_messages, wire=t.wire, thread=t.thread) for t in g]
+    return out
+
+
+def _compaction_note(s: Session, n_earlier: int) -> str:
+    """What the turns hold of a compacted session: the requests before the compactions too, where
+    the importer kept that history, else only those after the latest one."""
+    n = s.stats.compactions_total
+    if not s.earlier:
+        return (f"{n} compaction(s) in the file: turns start after the latest one (the importer keeps only "
+                "the history the agent sent from then on)")
+    sent = sum(1 for h in s.earlier if h.ends_with_request)
+    summ = (f", {sent} of them the summarization request" if sent else
+            "; the summarization request(s) are not rebuilt (the agent's own prompt, not in the file)")
+    return (f"{n} compaction(s) in the file: {n_earlier} turn(s) are the requests sent before "
+            f"{'them' if len(s.earlier) > 1 else 'it'}, rebuilt from the history the file keeps{summ}; "
+            "the next turn starts from the summary (the cache is lost there)")
 
 
 def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, notes: list[str]) -> list[Turn]:
@@ -255,7 +298,7 @@ def session_threads(s: Session, request: ChatRequest, path: str | Path, images: 
         return out
     from replayer.core.session import threads
 
-    out = {MAIN: count_turns(request)}
+    out = {MAIN: count_turns(request) + sum(map(len, earlier_turns(s)))}
     for sub, sess in threads.loaded(threads.sub_threads(s, Path(path).expanduser(), images), s.warnings):
         n = count_turns(request_from_files(sess)) - 1
         if n > 0:

@@ -19,15 +19,15 @@ from typing import Any
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.formats import claude_wire
+from replayer.core.session.formats.claude_sidechains import CONVERSATIONAL, sidechains
 from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
-    IMAGE_OMITTED, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
+    IMAGE_OMITTED, EarlierHistory, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
 FORMAT = "claude-code"
-CONVERSATIONAL = {"user", "assistant", "system", "attachment"}
 KNOWN = CONVERSATIONAL | {
     "summary", "file-history-snapshot", "queue-operation", "last-prompt", "cost-state",
     "atis-latch", "custom-title", "tag", "agent-name", "pr-link", "progress", "hive-mind-meta",
@@ -80,7 +80,36 @@ def load(path: Path, *, images: str = "omit", thread: str | None = None) -> Sess
         _as_sent(session, sent, records, images)
         _put_billing_header(session, records, chain)
     session.compacted_prefix = _after_responses(session.messages, n_kept)
+    if thread is None:
+        session.earlier = _earlier(records, by_uuid, main, images)
     return session
+
+
+def _earlier(records: list[dict], by_uuid: dict[str, dict], main: list[dict], images: str) -> list[EarlierHistory]:
+    """The conversation as Claude Code last sent it before each compaction, oldest first. The
+    records before a ``compact_boundary`` stay in the transcript (its ``logicalParentUuid`` is
+    where the old thread ended): they are read as the thread after it is, from the
+    ``api-request`` records written before the boundary where there are some, each with its own
+    prompt (the billing header fingerprints the first prompt, not the summary)."""
+    out: list[EarlierHistory] = []
+    for pos, b in enumerate(records):
+        leaf = by_uuid.get(b.get("logicalParentUuid"))
+        if b.get("subtype") != "compact_boundary" or b.get("isSidechain") or leaf is None:
+            continue
+        stats = ImportStats()
+        chain, n_kept = _with_preserved(path_to_root(leaf, by_uuid, id_key="uuid", parent_key="parentUuid"),
+                                        by_uuid, stats)
+        transcript = _Transcript(_responses(main, chain), stats, images).read(chain)
+        s = Session(format=FORMAT, path="", agent_version=transcript.version,
+                    messages=_send_shape(transcript.messages, stats, []))
+        sent = claude_wire.read(records[:pos])
+        if sent is not None:
+            _as_sent(s, sent, records[:pos], images)
+            _put_billing_header(s, records[:pos], chain)
+        if s.messages:
+            out.append(EarlierHistory(messages=s.messages, system_prompt=s.system_prompt, tools=s.tools,
+                                      compacted_prefix=_after_responses(s.messages, n_kept)))
+    return out
 
 
 def _after_responses(messages: list[Message], n: int) -> int:
@@ -195,32 +224,6 @@ def _index(records: list[dict], stats: ImportStats) -> dict[str, dict]:
         if r.get("type") == "system" and r.get("subtype") == "compact_boundary":
             stats.compactions_total += 1
     return by_uuid
-
-
-def sidechains(records: list[dict]) -> dict[str, list[dict]]:
-    """Claude Code 1.0.x's Task subagents, written into the main file as ``isSidechain`` records:
-    each subagent conversation by the uuid of its root (the first record of its ``parentUuid``
-    chain that is a sidechain record), in file order. Empty for a file holding only sidechain
-    records (a subagent's own file: that thread is the file's main one)."""
-    side = {r["uuid"]: r for r in records if r.get("isSidechain") and isinstance(r.get("uuid"), str)
-            and is_one_of(r.get("type"), CONVERSATIONAL)}
-    if not side or not any(is_one_of(r.get("type"), CONVERSATIONAL) and not r.get("isSidechain") for r in records):
-        return {}
-    root_of: dict[str, str] = {}
-    out: dict[str, list[dict]] = {}
-    for u, r in side.items():
-        walk, seen = [u], {u}
-        while walk[-1] not in root_of:
-            p = side[walk[-1]].get("parentUuid")
-            if not isinstance(p, str) or p not in side or p in seen:  # a root (or a loop: cut there)
-                root_of[walk[-1]] = walk[-1]
-                break
-            walk.append(p)
-            seen.add(p)
-        root = root_of[walk[-1]]
-        root_of.update((w, root) for w in walk)
-        out.setdefault(root, []).append(r)
-    return out
 
 
 def _thread(records: list[dict], path: Path, warnings: list[str]) -> list[dict]:

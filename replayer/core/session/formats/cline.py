@@ -6,6 +6,14 @@ blocks), which read as an OpenAI body would lose every tool call. The CLI file a
 system prompt. What Cline 3.0.65 sends differs from what it stores in two ways, both undone
 here: a user prompt stored as ``<user_input mode="act">…</user_input>`` is sent bare, and a
 tool result stored as a list of objects is sent as their compact JSON text.
+
+Cline's agentic compaction (3.0.65: on by default, when a request would pass 90% of the model's
+input window) leaves ``<id>.messages.json`` whole and writes the compacted context beside it,
+``<id>.compaction.json``: the summary as a user message (``metadata.kind = compaction_summary``)
+and the messages it kept, covering the first ``source_message_count`` stored messages (the last
+of them named by ``source_last_message_key``). The next request is that context and the stored
+messages after those; the history before it is kept for the requests sent before it. Only the
+latest compaction is written (each folds in the summary before it).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from replayer.core.session.model import ImportStats, Message, Session, ToolCall
+from replayer.core.session.model import EarlierHistory, ImportStats, Message, Session, ToolCall
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
 
@@ -96,13 +104,12 @@ def _assistant(m: dict, ts: float | None) -> Message | None:
                    tool_calls=calls, timestamp=ts)
 
 
-def load(path: Path) -> Session:
-    doc = read_doc(path, detect, "a Cline session")
-    msgs = _messages_of(doc) or []
-    header = doc if isinstance(doc, dict) else {}
+def _converted(msgs: list) -> list[Message]:
+    """Stored messages as Cline sends them."""
     out: list[Message] = []
-    stats = ImportStats(entries_total=len(msgs), branch_length=len(msgs))
     for m in msgs:
+        if not isinstance(m, dict):
+            continue
         ts = ms_to_s(m.get("ts"))
         if m.get("role") == "assistant":
             a = _assistant(m, ts)
@@ -110,6 +117,49 @@ def load(path: Path) -> Session:
                 out.append(a)
         else:
             out.extend(_user(m, ts))
+    return out
+
+
+def _compaction(path: Path, msgs: list, warnings: list[str]) -> tuple[list, int] | None:
+    """The compacted context beside a CLI session (``<id>.compaction.json``) and how many stored
+    messages it stands for; None when there is none, or it does not fit the stored messages."""
+    f = path.with_name(path.name.removesuffix(".messages.json") + ".compaction.json")
+    if not path.name.endswith(".messages.json") or not f.is_file():
+        return None
+    try:
+        doc = orjson.loads(f.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        warnings.append(f"{f.name} could not be read ({exc}): the compaction is not applied")
+        return None
+    kept, n = (doc.get("messages"), doc.get("source_message_count")) if isinstance(doc, dict) else (None, None)
+    key = doc.get("source_last_message_key") if isinstance(doc, dict) else None
+    last = msgs[n - 1] if isinstance(n, int) and 0 < n <= len(msgs) and isinstance(msgs[n - 1], dict) else None
+    if not isinstance(kept, list) or last is None or (isinstance(key, str) and key.startswith("id:")
+                                                        and key != f"id:{last.get('id')}"):
+        warnings.append(f"{f.name} does not fit the stored messages (source_message_count {n!r}, "
+                        f"last {key!r}): the compaction is not applied")
+        return None
+    return kept, n
+
+
+def load(path: Path) -> Session:
+    doc = read_doc(path, detect, "a Cline session")
+    msgs = _messages_of(doc) or []
+    header = doc if isinstance(doc, dict) else {}
+    stats = ImportStats(entries_total=len(msgs), branch_length=len(msgs))
+    warnings: list[str] = []
+    earlier: list[EarlierHistory] = []
+    compacted = _compaction(path, msgs, warnings)
+    prefix = 0
+    if compacted is None:
+        out = _converted(msgs)
+    else:
+        kept, n = compacted
+        stats.compactions_total = stats.compactions_applied = 1
+        summary = _converted(kept)
+        out, prefix = summary + _converted(msgs[n:]), len(summary)
+        earlier.append(EarlierHistory(messages=_converted(msgs[:n])))
+        stats.branch_length = len(kept) + len(msgs) - n
     origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
     model = next((m["modelInfo"].get("id") for m in reversed(msgs) if isinstance(m.get("modelInfo"), dict)), None)
     times = [t for t in (ms_to_s(m.get("ts")) for m in msgs) if t]
@@ -117,7 +167,8 @@ def load(path: Path) -> Session:
     return Session(format=FORMAT, agent_version=origin.get("version"), path=str(path),
                    session_id=header.get("sessionId"), model=model, provider="cline",
                    created=min(times) if times else None, updated=max(times) if times else None,
-                   messages=out, system_prompt=sp if isinstance(sp, str) else None, stats=stats)
+                   messages=out, system_prompt=sp if isinstance(sp, str) else None, stats=stats,
+                   compacted_prefix=prefix, earlier=earlier, warnings=warnings)
 
 
 def detect_head(head: Head) -> float:

@@ -15,7 +15,7 @@ from typing import Any
 from replayer.core.errors import ImportFailed
 from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
-    ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
+    EarlierHistory, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence, mostly
 from replayer.core.session.reader import JsonlStats, blob_size, iter_jsonl, json_args, ms_to_s, iso_to_s
@@ -104,7 +104,8 @@ def load(path: Path, *, images: str = "omit") -> Session:
         session_id=header.get("id"), title=title, cwd=header.get("cwd"), provider=provider,
         model=model, thinking_level=thinking, created=iso_to_s(header.get("timestamp")),
         updated=max(times) if times else None, messages=messages, system_prompt=system_prompt,
-        tools=tools, compacted_prefix=compacted_prefix, usage=_last_usage(agent), stats=stats, warnings=warnings,
+        tools=tools, compacted_prefix=compacted_prefix, earlier=_earlier(header, path_entries, images),
+        usage=_last_usage(agent), stats=stats, warnings=warnings,
     )
 
 
@@ -189,6 +190,23 @@ def _after_compaction(path_entries: list[dict], stats: ImportStats) -> tuple[lis
         kept = [e for e in kept if not (e.get("type") == "message"
                                         and (e.get("message") or {}).get("role") == "system")]
     return [comp] + kept + path_entries[comp_idx + 1:], compaction_system, 1 + len(kept)
+
+
+def _earlier(header: dict, path_entries: list[dict], images: str) -> list[EarlierHistory]:
+    """The context pi sent from just before each compaction of the branch, oldest first: the
+    same steps run on the entries up to that compaction (its own latest compaction applied).
+    pi's session file keeps every entry, so each request sent before a compaction is rebuilt
+    too; the summarization requests are not (pi's summarization prompt is its code, not the file's)."""
+    out: list[EarlierHistory] = []
+    for c in (i for i, e in enumerate(path_entries) if e.get("type") == "compaction"):
+        provider, model, _ = _model_of(header, path_entries[:c])  # the model then in force
+        context, compaction_system, n_compacted = _after_compaction(path_entries[:c], ImportStats())
+        agent, system_msgs = _agent_messages(context, compaction_system, n_compacted)
+        messages, _, _, prefix = _transform(_llm_messages(agent), provider, model, images)
+        prompt, tools = _fold_system(system_msgs)
+        if messages:
+            out.append(EarlierHistory(messages=messages, system_prompt=prompt, tools=tools, compacted_prefix=prefix))
+    return out
 
 
 def _edited(m: dict, rep: Any) -> dict | None:
