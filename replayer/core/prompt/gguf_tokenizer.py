@@ -59,11 +59,11 @@ class GGUFTokenizer:
 
     def __init__(self, path: str | Path, extra_specials: tuple[str, ...] = (),
                  progress: Progress | None = None, background: bool = False) -> None:
-        from replayer.core.prompt import gguf_kv, pre_tokenizers, tokenizer_cache
+        from replayer.core.prompt import gguf_index, pre_tokenizers, tokenizer_cache
 
         self.path = Path(path).expanduser()
         self.name = f"gguf:{self.path}"
-        kv = gguf_kv.read(self.path)
+        kv = gguf_index.read(self.path)  # a second read skips the walk of its strings
         model = kv.get("tokenizer.ggml.model")
         tokens = kv.lazy_strings("tokenizer.ggml.tokens")
         if not tokens:
@@ -88,6 +88,7 @@ class GGUFTokenizer:
             known = set(tokens)
             self.tokens = list(tokens) + [t for t in dict.fromkeys(extra_specials) if t not in known]
         key = tokenizer_cache.key(kv, extra_specials)
+        gguf_index.save(kv)  # after the key: the vocabulary's hash is kept with the walk
         self.from_cache = tokenizer_cache.entry(key).is_file()
         self._ready: Future | None = None
         if self.from_cache and background:
@@ -222,12 +223,12 @@ _loaded: dict[tuple[str, tuple[str, ...]], GGUFTokenizer] = {}
 def needs_build(path: str, extra_specials: tuple[str, ...] = ()) -> bool:
     """Whether loading this GGUF's tokenizer builds it (no cache entry yet, not loaded in this
     process): the app then builds it on a worker thread and shows the progress."""
-    from replayer.core.prompt import gguf_kv, tokenizer_cache
+    from replayer.core.prompt import gguf_index, tokenizer_cache
 
     if (path, extra_specials) in _loaded:
         return False
     try:
-        return not tokenizer_cache.entry(tokenizer_cache.key(gguf_kv.read(path), extra_specials)).is_file()
+        return not tokenizer_cache.entry(tokenizer_cache.key(gguf_index.read(path), extra_specials)).is_file()
     except ReplayerError:
         return False  # the load itself reports what is wrong with the file
 

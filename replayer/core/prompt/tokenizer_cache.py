@@ -23,30 +23,42 @@ from typing import Any
 from replayer.core import paths
 
 #: bump when what is stored (or how it is built) changes
-FORMAT = 1
+FORMAT = 2
 _PARTS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.scores")
 _NAMES = ("tokenizer.ggml.model", "tokenizer.ggml.pre")
 
 
 def _tokenizers_version() -> str:
-    from importlib.metadata import version
-
+    # the module's own attribute: importlib.metadata's lookup scans the installed distributions,
+    # and tokenizers is imported for the load anyway
     try:
-        return version("tokenizers")
+        import tokenizers
+
+        return str(tokenizers.__version__)
     except Exception:  # noqa: BLE001 - an unusual install: the key just changes with it
         return "unknown"
 
 
-def key(kv: Any, extra_specials: tuple[str, ...] = ()) -> str:
-    """The content hash of a GGUF's vocabulary (``kv``: a ``gguf_kv.GGUFKV``)."""
+def vocab_digest(kv: Any) -> str:
+    """The hash of the bytes the tokenizer is built from, as the GGUF stores them, with the
+    model and pre-tokenizer names. Kept with the file's walk (``kv.derive``: ``gguf_index``),
+    so a second read does not hash the 5 MB again."""
     h = hashlib.blake2b(digest_size=20)
-    h.update(f"replayer-tokenizer/{FORMAT}/{_tokenizers_version()}\0".encode())
     for name in _NAMES:
         h.update(f"{name}={kv.get(name)!s}\0".encode())
     for part in _PARTS:
         raw = kv.raw(part)
         h.update(f"{part}:{len(raw)}\0".encode())
         h.update(raw)
+    return h.hexdigest()
+
+
+def key(kv: Any, extra_specials: tuple[str, ...] = ()) -> str:
+    """The cache key of a GGUF's vocabulary (``kv``: a ``gguf_kv.GGUFKV``): its content hash,
+    the extra specials, this cache's format and the tokenizers version."""
+    digest = kv.derive("tokenizer-vocab", vocab_digest)
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"replayer-tokenizer/{FORMAT}/{_tokenizers_version()}\0{digest}\0".encode())
     h.update("\0".join(extra_specials).encode())
     return h.hexdigest()
 
