@@ -206,3 +206,32 @@ def test_a_sidechain_loop_or_a_missing_root_does_not_hang_or_fail(tmp_path):
     f.write_text("".join(json.dumps(r) + "\n" for r in recs))
     st = load_turns(f)
     assert [thread_of(t) for t in st.turns].count(MAIN) == 4
+
+
+@pytest.mark.parametrize("path", REAL, ids=["1.0.98", "1.0.108"])
+def test_the_sidechains_parse_the_file_once_between_them(path, monkeypatch):
+    """The main import parses the file; its times, its sidechains' roots and each sidechain's
+    conversation and times share one more parse (``reader.JsonlFile``), not one each."""
+    from replayer.core.session import reader
+
+    parses: list[Path] = []
+    objects = reader._objects
+
+    def counting(p, stats):
+        parses.append(Path(p))
+        return objects(p, stats)
+
+    monkeypatch.setattr(reader, "_objects", counting)
+    st = load_turns(path)
+    n_side = len({t.thread for t in st.turns if t.thread})
+    assert n_side >= 2 and parses == [path, path]
+    monkeypatch.undo()
+    from replayer.core.session.formats import claude_code
+    from replayer.core.session.reader import read_records
+
+    # each sidechain as its own read of the file gives: the same messages
+    roots = list(claude_code.sidechains(read_records(path, "Claude Code")[0]))
+    shared = [t for t in st.turns if t.thread]
+    for k, root in enumerate(roots, 1):
+        alone = turns_of_request(request_from_files(load_session(path, "claude-code", thread=root)))[:-1]
+        assert [t.body for t in shared if t.thread == f"sidechain-{k}"] == [t.body for t in alone]

@@ -7,7 +7,7 @@ from pathlib import Path
 from replayer.core.errors import ImportFailed
 from replayer.core.session import registry, salvage
 from replayer.core.session.model import Message, Session
-from replayer.core.session.reader import check_readable_file
+from replayer.core.session.reader import JsonlFile, check_readable_file
 from replayer.core.session.request import ChatRequest, build_request
 
 __all__ = ["FORMATS", "ChatRequest", "Message", "Session", "build_request", "detect_format", "load_session"]
@@ -25,8 +25,9 @@ def detect_format(path: str | Path) -> str:
 
 
 def load_session(path: str | Path, format: str | None = None, *, images: str = "omit",
-                 session_id: str | None = None, thread: str | None = None) -> Session:
-    """Import a session file read-only; raises ``ImportFailed`` with a one-line reason."""
+                 session_id: str | None = None, thread: str | None = None, once: JsonlFile | None = None) -> Session:
+    """Import a session file read-only; raises ``ImportFailed`` with a one-line reason. ``once``:
+    the file parsed already by another import of it (``reader.JsonlFile``: a sidechain's)."""
     p = Path(path).expanduser()
     imp = registry.importer(format) if format is not None else registry.importer(detect_format(p))
     if not p.exists():
@@ -35,7 +36,7 @@ def load_session(path: str | Path, format: str | None = None, *, images: str = "
         check_readable_file(p)
     if format is not None:
         registry.check_forced(p, format)
-    options = registry.LoadOptions(images=images, session_id=session_id, thread=thread)
+    options = registry.LoadOptions(images=images, session_id=session_id, thread=thread, once=once)
     try:  # a record with a bad field is left out by name (salvage.py), not the whole session
         s = salvage.load(lambda: imp.load(p, options))
     except RecursionError:

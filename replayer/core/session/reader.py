@@ -162,11 +162,16 @@ class JsonlStats:
         return stats, warnings
 
 
-def read_records(path: Path, agent: str):
+def read_records(path: Path, agent: str, once: "JsonlFile | None" = None):
     """All records of a JSONL session whose importer needs them at once (to walk a tree or
-    find a header), with its ``ImportStats`` and skipped-lines warning."""
-    jstats = JsonlStats()
-    records = list(iter_jsonl(path, jstats))
+    find a header), with its ``ImportStats`` and skipped-lines warning. ``once``: the file
+    already parsed for other readers of it (``JsonlFile``), its records handed out again."""
+    if once is not None:
+        lines, jstats = once.lines()
+        records = [r for n, obj in lines if (r := salvage.admit(obj, f"line {n}")) is not None]
+    else:
+        jstats = JsonlStats()
+        records = list(iter_jsonl(path, jstats))
     if not records:
         raise ImportFailed(f"{path} holds no {agent} records")
     stats, warnings = jstats.import_stats(len(records))
@@ -245,7 +250,39 @@ def _lines(fh, max_line: int | None = None) -> Iterator[bytes | bytearray | str]
 
 def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str, Any]]:
     """Yield each JSON object line; count and skip the rest (opened read-only)."""
-    stats = stats if stats is not None else JsonlStats()
+    for lineno, obj in _objects(path, stats if stats is not None else JsonlStats()):
+        obj = salvage.admit(obj, f"line {lineno}")
+        if obj is not None:  # None: left out of this import for a field it could not read
+            yield obj
+
+
+class JsonlFile:
+    """A JSONL file several imports read whole, parsed on the first and kept for the others.
+
+    A Claude Code 1.0.x file holds its subagents as sidechain records: the main thread's
+    request times, the sidechains' roots, then each sidechain's conversation and request
+    times all read the same file (eleven reads and parses of it for five sidechains). Each
+    ``read_records(…, once=)`` hands the parsed lines out again through ``salvage.admit``, so
+    every import still names its records and may leave its own bad ones out."""
+
+    __slots__ = ("path", "_lines", "_stats")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lines: list[tuple[int, dict[str, Any]]] | None = None
+        self._stats = JsonlStats()
+
+    def lines(self) -> tuple[list[tuple[int, dict[str, Any]]], JsonlStats]:
+        """(line number, object) of each JSON object line, and the counts of the whole file."""
+        if self._lines is None:
+            stats = JsonlStats()
+            lines = list(_objects(self.path, stats))
+            self._lines, self._stats = lines, stats
+        return self._lines, self._stats
+
+
+def _objects(path: Path, stats: JsonlStats) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each JSON object line with its number, payloads stripped; the rest counted in ``stats``."""
     last_bad_no_newline = False
     lineno = 0
     with open(path, "rb") as fh:
@@ -275,9 +312,7 @@ def iter_jsonl(path: Path, stats: JsonlStats | None = None) -> Iterator[dict[str
             if not isinstance(obj, dict):
                 stats.bad_lines += 1
                 continue
-            obj = salvage.admit(_strip_blobs(obj), f"line {lineno}")
-            if obj is not None:  # None: left out of this import for a field it could not read
-                yield obj
+            yield lineno, _strip_blobs(obj)
     stats.partial_tail = last_bad_no_newline
 
 

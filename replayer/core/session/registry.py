@@ -24,7 +24,7 @@ import orjson
 from replayer.core.errors import FormatUnknown, ImportFailed, ReplayerError, did_you_mean
 from replayer.core.session import salvage
 from replayer.core.session.model import Session
-from replayer.core.session.reader import UTF8_BOM, check_readable_file, head_objects, loads
+from replayer.core.session.reader import UTF8_BOM, JsonlFile, check_readable_file, head_objects, loads
 
 HEAD_BYTES = 65536
 HEAD_OBJECTS = 20
@@ -36,6 +36,7 @@ class LoadOptions:
     images: str = "omit"  # omit | placeholder | keep
     session_id: str | None = None  # a database holding several sessions
     thread: str | None = None  # a subagent thread inside the file (a Claude Code 1.0.x sidechain's root uuid)
+    once: JsonlFile | None = None  # the file already parsed, for an importer that reads it whole (read_records)
 
 
 @dataclass(frozen=True)

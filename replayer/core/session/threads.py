@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from replayer.core.errors import ReplayerError
 from replayer.core.session import load_session
 from replayer.core.session.formats import claude_code, claude_wire, codex, opencode, qwen_code
 from replayer.core.session.model import Session
-from replayer.core.session.reader import iso_to_s, read_records
+from replayer.core.session.reader import JsonlFile, iso_to_s, read_records
 
 #: where each format's threads come from, for the notes
 SOURCE = {"file": "the per-agent files", "sidechain": "the sidechain records in the file",
@@ -46,21 +46,27 @@ class SubThread:
     times: Callable[[Session], list[float | None]]  # when each of its requests was sent, in order
 
 
-def sub_threads(s: Session, path: Path, images: str = "omit") -> list[SubThread]:
+def sub_threads(s: Session, path: Path, images: str = "omit", once: JsonlFile | None = None) -> list[SubThread]:
     """The session's other threads, in the order their agent started them (none for a format
-    that records none)."""
+    that records none). ``once``: the session's file as ``main_times`` reads it, so that its
+    sidechains and times parse it once between them (each per-agent file is parsed once too)."""
     if s.format == "claude-code":
-        out = [SubThread(f.stem, "file", _loader(f, "claude-code", images), lambda _s, f=f: request_times(f))
-               for f in subagent_files(path, s.session_id)]
+        out = []
+        for f in subagent_files(path, s.session_id):
+            own = JsonlFile(f)  # read by its load and its times
+            out.append(SubThread(f.stem, "file", _loader(f, "claude-code", images, once=own),
+                                 lambda _s, f=f, own=own: request_times(f, once=own)))
         if not s.stats.sidechain_records:  # the main import counted them: no second read without
             return out
+        once = once if once is not None else JsonlFile(path)
         try:
-            records, _, _ = read_records(path, "Claude Code")
+            records, _, _ = read_records(path, "Claude Code", once)
         except (ReplayerError, OSError):  # the main import read it; a file gone since has no sidechains
             return out
         for k, root in enumerate(claude_code.sidechains(records), 1):
-            out.append(SubThread(f"sidechain-{k}", "sidechain", _loader(path, "claude-code", images, thread=root),
-                                 lambda _s, root=root: request_times(path, root)))
+            out.append(SubThread(f"sidechain-{k}", "sidechain",
+                                 _loader(path, "claude-code", images, thread=root, once=once),
+                                 lambda _s, root=root: request_times(path, root, once)))
         return out
     if s.format == "opencode" and s.session_id:
         try:
@@ -92,10 +98,10 @@ def loaded(subs: list[SubThread], notes: list[str]) -> list[tuple[SubThread, Ses
     return out
 
 
-def main_times(s: Session, path: Path) -> list[float | None]:
-    """When each request of the main thread was sent, in order."""
+def main_times(s: Session, path: Path, once: JsonlFile | None = None) -> list[float | None]:
+    """When each request of the main thread was sent, in order (``once``: as for ``sub_threads``)."""
     if s.format == "claude-code":
-        return request_times(path)
+        return request_times(path, once=once)
     return message_times(s)
 
 
@@ -109,7 +115,7 @@ def message_times(s: Session) -> list[float | None]:
     return out
 
 
-def _loader(path: Path, fmt: str, images: str, **which: str) -> Callable[[], Session]:
+def _loader(path: Path, fmt: str, images: str, **which: Any) -> Callable[[], Session]:
     return lambda: load_session(path, fmt, images=images, **which)
 
 
@@ -132,13 +138,13 @@ def subagent_files(path: Path, session_id: str | None) -> list[Path]:
     return found
 
 
-def request_times(path: Path, sidechain: str | None = None) -> list[float | None]:
+def request_times(path: Path, sidechain: str | None = None, once: JsonlFile | None = None) -> list[float | None]:
     """When each request of a Claude Code file's own thread (or of its sidechain rooted at
     ``sidechain``) was sent, in order: Claude Code's own ``api-request`` records when it wrote
     them, else the time each API response began (its first record; the k-th is the reply to
     the k-th request). Either dates a request also when the messages are rebuilt from the wire
     records (which carry no times)."""
-    records, _, _ = read_records(path, "Claude Code")
+    records, _, _ = read_records(path, "Claude Code", once)
     if sidechain is not None:
         records = claude_code.sidechains(records).get(sidechain, [])
     sent = claude_wire.request_times(records)

@@ -248,13 +248,15 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
     time each was sent, each on its own thread. A subagent's last turn (its whole conversation,
     ending with its answer) was never sent: it is left out."""
     from replayer.core.session import threads
+    from replayer.core.session.reader import JsonlFile
 
-    subs = threads.sub_threads(s, path, images)
+    once = JsonlFile(path)  # the main file, parsed (if at all) once for its times and sidechains
+    subs = threads.sub_threads(s, path, images, once)
     if not subs:
         return turns
     keyed: list[tuple[float, int, Turn]] = []
     last = float("-inf")
-    for t, when in itertools.zip_longest(turns[:-1], threads.main_times(s, path)[:len(turns) - 1]):
+    for t, when in itertools.zip_longest(turns[:-1], threads.main_times(s, path, once)[:len(turns) - 1]):
         last = when if when is not None else last
         keyed.append((last, 0, t))
     untimed = 0

@@ -24,7 +24,7 @@ from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import (
     IMAGE_OMITTED, EarlierHistory, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
-from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
+from replayer.core.session.reader import JsonlFile, blob_size, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
 FORMAT = "claude-code"
@@ -55,12 +55,12 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def load(path: Path, *, images: str = "omit", thread: str | None = None) -> Session:
+def load(path: Path, *, images: str = "omit", thread: str | None = None, once: JsonlFile | None = None) -> Session:
     """Claude Code's resume, in stages: index the records, walk the active thread, gather each
     response's blocks and results from the whole thread, then turn the thread into messages.
     ``thread``: the root uuid of one of the file's sidechains (``sidechains``), read instead of
-    the main thread."""
-    records, stats, warnings = read_records(path, "Claude Code")
+    the main thread; ``once``: the file parsed already (its sidechains read it one by one)."""
+    records, stats, warnings = read_records(path, "Claude Code", once)
     if thread is not None:
         records = sidechains(records).get(thread)
         if records is None:
@@ -483,4 +483,4 @@ def detect_head(head: Head) -> float:
     return jsonl_confidence(head, detect, 0.9)
 
 
-IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images, thread=o.thread))
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images, thread=o.thread, once=o.once))
