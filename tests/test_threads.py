@@ -93,3 +93,26 @@ def test_why_each_thread_kept_or_lost_its_cache_in_every_output(log):
     # without a server setup the report has no why
     doc, out = _doc(log, None)
     assert "why" not in doc["runs"][0] and "thread main" not in out["text"]
+
+
+def test_every_turn_says_its_thread_in_the_json_and_the_markdown(log):
+    """A consumer of ``--json`` or the Markdown report sees which thread each request was (the
+    request stream's own ``thread`` field here): a thread switch reads as one without ``inspect``."""
+    threads = [b["thread"] for b in _stream()]
+    doc, out = _doc(log, None)
+    for r in json.loads(out["json"])["runs"]:
+        assert [t["thread"] for t in r["turns"]] == threads
+    rows = [line for line in out["md"].splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert "| turn | thread | A reused |" in out["md"]
+    assert [row.split("|")[2].strip() for row in rows] == threads
+
+
+def test_a_one_thread_session_has_no_thread_column(tmp_path):
+    from conftest import FIXTURES
+
+    prep = sr.prepare_session(FIXTURES / "pi/small-v3.jsonl", ReplayConfig())
+    runs = (sr.simulated_session_run(prep, "A"), sr.simulated_session_run(prep, "B"))
+    doc = sr.report(prep, *runs)
+    assert {t["thread"] for r in doc["runs"] for t in r["turns"]} == {"main"}
+    md = sr.session_report(doc, runs, "md").decode()
+    assert "| turn | A reused |" in md and "| thread |" not in md
