@@ -118,57 +118,72 @@ def read_server_log(path: str | Path) -> ServerLog:
         raise ImportFailed(f"{p} is not a file (give the server's --log-file, its stderr, or its --log-jsonl output)")
     if p.stat().st_size > MAX_LOG_BYTES:
         raise ImportFailed(f"{p} is over {MAX_LOG_BYTES >> 30} GiB: not read")
-    shapes: dict[str, int] = {}
-    by_task: dict[int, LoggedRequest] = {}
-    starts = 0
-    traced = False
     try:
         fh = open(p, "rb")
     except OSError as exc:
         raise ImportFailed(f"cannot read {p}: {exc.strerror or exc}") from None
     with fh:
-        for shape, line in text_lines(fh):
-            shapes[shape] = shapes.get(shape, 0) + 1
-            if _START.search(line):
-                starts += 1
-                by_task = {}  # a new run: its task ids start again, the folder is the last run's
-                continue
-            m = _TASK.search(strip_colour(line))
-            if m is None:
-                continue
-            slot, task, text = int(m.group(1)), int(m.group(2)), m.group(3)
-            req = by_task.get(task)
-            if req is None:
-                if not text.startswith("processing task"):
-                    continue  # a line of a task whose start is not in the log (or of no task: id -1)
-                req = by_task[task] = LoggedRequest(task, slot)
-            fact = parse_line(line)
-            if FULL_REPROCESS in text:
-                req.full_reprocess = True
-            if fact is None:
-                continue
-            if fact.kind == "new_prompt":
-                req.n_tokens, traced = fact.values[0], True
-            elif fact.kind == "batch_start":
-                traced = True
-                if req.cache_n is None:
-                    req.cache_n = fact.values[0]
-                req.batch_starts.append(fact.values[0])
-            elif fact.kind == "prompt_eval" and req.prompt_n is None:
-                req.prompt_ms, req.prompt_n = fact.values
-            elif fact.kind == "created":
-                req.checkpoints_created += 1
-            elif fact.kind == "erased":
-                req.checkpoints_erased += 1
-            elif fact.kind == "restored":
-                req.restored = True
-    log = ServerLog(p, max(shapes, key=lambda k: shapes[k]) if shapes else "text", starts=starts, traced=traced)
-    log.requests = [by_task[t] for t in sorted(by_task)]
+        log = read_lines(text_lines(fh), p)
     if not log.requests:
         raise ImportFailed(f"{p} holds no completion task of llama-server (no 'processing task' line)")
-    if starts > 1:
-        log.warnings.append(f"the server started {starts} times in {p.name}: its last run's tasks are read")
-    if not traced:
+    if log.starts > 1:
+        log.warnings.append(f"the server started {log.starts} times in {p.name}: its last run's tasks are read")
+    if not log.traced:
         log.warnings.append(f"{p.name} has no -lv 4 lines: the server's cache_n is not known (prompt_n and "
                             "prompt_ms are), run it with -lv 4 to see what it reused")
     return log
+
+
+def read_lines(lines: Iterable[tuple[str, str] | str], path: Path | None = None) -> ServerLog:
+    """The tasks of log lines already read: (shape, line) pairs as ``text_lines`` gives them, or
+    plain text lines (a running server's stderr, as the live engine keeps it)."""
+    shapes: dict[str, int] = {}
+    by_task: dict[int, LoggedRequest] = {}
+    starts = 0
+    traced = False
+    for item in lines:
+        shape, line = item if isinstance(item, tuple) else ("text", item)
+        shapes[shape] = shapes.get(shape, 0) + 1
+        if _START.search(line):
+            starts += 1
+            by_task, traced = {}, False  # a new run: its task ids start again, the folder is the last run's
+            continue
+        m = _TASK.search(strip_colour(line))
+        if m is None:
+            continue
+        slot, task, text = int(m.group(1)), int(m.group(2)), m.group(3)
+        req = by_task.get(task)
+        if req is None:
+            if not text.startswith("processing task"):
+                continue  # a line of a task whose start is not in the log (or of no task: id -1)
+            req = by_task[task] = LoggedRequest(task, slot)
+        if FULL_REPROCESS in text:
+            req.full_reprocess = True
+        traced = _fact(req, parse_line(line)) or traced
+    log = ServerLog(path or Path("-"), max(shapes, key=lambda k: shapes[k]) if shapes else "text", starts=starts,
+                    traced=traced)
+    log.requests = [by_task[t] for t in sorted(by_task)]
+    return log
+
+
+def _fact(req: LoggedRequest, fact) -> bool:
+    """Add one parsed line to its task; True for a trace (-lv 4) line."""
+    if fact is None:
+        return False
+    if fact.kind == "new_prompt":
+        req.n_tokens = fact.values[0]
+        return True
+    if fact.kind == "batch_start":
+        if req.cache_n is None:
+            req.cache_n = fact.values[0]
+        req.batch_starts.append(fact.values[0])
+        return True
+    if fact.kind == "prompt_eval" and req.prompt_n is None:
+        req.prompt_ms, req.prompt_n = fact.values
+    elif fact.kind == "created":
+        req.checkpoints_created += 1
+    elif fact.kind == "erased":
+        req.checkpoints_erased += 1
+    elif fact.kind == "restored":
+        req.restored = True
+    return False
