@@ -122,7 +122,7 @@ def _parse_replay(sub: Any) -> None:
                         "reasoning included, where the template drops it")
     add_options(p, ("backend", "gpu", "model", "tokenizer", "template"))
     _knobs(p)
-    add_options(p, ("server", "server_b", "server_log", "parallel_runs", "threads", "ctx_size", "timeout",
+    add_options(p, ("observed", "server", "server_b", "server_log", "parallel_runs", "threads", "ctx_size", "timeout",
                               "calibrate", "holdout", "repeat", "calibration"))
     p.add_argument("--speed", type=float_in(0, 1e9), default=None,
                    help="release simulated events in modelled time ÷ SPEED, 0 = instant "

@@ -58,6 +58,29 @@ def _calibrate_log(args: argparse.Namespace, cfg) -> int:
     return 0
 
 
+def _prompt_folder_checks(args: argparse.Namespace) -> None:
+    """A ``--log-prompts-dir`` folder is replayed turn by turn (it holds prompts, not a
+    conversation to resume), and ``--observed`` reads its server's log: both said in one line
+    before any run, the log read once here so that a bad one is refused first."""
+    from replayer.core.session import registry
+
+    try:
+        fmt = args.format or registry.detect(Path(args.session).expanduser())
+    except ReplayerError:
+        fmt = None  # the replay itself says what is wrong with the file
+    if fmt == "prompt-log" and args.mode != "session":
+        raise ReplayerError(f"{args.session} holds llama-server's prompts, not a conversation to resume: "
+                            "replay it with --mode session")
+    if args.observed is None:
+        return
+    if fmt != "prompt-log":
+        raise ReplayerError("--observed reads the server log of a --log-prompts-dir folder; "
+                            f"{args.session} is not one (a traffic log carries its own observed side)")
+    from replayer.core.record.server_log import read_server_log
+
+    read_server_log(args.observed)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from replayer.core.engine import events as ev
     from replayer.core.pipeline import Replay
@@ -76,6 +99,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.mode == "resume" and (args.freeze_system_prompt or args.keep_reasoning):
         flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
         raise ReplayerError(f"{flag} is a what-if of --mode session")
+    _prompt_folder_checks(args)
     if args.mode == "resume" and args.server_args is not None:
         raise ReplayerError("--server-args goes with --mode session (the resume is one request on one slot)")
     if args.screenshot and (args.json or args.jsonl or args.markdown):

@@ -61,6 +61,22 @@ def test_a_streams_final_chunk_gives_the_timings_and_slot(tmp_path):
     assert line["timings"] == TIMINGS and line["id_slot"] == 0
 
 
+def test_a_stream_longer_than_what_is_kept_still_gives_its_timings_and_every_event(tmp_path, monkeypatch):
+    """The proxy keeps a stream's chunks as they pass and reads them at its end; past
+    ``RESPONSE_KEEP`` bytes it keeps only the tail (where the final event is), counting the rest."""
+    from replayer.core.record import traffic_log
+
+    monkeypatch.setattr(traffic_log, "RESPONSE_KEEP", 1000)  # ~25 of the 400 token chunks
+    with upstream() as (url, script), proxy_to(url, tmp_path / "log.jsonl") as p:
+        script.n_chunks = 400
+        direct = httpx.post(f"{url}/v1/chat/completions", json={**CHAT, "stream": True}).content
+        via = httpx.post(f"{p.url}/v1/chat/completions", json={**CHAT, "stream": True}).content
+        [line] = p.wait_lines(1)
+    assert via == direct and len(via) > 10_000
+    assert line["timings"] == TIMINGS and line["id_slot"] == 0
+    assert line["response_events"] == 402 and line["response_bytes"] == len(via)
+
+
 def test_a_responses_stream_nests_its_timings_in_the_completed_event(tmp_path):
     with upstream() as (url, _), proxy_to(url, tmp_path / "log.jsonl") as p:
         httpx.post(f"{p.url}/v1/responses", json={"model": "m", "input": "hi", "stream": True})

@@ -172,8 +172,10 @@ def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it
     each agent on the slot holding its prompt (``get_available_slot``'s similarity), so both keep
     their cache. Build B's simulated server in the same setup (``--server-args``) picks the same
     slots: its reuse is the server's on every request. The same requests predicted on one slot
-    (``-np 1``) lose the cache at every switch: the slot choice is what makes the numbers agree."""
+    (``-np 1``) lose the cache at every switch: the slot choice is what makes the numbers agree.
+    And the slot it predicts is the one the server's log says it ran each request on."""
     from replayer.core.record.predict import Predictor
+    from replayer.core.record.server_log import read_lines
     from replayer.core.record.watch import Watch
     from replayer.core.server.help import help_for
     from replayer.core.server.setup import parse_server_args
@@ -214,5 +216,9 @@ def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it
     for r, th in zip(rows, threads):  # each agent stays on one slot, the two on different ones
         assert slot_of.setdefault(th, r.predicted_slot) == r.predicted_slot
     assert len(set(slot_of.values())) == 2
+    # the slot the server chose for each request: its -lv 4 log's "processing task" line (b9859's
+    # answers carry no id_slot), task by task in the order sent: the predicted slot, every time
+    observed = [r.slot for r in read_lines(server.all_lines).requests]
+    assert observed == [r.predicted_slot for r in rows]
     switched = [k for k in range(1, len(lines)) if threads[k] != threads[k - 1] and lines[k]["cache_n"] > 0]
     assert switched and all(on_one_slot[k].predicted.cache_n < lines[k]["cache_n"] for k in switched)

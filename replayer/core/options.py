@@ -171,6 +171,9 @@ OPTIONS: tuple[Option, ...] = (
     _o("--server", field="server", help="live: run A against this already running server (http://127.0.0.1:PORT)"),
     _o("--server-b", field="server_b", help="live: run B against this already running server"),
     _o("--server-log", field="server_log", help="live attach: follow run A's server --log-file (-lv 4) for checkpoints"),
+    _o("--observed", field="observed", metavar="SERVER.LOG", modes=frozenset({"session"}),
+       help="session of a --log-prompts-dir folder: the same server's log (-lv 4 --log-file, its stderr, or "
+            "--log-jsonl), read as what it did with each prompt"),
     _o("--parallel-runs", field="parallel_runs", flag=True, help="live: run A and B at the same time"),
     _o("--threads", field="threads", type=int_in(1, 1024),
        help="live: the servers' -t/-tb (default: llama-server's own, every core)"),

@@ -60,6 +60,7 @@ class ReplayConfig:
     server: str | None = None  # attach run A to this server
     server_b: str | None = None  # attach run B
     server_log: str | None = None  # run A's server log (-lv 4), for checkpoints in attach mode
+    observed: str | None = None  # a prompt folder's server log: the observed side (core/session_observed.py)
     ctx_size: int | None = None
     timeout: float = DEFAULT_TIMEOUT_S
     parallel_runs: bool = False

@@ -5,8 +5,12 @@ The log holds what the user's server did with every request (``cache_n``/``promp
 that is the truth the replay is measured against. The report gets an ``observed`` section —
 the server's totals, per request its numbers (with the turns), and per run on how many
 requests its ``cache_n`` is the server's and where it is not — and the text and Markdown
-reports show the same. Only a traffic log has this side; every other session's report is
-unchanged.
+reports show the same. A ``--log-prompts-dir`` folder has this side too when the same server's log is given
+(``replay FOLDER --mode session --observed SERVER.LOG``): ``record.server_log`` reads each
+completion task of the log (its slot, ``prompt_n`` and ``prompt_ms``, and with ``-lv 4`` its
+``cache_n``, prompt size, batches and checkpoints), the *k*-th task is the folder's *k*-th prompt,
+and the section has the same shape, with the log's batches and checkpoints per request. Every
+other session's report is unchanged.
 """
 
 from __future__ import annotations
@@ -17,21 +21,60 @@ from typing import Any
 from replayer.core.engine.slot_turns import SessionRun
 
 SOURCE_FORMAT = "traffic-log"
+PROMPT_FORMAT = "prompt-log"  # a --log-prompts-dir folder: observed only with its server's log
 MAX_LISTED = 20  # differing requests named in the text report (30 in Markdown)
 
 
 def observed_section(path: str | Path, fmt: str, runs: tuple[SessionRun, SessionRun],
-                     turns: bool = True) -> dict[str, Any] | None:
-    """The report's ``observed`` section of a traffic log's replay, None for any other session."""
+                     turns: bool = True, server_log: str | Path | None = None) -> dict[str, Any] | None:
+    """The report's ``observed`` section of a traffic log's replay, or of a prompt folder's with
+    its server's log; None for any other session."""
+    if fmt == PROMPT_FORMAT and server_log is not None:
+        return _from_server_log(Path(server_log), runs, turns)
     if fmt != SOURCE_FORMAT:
         return None
     from replayer.core.session.formats.recorded_traffic import read_traffic
 
     obs = read_traffic(Path(path).expanduser()).observed
+    return _section("the server's answers, as recorded by replayer record", obs, runs, turns)
+
+
+def observed_of_log(server_log: str | Path) -> tuple[list[Any], Any]:
+    """Each completion task of a server's log as an observed request (the traffic log's shape),
+    and the log itself (its batches, checkpoints and warnings)."""
+    from replayer.core.record.server_log import read_server_log
+    from replayer.core.session.formats.recorded_traffic import Observed
+
+    log = read_server_log(server_log)
+    obs = [Observed(k, "/completion", None, 200, r.timings, r.slot, r.cache_n, r.prompt_n)
+           for k, r in enumerate(log.requests)]
+    return obs, log
+
+
+def _from_server_log(server_log: Path, runs: tuple[SessionRun, SessionRun], turns: bool) -> dict[str, Any]:
+    """The section of a prompt folder's replay: the log's tasks matched to the prompts in order."""
+    obs, log = observed_of_log(server_log)
+    n_prompts = max(len(sr.turns) for sr in runs)
+    notes = list(log.warnings)
+    if len(obs) != n_prompts:
+        notes.append(f"the log holds {len(obs)} completion task(s) and the folder {n_prompts} prompt(s): "
+                     f"the first {min(len(obs), n_prompts)} are matched in order")
+    out = _section(f"the server's own log ({log.shape}), its tasks in order", obs[:n_prompts], runs, turns)
+    out["notes"] = notes
+    out["traced"] = log.traced
+    if turns:
+        for q, r in zip(out["requests"], log.requests):
+            q.update(task=r.task, n_tokens=r.n_tokens, batches=len(r.batch_starts),
+                     checkpoints_created=r.checkpoints_created, checkpoints_erased=r.checkpoints_erased,
+                     restored=r.restored, full_reprocess=r.full_reprocess)
+    return out
+
+
+def _section(source: str, obs: list[Any], runs: tuple[SessionRun, SessionRun], turns: bool) -> dict[str, Any]:
     timed = [o.timings["prompt_ms"] for o in obs
              if o.timings and isinstance(o.timings.get("prompt_ms"), (int, float))]
     out: dict[str, Any] = {
-        "source": "the server's answers, as recorded by replayer record",
+        "source": source,
         "n_requests": len(obs),
         "cache_n": sum(o.cache_n or 0 for o in obs), "prompt_n": sum(o.prompt_n or 0 for o in obs),
         "prompt_ms": round(sum(timed), 3), "timed_requests": len(timed),
@@ -71,7 +114,8 @@ def _agreement(obs: list, sr: SessionRun) -> dict[str, Any]:
 
 def _server_line(o: dict[str, Any]) -> str:
     timed = "" if o["timed_requests"] == o["n_requests"] else f" ({o['timed_requests']} of {o['n_requests']} timed)"
-    return (f"observed (the server, as recorded): reused {o['cache_n']:,}, processed {o['prompt_n']:,} tokens in "
+    what = "as its log says" if o["source"].startswith("the server's own log") else "as recorded"
+    return (f"observed (the server, {what}): reused {o['cache_n']:,}, processed {o['prompt_n']:,} tokens in "
             f"{o['prompt_ms'] / 1000:.2f} s{timed}")
 
 
@@ -91,7 +135,7 @@ def text_lines(doc: dict[str, Any]) -> list[str]:
     o = doc.get("observed")
     if not o:
         return []
-    lines = [_server_line(o)]
+    lines = [_server_line(o)] + [f"  note: {n}" for n in o.get("notes", [])]
     for ag in o["agreement"].values():
         lines.append(f"  {ag['label']}: cache_n as the server's on {ag['same_cache_n']}/{ag['compared']} requests "
                      f"(prompt tokens as it counted on {ag['same_prompt_tokens']}); {_times(o, ag)}")
@@ -107,6 +151,8 @@ def markdown_lines(doc: dict[str, Any]) -> list[str]:
            "| run | cache_n as the server's | prompt tokens as it counted | prompt time on the timed requests "
            "(server's) | requests that differ |",
            "|---|---:|---:|---:|---|"]
+    if o.get("notes"):
+        out[2:2] = ["", *(f"- {n}" for n in o["notes"])]
     for ag in o["agreement"].values():
         listed = ", ".join(str(d["turn"]) for d in ag["differ"][:30]) + (" …" if len(ag["differ"]) > 30 else "")
         out.append(f"| {ag['label']} | {ag['same_cache_n']}/{ag['compared']} | "

@@ -202,8 +202,9 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
     caveat = prep.turns.session.incomplete  # a verdict on part of the session says so
     doc = {"mode": "session", "session": prep.meta(),
            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""), "runs": runs}
-    observed = observed_section(prep.turns.session.path, prep.turns.session.format, (a, b), turns)
-    if observed is not None:  # a traffic log: what the server did, beside both runs
+    observed = observed_section(prep.turns.session.path, prep.turns.session.format, (a, b), turns,
+                                server_log=prep.config.observed)
+    if observed is not None:  # a traffic log, a prompt folder's server log: what the server did, beside both runs
         doc["observed"] = observed
     return doc
 

@@ -35,8 +35,9 @@ from replayer.core.record.traffic_log import prompt_counts
 from replayer.core.server_protocol import http_error
 
 #: the endpoints a turn is sent to as recorded, and each one's generation limit field
+#: (``/completion``: a prompt the server logged with --log-prompts-dir, sent as that text)
 MAX_TOKENS_FIELD = {"/v1/messages": "max_tokens", "/v1/responses": "max_output_tokens",
-                    "/responses": "max_output_tokens"}
+                    "/responses": "max_output_tokens", "/completion": "n_predict"}
 LOG_WAIT_S = 2.0  # the request's last log lines trail its answer a little
 
 
@@ -47,7 +48,8 @@ def is_wire(turn) -> bool:
 
 
 def wire_request(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The recorded body with one token to generate, not streamed, the prompt cache on."""
+    """The recorded body with one token to generate, not streamed, the prompt cache on (greedy:
+    ``temperature`` 0, which ``/completion`` reads as well)."""
     req = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     req[MAX_TOKENS_FIELD[endpoint]] = 1
     req.update(stream=False, temperature=0, cache_prompt=True)

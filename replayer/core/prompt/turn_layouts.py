@@ -182,6 +182,8 @@ def turn_layouts(turns: list[Turn], *, template: Template | None = None, tokeniz
 
 def _render(fam: int, t: Turn, tpl: Template, delims, tok: ExactTokenizer | None, build: Build,
             out: TurnLayouts) -> tuple[TurnPrompt, PromptLayout]:
+    if t.prompt is not None:  # the server logged the prompt itself (--log-prompts-dir): no template
+        return prompt_of_text(fam, t, t.prompt, tpl, delims, tok, build)
     text = templates.render(tpl, t.messages, t.tools, add_generation_prompt=True)
     out.renders += 1
     return prompt_of_text(fam, t, text, tpl, delims, tok, build)

@@ -385,7 +385,8 @@ class _Relay(asyncio.Protocol):
 
 class _Framing:
     """Where a response body ends: chunked (``length`` None), a length, or the close (-1).
-    Decoded bytes go to ``sink``; a chunk header costs one ``find`` and one ``int``."""
+    Decoded bytes go to ``sink``; a chunk header costs one ``find`` and one ``int``, and a piece
+    that is one whole chunk (what a streaming server writes per token) takes one slice."""
 
     def __init__(self, sink, length: int | None) -> None:
         self.sink = sink
@@ -406,6 +407,16 @@ class _Framing:
                 self.sink(take)
                 self.ended = self.left <= 0
             return
+        if self.state == "size" and not self.buf:  # the usual piece: exactly one whole chunk (a token)
+            j = data.find(b"\r\n", 0, 20)
+            if j > 0 and data.endswith(b"\r\n"):
+                try:
+                    size = int(data[:j], 16)  # (no extension: ";" makes int() fail, the loop reads it)
+                except ValueError:
+                    size = -1
+                if size > 0 and j + 2 + size + 2 == len(data):
+                    self.sink(data[j + 2:-2])
+                    return
         buf = self.buf + data if self.buf else data
         i, n = 0, len(buf)
         while i < n and not self.ended:

@@ -3,14 +3,16 @@
 A line holds the request exactly as the agent sent it (endpoint, parsed body, or its text
 when it is not JSON) and what the server answered that a replay needs as the observed
 truth: ``timings`` (cache_n, prompt_n, prompt_ms, predicted_ms), ``id_slot``, the status and
-any error. Streamed answers are read as they pass: only the SSE events that carry those
-fields are parsed, so the proxy never parses each token's chunk. Header values are never
+any error. A streamed answer's chunks are only kept as they pass (bounded: its last
+``RESPONSE_KEEP`` bytes) and read once it has ended: only the SSE events that carry those
+fields are parsed, and nothing is scanned per token's chunk on the proxy's path. Header values are never
 logged except a short list of harmless ones (no Authorization, x-api-key, cookies).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 import os
 import time
 from dataclasses import dataclass, field
@@ -107,9 +109,10 @@ class ResponseFacts:
     id_slot: int | None = None
     usage: dict[str, Any] | None = None
     error: str | None = None
-    _pending: bytes = b""
-    _kept: list[bytes] = field(default_factory=list)
+    _kept: deque[bytes] = field(default_factory=deque)
     _kept_n: int = 0
+    _events_dropped: int = 0  # "data:" events of the chunks a long stream dropped
+    _cut: bool = False  # the stream's head was dropped (RESPONSE_KEEP)
 
     def start(self, status: int, content_type: str) -> None:
         self.status = status
@@ -117,37 +120,46 @@ class ResponseFacts:
         self.stream = "text/event-stream" in self.content_type
 
     def feed(self, data: bytes) -> None:
-        """One piece of the decoded body. A stream's complete lines are looked at only when they
-        hold one of the fields kept (one ``in`` test per chunk, no parse per token)."""
+        """One piece of the decoded body, kept as it is: nothing is scanned or parsed per chunk (a
+        streamed token is one chunk, and this runs between the server's write and the next read).
+        ``finish`` reads what was kept; of a stream longer than ``RESPONSE_KEEP`` only its last
+        ``RESPONSE_KEEP`` bytes are kept (the fields kept come in its last events)."""
         self.n_bytes += len(data)
-        if not self.stream:
-            if self._kept_n + len(data) <= RESPONSE_KEEP:
-                self._kept.append(data)
+        if self.stream:
+            self._kept.append(data)
             self._kept_n += len(data)
+            if self._kept_n > RESPONSE_KEEP:
+                self._drop_oldest()
             return
-        buf = self._pending + data
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            self._pending = buf
-            return
-        done, self._pending = buf[:cut], buf[cut + 1:]
-        self.n_events += done.count(b"data:")
-        if any(m in done for m in _MARKERS):
-            for line in done.split(b"\n"):
-                if line.startswith(b"data:") and any(m in line for m in _MARKERS):
-                    self._take(line[5:].strip())
+        if self._kept_n + len(data) <= RESPONSE_KEEP:  # a larger answer is logged without its fields
+            self._kept.append(data)
+        self._kept_n += len(data)
+
+    def _drop_oldest(self) -> None:
+        """A long stream: forget its oldest chunks (their events counted first), keeping the tail."""
+        while self._kept_n > RESPONSE_KEEP and len(self._kept) > 1:
+            old = self._kept.popleft()
+            self._kept_n -= len(old)
+            self._events_dropped += old.count(b"data:")
+            self._cut = True
 
     def finish(self) -> None:
         if self.stream:
-            if self._pending.startswith(b"data:"):
-                self._take(self._pending[5:].strip())
-            self._pending = b""
+            raw = b"".join(self._kept)
+            self._kept, self._kept_n = deque(), 0
+            self.n_events = self._events_dropped + raw.count(b"data:")
+            lines = raw.split(b"\n")
+            if self._cut:
+                lines = lines[1:]  # the first kept chunk may start inside a line
+            for line in lines:
+                if line.startswith(b"data:") and any(m in line for m in _MARKERS):
+                    self._take(line[5:].strip())
             return
         if self._kept_n > RESPONSE_KEEP:
             self.error = self.error or f"response of {self._kept_n} bytes not read for timings"
             return
         raw = b"".join(self._kept)
-        self._kept = []
+        self._kept = deque()
         if not raw.strip():
             if self.status is not None and self.status >= 400:
                 self.error = f"HTTP {self.status} with an empty body"

@@ -49,12 +49,16 @@ class Turn:
     each holding their own list would make a long session quadratic in memory).
     ``messages`` and ``body`` build the turn's own when asked."""
 
-    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire", "thread")
+    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire", "thread", "prompt")
 
     def __init__(self, index: int, body: dict[str, Any], notes: list[str] | None = None,
                  prefix_of: int | None = None, *, n_messages: int | None = None,
-                 wire: tuple[str, dict[str, Any]] | None = None, thread: str | None = None) -> None:
+                 wire: tuple[str, dict[str, Any]] | None = None, thread: str | None = None,
+                 prompt: str | None = None) -> None:
         self.index = index
+        # the prompt text itself, when the server logged it (a --log-prompts-dir folder): laid out
+        # as it is, with no template and no messages, and sent live to /completion
+        self.prompt = prompt
         self.wire = wire  # (endpoint, body) as recorded, when not the chat body itself (a traffic log)
         self.thread = thread  # the thread an importer put it on (None: its body's field, else main)
         self.notes = notes if notes is not None else []
@@ -175,8 +179,15 @@ def turns_of_bodies(bodies: list[dict[str, Any]], wires: list | None = None) -> 
 def load_turns(path: str | Path, format: str | None = None, *, system_prompt: str | None = None,
                tools: str | None = None, images: str = "omit") -> SessionTurns:
     s = load_session(path, format, images=images)
-    req = request_from_files(s, system_prompt, tools)
     notes: list[str] = []
+    if s.format == "prompt-log":  # the server's own prompts: each one a turn, as it processed it
+        from replayer.core.session.formats.prompt_log import read_prompt_log
+
+        turns = [Turn(k, {"messages": []}, wire=("/completion", {"prompt": text}), prompt=text)
+                 for k, text in enumerate(read_prompt_log(Path(path).expanduser()).prompts)]
+        # no system prompt or tools to supply: the prompts hold them, rendered by the server
+        return SessionTurns(s, ChatRequest(body={"messages": [m.model_dump() for m in s.messages]}), turns, True)
+    req = request_from_files(s, system_prompt, tools)
     if s.format in ("chat-requests", "traffic-log"):  # logs of the requests as sent: the turns are the lines
         from replayer.core.session.formats import recorded_traffic, request_log
 
@@ -288,6 +299,8 @@ def session_threads(s: Session, request: ChatRequest, path: str | Path, images: 
     """Requests per thread, as ``load_turns`` would order them, without laying out the turns
     (what ``inspect`` shows): a request log's ``thread`` fields, else the main thread's turns
     and each subagent thread's sent requests (``threads.sub_threads``)."""
+    if s.format == "prompt-log":  # the server's prompts carry no thread: one a request, in order
+        return {MAIN: s.stats.entries_total}
     if s.format in ("chat-requests", "traffic-log"):
         from replayer.core.session.formats import recorded_traffic, request_log
 

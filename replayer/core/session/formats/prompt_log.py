@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from replayer.core.errors import ImportFailed
+from replayer.core.session.model import Message, Session
+from replayer.core.session.registry import Head, Importer
 
 NAME = re.compile(r"\d{12}\.txt")
 MAX_FILES = 100_000
@@ -78,3 +80,25 @@ def read_prompt_log(folder: str | Path) -> PromptLog:
         log.names.append(p.name)
         log.prompts.append(text)
     return log
+
+
+FORMAT = "prompt-log"
+
+
+def load(path: Path, *, images: str = "omit") -> Session:
+    """The folder as a session: its prompts are the turns (``session.turns`` lays them out as
+    they are, no template). The ``Session`` holds the last prompt as one user message, for
+    ``inspect`` and the listing; the resume mode refuses the folder (it is not a conversation)."""
+    log = read_prompt_log(path)
+    s = Session(format=FORMAT, path=str(path), title=f"{len(log.prompts)} prompts of llama-server",
+                messages=[Message(role="user", content=log.prompts[-1])])
+    s.stats.lines = s.stats.entries_total = len(log.prompts)
+    s.warnings.extend(log.warnings)
+    return s
+
+
+def detect_head(head: Head) -> float:
+    return 0.9 if head.is_dir and is_prompt_log(head.path) else 0.0
+
+
+IMPORTER = Importer(FORMAT, detect_head, lambda path, o: load(path, images=o.images))
