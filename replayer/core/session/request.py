@@ -38,6 +38,10 @@ class ChatRequest:
         return orjson.dumps(self.body, option=orjson.OPT_INDENT_2 if indent else 0)
 
 
+#: sessions of prompts as the server tokenized them (``--log-prompts-dir``): the system prompt is in
+#: their text, so nothing is missing to supply
+RENDERED_FORMATS = ("prompt-log",)
+
 def message_to_openai(m: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role}
     if isinstance(m.content, list):
@@ -121,7 +125,7 @@ def build_request(session: Session, *, system_prompt: str | None = None,
         msgs.append({"role": system_role or session.system_role, "content": sp})
         if first_is_system and system_prompt is not None:
             req.notes.append("the supplied system prompt replaces the stored one")
-    elif not first_is_system:
+    elif not first_is_system and session.format not in RENDERED_FORMATS:
         req.missing.append("system_prompt")
     body_msgs = [message_to_openai(m) for m in session.messages]
     if sp is not None and first_is_system:
