@@ -110,7 +110,10 @@ def _code_points(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, 
     cls[~wide] = _ASCII[cps[~wide]]
     uniq, inv = np.unique(cps[wide], return_inverse=True)
     cls[wide] = np.array([_class_of(chr(c)) for c in uniq.tolist()], dtype=np.int8)[inv]
-    nbytes = 1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000)
+    nbytes = wide.astype(np.uint8)  # 1 byte a character, not 8: summed in place by _prices
+    nbytes += 1
+    nbytes += cps >= 0x800
+    nbytes += cps >= 0x10000
     return cps, cls, nbytes, wide
 
 
@@ -247,7 +250,9 @@ def _prices(starts: np.ndarray, cps: np.ndarray, cls: np.ndarray, nbytes: np.nda
     if nbytes is None:
         ln = length
     else:
-        cb = np.concatenate(([0], np.cumsum(nbytes)))
+        cb = np.empty(n + 1, dtype=np.int64)  # the running sum written in place, not copied
+        cb[0] = 0
+        np.cumsum(nbytes, dtype=np.int64, out=cb[1:])
         ln = cb[ends] - cb[starts]
     # a piece led by one space is classed by what follows the space (" foo" is letters)
     second = cls[np.minimum(starts + 1, n - 1)]
@@ -257,9 +262,8 @@ def _prices(starts: np.ndarray, cps: np.ndarray, cls: np.ndarray, nbytes: np.nda
     white = pclass == 3
     white &= cls[ends - 1] >= S  # whitespace to the end; "\tfoo" is priced as punctuation
     pclass[(pclass == 3) & ~white] = 2
-    if wide is not None:
-        cw = np.concatenate(([0], np.cumsum(wide)))
-        pclass[((cw[ends] - cw[starts]) > 0) & ~white] = 4
+    if wide is not None:  # a non-ASCII character makes the piece's UTF-8 longer than its characters
+        pclass[(ln > length) & ~white] = 4
     table = price_table()
     price = table[pclass, np.minimum(ln, _MAX_LEN - 1)]
     long = ln >= _MAX_LEN
