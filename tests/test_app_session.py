@@ -17,7 +17,7 @@ from replayer.core.replay import ReplayConfig, demo_session_path
 from replayer.ui.app import ReplayerApp
 from replayer.ui.screens.session import SessionScreen, SessionSpec
 from replayer.ui.screens.setup import SetupScreen
-from replayer.ui.widgets.session_pane import counted
+from replayer.core.words import counted
 from replayer.ui.widgets.turn_strip import TurnStrip
 
 from conftest import REPO
@@ -379,5 +379,5 @@ async def test_the_setup_remembers_the_mode_in_the_saved_settings(changed_log):
 
 def test_the_turn_detail_counts_read_as_words():
     assert [counted(1, "checkpoint"), counted(2, "checkpoint"), counted(1, "batch"), counted(3, "batch"),
-            counted(0, "batch"), counted(1200, "checkpoint")] == \
-        ["1 checkpoint", "2 checkpoints", "1 batch", "3 batches", "0 batches", "1,200 checkpoints"]
+            counted(0, "batch"), counted(1200, "checkpoint"), counted(1, "turn"), counted(2, "turn")] == \
+        ["1 checkpoint", "2 checkpoints", "1 batch", "3 batches", "0 batches", "1,200 checkpoints", "1 turn", "2 turns"]

@@ -116,3 +116,10 @@ def test_a_one_thread_session_has_no_thread_column(tmp_path):
     assert {t["thread"] for r in doc["runs"] for t in r["turns"]} == {"main"}
     md = sr.session_report(doc, runs, "md").decode()
     assert "| turn | A reused |" in md and "| thread |" not in md
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"messages": [{"role": "user", "content": "Hello there"}]}) + "\n")
+    prep = sr.prepare_session(one, ReplayConfig())
+    runs = (sr.simulated_session_run(prep, "A"), sr.simulated_session_run(prep, "B"))
+    doc = sr.report(prep, *runs)
+    assert len(prep.turns.turns) == 1 and doc["verdict"].startswith("over 1 turn "), "one turn, not '1 turns'"
+    assert "session replay: 1 turn" in sr.session_report(doc, runs, "text").decode().splitlines()[0]

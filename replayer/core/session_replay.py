@@ -26,6 +26,7 @@ from replayer.core.runspec import DEFAULT_SESSION_CTX
 from replayer.core.session.turns import MAIN, SessionTurns, freeze_system_prompt, load_turns, thread_of
 from replayer.core.session_observed import markdown_lines as observed_markdown, observed_section
 from replayer.core.session_observed import text_lines as observed_text
+from replayer.core.words import counted
 
 __all__ = ["MODES", "SessionPrepared", "load_turns", "prepare_session", "report", "session_run",
            "session_events", "simulated_session_events", "simulated_session_run", "to_markdown", "to_text"]
@@ -173,7 +174,7 @@ def verdict(a: SessionRun, b: SessionRun) -> str:
     d_tok = slower.prompt_n - faster.prompt_n
     tokens = (f"re-processed {abs(d_tok):,} {'fewer' if d_tok > 0 else 'more'} tokens" if d_tok
               else "re-processed as many tokens")
-    text = (f"over {len(b.turns)} turns {faster.build} {tokens} and spent "
+    text = (f"over {counted(len(b.turns), 'turn')} {faster.build} {tokens} and spent "
             f"{(slower.prompt_ms - faster.prompt_ms) / 1000:.2f} s less in prompt processing than {slower.build}")
     causes = lost_by_cause(slower)
     if causes:
@@ -262,7 +263,7 @@ def _why_lines(r: dict[str, Any]) -> list[str]:
 
 
 def to_text(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> str:
-    lines = [f"session replay: {doc['session']['turns']} turns"
+    lines = [f"session replay: {counted(doc['session']['turns'], 'turn')}"
              + (f" (what-if: {', '.join(doc['session']['what_if'])})" if doc["session"]["what_if"] else "")]
     for r, sr in zip(doc["runs"], runs):
         lines.append(f"{r['label']}: reused {r['cache_n']:,}, processed {r['prompt_n']:,} tokens in "
@@ -289,7 +290,7 @@ def _md_header(doc: dict[str, Any], runs: tuple[SessionRun, SessionRun]) -> list
         f"## Session replay: {a.build} vs {b.build}", "",
         f"**{doc['verdict']}**", "",
         *([f"> **Warning:** {sess['incomplete']}", ""] if sess.get("incomplete") else []),
-        f"- session: `{sess['session']}` ({sess['format']}, {sess['turns']} turns"
+        f"- session: `{sess['session']}` ({sess['format']}, {counted(sess['turns'], 'turn')}"
         f"{'' if sess.get('turns_exact', True) else ', turn boundaries estimated'})",
         f"- engine: {a.engine or b.engine}"
         + "".join(f"; {k} = {v}" for k, v in settings.items() if v is not None),

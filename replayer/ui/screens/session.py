@@ -35,6 +35,7 @@ from replayer.core.replay import ReplayConfig
 from replayer.core.session import Session
 from replayer.core.pipeline import Replay
 from replayer.core.session_replay import SESSION_FORMATS, SessionPrepared, report, session_report, to_text
+from replayer.core.words import counted
 from replayer.ui.screens.replay import DRAIN_SLICE, ReplayScreen
 from replayer.ui.widgets.session_pane import SessionPane
 from replayer.ui.widgets.turn_strip import TurnStrip
@@ -158,7 +159,7 @@ class SessionScreen(ReplayScreen):
         super().show_state()
 
     def headline(self) -> str:
-        return f"{len(self.prep.turns.turns):,} turns" + "".join(
+        return counted(len(self.prep.turns.turns), "turn") + "".join(
             f" · what-if: {what_ifs.label(w)}" for w in self.prep.what_if)
 
     # -- the verdict ------------------------------------------------------------------------

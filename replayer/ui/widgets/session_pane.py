@@ -24,14 +24,10 @@ from replayer.core.engine.slot_turns import SessionRun, TurnFinished, TurnStarte
 from replayer.core.misses import lost_by_cause
 from replayer.core.session.turns import thread_of
 from replayer.core.session_replay import SessionFacts, SessionPrepared, miss_line
+from replayer.core.words import counted
 from replayer.ui.widgets.run_pane import Applied, FollowLog, RunPane
 from replayer.ui.widgets.timeline import Timeline
 from replayer.ui.widgets.turn_strip import CAUSE_MARKS, TurnStrip
-
-
-def counted(n: int, noun: str) -> str:
-    """``1 checkpoint``, ``2 checkpoints``, ``1 batch``, ``3 batches``: the turn detail is read as a sentence."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}{'es' if noun.endswith('ch') else 's'}"
 
 
 class SessionPane(RunPane):
