@@ -13,15 +13,9 @@ from replayer.core.prompt import gguf_index, gguf_kv, tokenizer_cache
 from replayer.core.prompt.gguf_tokenizer import GGUFTokenizer
 from replayer.core.tiny_models import make_tiny
 
-TEXT = "<|im_start|>user\nRead src/server.py and run the tests, then summarise ünïcode 123456.<|im_end|>\n"
+from test_tokenizer_cache import TEXT, cache  # noqa: F401  (the text and the fresh cache folder both tests use)
+
 TOKENS = "tokenizer.ggml.tokens"
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    d = tmp_path / "tok-cache"
-    monkeypatch.setenv("REPLAYER_TOKENIZER_CACHE", str(d))
-    return d
 
 
 @pytest.fixture
