@@ -11,7 +11,6 @@ user-defined tokens are parsed as single tokens, as the server does with
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +89,15 @@ class GGUFTokenizer:
         key = tokenizer_cache.key(kv, extra_specials)
         gguf_index.save(kv)  # after the key: the vocabulary's hash is kept with the walk
         self.from_cache = tokenizer_cache.entry(key).is_file()
-        self._ready: Future | None = None
         if self.from_cache and background:
-            # loading a cached 152k vocabulary is ~0.3 s of the tokenizers library; meanwhile the
-            # caller renders the template (in the sandbox's worker process): the two overlap
-            self._ready = _loader().submit(self._load_or_build, key, kv, extra_specials, progress)
+            # loading a cached 152k vocabulary is ~0.5 s of the tokenizers library, all of it
+            # holding the GIL: in a worker process it loads on another core while the caller
+            # imports, reads its session and renders (tokenizer_worker); a worker that cannot
+            # gives way to the in-process load, which rebuilds a damaged entry
+            from replayer.core.prompt.tokenizer_worker import RemoteTokenizer
+
+            self._tok: Any = RemoteTokenizer(tokenizer_cache.entry(key), lambda: self._load_or_build(
+                key, gguf_index.read(self.path), extra_specials, progress))
         else:
             self._tok = self._load_or_build(key, kv, extra_specials, progress)
 
@@ -108,15 +111,6 @@ class GGUFTokenizer:
             tokenizer_cache.store(key, tok)
             (progress or _silent)("ready", 4, 4)
         return tok
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "_tok":  # loading in the background: wait for it (its errors are raised here)
-            ready = self.__dict__.get("_ready")
-            if ready is None:
-                raise AttributeError(name)
-            self._tok = ready.result()
-            return self._tok
-        raise AttributeError(name)
 
     def _build(self, kv: Any, extra_specials: tuple[str, ...], progress: Progress) -> Any:
         from tokenizers import AddedToken
@@ -233,20 +227,10 @@ def needs_build(path: str, extra_specials: tuple[str, ...] = ()) -> bool:
         return False  # the load itself reports what is wrong with the file
 
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _loader() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gguf-tokenizer")
-    return _pool
-
-
 def load(path: str, extra_specials: tuple[str, ...] = (), progress: Progress | None = None,
          background: bool = True) -> GGUFTokenizer:
     """One tokenizer per GGUF and process (a progress callback does not make another). A cached
-    one loads in the background (``encode`` waits for it); a first build runs here."""
+    one loads in a worker process (``encode`` waits for it); a first build runs here."""
     key = (path, extra_specials)
     tok = _loaded.get(key)
     if tok is None:

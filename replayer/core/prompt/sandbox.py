@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import atexit
 import signal
-import struct
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 from replayer.core import children
+from replayer.core.frames import receive_frame, send_frame
 from replayer.core.errors import TemplateError
 from replayer.core.prompt import jinja_values
 
@@ -211,20 +211,6 @@ class _Worker:
                 raise TemplateError(f"the chat template's render process ended (exit status {code}, "
                                     "out of memory?)")
             return orjson.loads(reply)
-
-
-def send_frame(stream: BinaryIO, payload: bytes) -> None:
-    stream.write(struct.pack("<Q", len(payload)) + payload)
-    stream.flush()
-
-
-def receive_frame(stream: BinaryIO) -> bytes | None:
-    head = stream.read(8)
-    if len(head) < 8:
-        return None
-    (n,) = struct.unpack("<Q", head)
-    data = stream.read(n)
-    return data if len(data) == n else None
 
 
 _worker = _Worker()

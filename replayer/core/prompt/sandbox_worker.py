@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from replayer.core.prompt.sandbox import (HEADROOM_MIN, HEADROOM_PER_OUTPUT, READY, BudgetExceeded,
-                                          RaiseException, receive_frame, send_frame)
+from replayer.core.frames import receive_frame, send_frame
+from replayer.core.prompt.sandbox import HEADROOM_MIN, HEADROOM_PER_OUTPUT, READY, BudgetExceeded, RaiseException
 
 # -- the worker's side ---------------------------------------------------------------------
 
