@@ -67,3 +67,19 @@ def test_load_uses_the_worker_for_a_cached_vocabulary_only(cache, model):
     assert isinstance(second._tok, RemoteTokenizer) and second.encode(TEXT) == first.encode(TEXT)
     second._tok.stop()
     gguf_tokenizer._loaded.clear()
+
+
+def test_a_tokenizer_dropped_from_the_process_table_stops_its_worker(cache, model, tmp_path):
+    """``load`` keeps eight tokenizers a process; the ninth drops the oldest and its worker."""
+    gguf_tokenizer._loaded.clear()
+    GGUFTokenizer(model)  # the cache entry
+    first = gguf_tokenizer.load(str(model))
+    proc = first._tok._proc
+    for k in range(8):  # eight more entries under other keys (extra specials), each its own
+        gguf_tokenizer.load(str(model), extra_specials=(f"<extra{k}>",))
+    assert (str(model), ()) not in gguf_tokenizer._loaded and len(gguf_tokenizer._loaded) == 8
+    assert proc.poll() is not None, "the dropped tokenizer's worker stopped"
+    assert first.encode(TEXT) == GGUFTokenizer(model).encode(TEXT), "its holder goes on in-process"
+    for tok in gguf_tokenizer._loaded.values():
+        getattr(tok._tok, "stop", lambda: None)()
+    gguf_tokenizer._loaded.clear()

@@ -235,6 +235,9 @@ def load(path: str, extra_specials: tuple[str, ...] = (), progress: Progress | N
     tok = _loaded.get(key)
     if tok is None:
         if len(_loaded) >= 8:
-            _loaded.pop(next(iter(_loaded)))
+            oldest = _loaded.pop(next(iter(_loaded)))
+            stop = getattr(oldest.__dict__.get("_tok"), "stop", None)
+            if stop is not None:  # its worker process goes with it (a holder of it goes on in-process)
+                stop()
         tok = _loaded[key] = GGUFTokenizer(path, extra_specials, progress, background)
     return tok
