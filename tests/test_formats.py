@@ -16,7 +16,8 @@ from replayer.core.session import detect_format, load_session, registry
 
 from fuzzing import FIXTURES, check_detection, corpus, mutated_sessions
 
-EXPECTED = {"aider", "chat-requests", "claude-code", "cline", "codex", "llamacpp-webui", "openai", "opencode", "pi", "qwen-code", "sharegpt", "traffic-log"}
+EXPECTED = {"aider", "chat-requests", "claude-code", "cline", "codex", "llamacpp-webui", "openai", "opencode", "pi", "prompt-log", "qwen-code", "sharegpt",
+            "traffic-log"}
 
 
 def test_every_format_module_declares_an_importer():

@@ -145,3 +145,14 @@ def test_bad_uses_are_one_line_and_non_zero(folder, tmp_path):
     body.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}))
     other = _replay(str(body), "--mode", "session", "--observed", str(tmp_path / "junk.log"))
     assert other.returncode != 0 and "--log-prompts-dir" in other.stderr and "Traceback" not in other.stderr
+
+
+def test_inspect_counts_the_folders_prompts_and_misses_nothing(folder):
+    """Each prompt is a turn, and nothing is missing to supply: the system prompt is in the text."""
+    d, _ = folder
+    out = subprocess.run([sys.executable, "-m", "replayer.cli", "inspect", str(d), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert (info["format"], info["turns"], info["missing"]) == ("prompt-log", 2, [])
+    assert not [w for w in info["warnings"] if "does not store" in w]
