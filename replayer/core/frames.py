@@ -5,12 +5,24 @@ so that a worker's start pays for nothing it does not use."""
 from __future__ import annotations
 
 import struct
+import subprocess
+import threading
 from typing import BinaryIO
 
 
 def send_frame(stream: BinaryIO, payload: bytes) -> None:
     stream.write(struct.pack("<Q", len(payload)) + payload)
     stream.flush()
+
+
+def await_ready(proc: subprocess.Popen, ready: bytes, seconds: float) -> bool:
+    """Whether ``proc``'s first byte is ``ready``; a worker silent for ``seconds`` is killed."""
+    timer = threading.Timer(seconds, proc.kill)
+    timer.start()
+    try:
+        return proc.stdout.read(1) == ready
+    finally:
+        timer.cancel()
 
 
 def receive_frame(stream: BinaryIO) -> bytes | None:

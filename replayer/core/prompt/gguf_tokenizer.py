@@ -236,7 +236,7 @@ def load(path: str, extra_specials: tuple[str, ...] = (), progress: Progress | N
     if tok is None:
         if len(_loaded) >= 8:
             oldest = _loaded.pop(next(iter(_loaded)))
-            stop = getattr(oldest.__dict__.get("_tok"), "stop", None)
+            stop = getattr(oldest._tok, "stop", None)
             if stop is not None:  # its worker process goes with it (a holder of it goes on in-process)
                 stop()
         tok = _loaded[key] = GGUFTokenizer(path, extra_specials, progress, background)

@@ -30,7 +30,7 @@ import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 from replayer.core import children
-from replayer.core.frames import receive_frame, send_frame
+from replayer.core.frames import await_ready, receive_frame, send_frame
 from replayer.core.errors import TemplateError
 from replayer.core.prompt import jinja_values
 
@@ -151,13 +151,7 @@ class _Worker:
             # the next render paid a fresh worker's start)
             proc = children.spawn_tied([sys.executable, "-m", "replayer.core.prompt.sandbox_worker"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            timer = threading.Timer(_START_SECONDS, proc.kill)
-            timer.start()
-            try:
-                ready = proc.stdout.read(1) == READY
-            finally:
-                timer.cancel()
-            if not ready:
+            if not await_ready(proc, READY, _START_SECONDS):
                 proc.kill()
                 proc.wait()
                 raise TemplateError("the chat template's render process did not start")

@@ -18,11 +18,12 @@ import atexit
 import subprocess
 import sys
 import threading
+import weakref
 from array import array
 from pathlib import Path
 from typing import Any, Callable
 
-from replayer.core.frames import receive_frame, send_frame
+from replayer.core.frames import await_ready, receive_frame, send_frame
 
 READY = b"R"
 FAILED = b"F"
@@ -55,24 +56,15 @@ class RemoteTokenizer:
             self._proc: subprocess.Popen | None = children.spawn_tied(
                 [sys.executable, "-m", "replayer.core.prompt.tokenizer_worker", str(entry)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            _started.append(self)
+            _started.add(self)
         except OSError:
             self._proc = None
 
     def _worker(self) -> subprocess.Popen | None:
         """The worker once it has loaded, or None (then the in-process tokenizer is used)."""
         if self._ready is None:
-            proc = self._proc
-            ok = False
-            if proc is not None:
-                timer = threading.Timer(START_SECONDS, proc.kill)
-                timer.start()
-                try:
-                    ok = proc.stdout.read(1) == READY
-                finally:
-                    timer.cancel()
-            self._ready = ok
-            if not ok:
+            self._ready = self._proc is not None and await_ready(self._proc, READY, START_SECONDS)
+            if not self._ready:
                 self.stop()
         return self._proc if self._ready else None
 
@@ -100,12 +92,12 @@ class RemoteTokenizer:
             proc.wait()
 
 
-_started: list[RemoteTokenizer] = []
+_started: weakref.WeakSet[RemoteTokenizer] = weakref.WeakSet()  # stopped at exit, not kept alive by it
 
 
 @atexit.register
 def _stop_all() -> None:
-    for t in _started:
+    for t in list(_started):
         t.stop()
 
 

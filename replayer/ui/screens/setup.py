@@ -295,7 +295,7 @@ class SetupScreen(Screen):
                 screen = self.session_screen(cfg)  # an unknown server flag is the error line, as in the CLI
                 err.update("")
                 self.app.remember_options(chosen)
-                self.app.remember_server_args(self.query_one("#server-args", Input).value.strip() or None)
+                self.app.remember_server_args(screen.spec.server_args_typed)
                 self.app.push_screen(screen)
                 return
             prep = prepare(self.session.path, cfg, session=self.session)
