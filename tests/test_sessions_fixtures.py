@@ -73,6 +73,8 @@ def _cli(*args, **kw):
     (bytes(range(256)) * 20, "binary"),
     (b'{"hello": "world"}\n{"x": 1}\n', "cannot tell which agent"),
     (b"just some text\nand more\n", "cannot tell which agent"),
+    # a shared opencode.db as `sqlite3 .dump` text: say how to make it the database replayer reads
+    (b"PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\nCREATE TABLE `session` (`id` text);\n", "sqlite3 opencode.db <"),
 ])
 def test_bad_files_one_line_error(tmp_path, content, needle):
     f = tmp_path / "bad.jsonl"

@@ -11,8 +11,8 @@ untrusted data and must return 0 for anything they do not understand, never rais
 from __future__ import annotations
 
 import os
-
 import pkgutil
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import import_module
@@ -251,8 +251,15 @@ _DOC_FIELDS = ('"messages" (OpenAI body, llama.cpp web UI, Cline) or "conversati
                "a list of role-keyed objects")
 
 
+#: the first statements of an SQL text dump (``sqlite3 DB .dump``), such as a shared ``opencode.db``
+_SQL_DUMP = re.compile(r"\s*(?:--[^\n]*\n\s*)*(?:PRAGMA|BEGIN TRANSACTION|CREATE TABLE)\b", re.IGNORECASE)
+
+
 def _why_unknown(head: Head) -> str | None:
     """The field that would have told the format, named for the one-line refusal."""
+    if not head.looks_json and _SQL_DUMP.match(head.text):
+        return ("it is an SQL text dump, not a database; OpenCode's opencode.db is read as the database "
+                "itself: load the dump with `sqlite3 opencode.db < FILE` and give the .db")
     doc = head.doc
     what = "a JSON object"
     if isinstance(doc, list):
