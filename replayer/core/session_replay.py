@@ -192,7 +192,7 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
             for t in r["turns"]:
                 t["thread"] = threads[t["turn"]] if t["turn"] < len(threads) else MAIN
     if turns and prep.server_args is not None:  # why each thread kept or lost its cache (server.why)
-        from replayer.core.server.session import server_why
+        from replayer.core.server.session import price_fixes, server_why
 
         # a live run's why is the simulated server's on the prompts that server laid out; the
         # simulation reads the model's memory kind from its GGUF (the live config assumes checkpoints)
@@ -200,6 +200,9 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
         for r, run in zip(runs, ("A", "B")):
             r["why"] = server_why(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
                                   prep.n_ctx)
+            # the flags that would have kept the lost states, priced by the same simulation
+            r["fixes"] = price_fixes(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
+                                     prep.n_ctx, r["why"])
     caveat = prep.turns.session.incomplete  # a verdict on part of the session says so
     doc = {"mode": "session", "session": prep.meta(),
            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""), "runs": runs}
@@ -259,6 +262,9 @@ def _why_lines(r: dict[str, Any]) -> list[str]:
                 line += f"; lost {w['lost_tokens']:,} tokens: {w['cause']}"
                 line += f" (would keep it: {w['fix']})" if w.get("fix") else ""
             lines.append(line)
+    for fx in r.get("fixes") or ():
+        lines.append(f"with {fx['flag']}: {fx['prompt_n_with']:,} tokens processed instead of {fx['prompt_n']:,} "
+                     f"({fx['saved_tokens']:,} fewer; {fx['requests']} request(s) lost their state without it)")
     return lines
 
 
