@@ -128,17 +128,8 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
                           name if router is not None else "")
             wait_idle(server, first)
             mark = len(server.all_lines)
-            lines = server.all_lines[first:]
-            facts = read_request(lines)
-            timings = r.json().get("timings", {}) if r.status_code == 200 else {}
-            if "prompt_n" in timings:
-                cache_n, prompt_n = int(timings["cache_n"]), int(timings["prompt_n"])
-            elif facts.prompt_n is not None:
-                # a tiny random model's token can fail the reply's parser after the prefill: the log has the facts
-                prompt_n = facts.prompt_n
-                cache_n = p.n_tokens - prompt_n
-            else:
-                raise RunError(f"/v1/chat/completions: HTTP {r.status_code}: {r.text[:200]}")
+            facts = read_request(server.all_lines[first:])
+            cache_n, prompt_n = _counts(r, facts, p)
             out.prompts.append(p)
             out.requests.append(req)
             out.cache_n.append(cache_n)
@@ -149,6 +140,17 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
             raise RunError(f"llama-server died: {server.last_error()}")
         out.lines = list(server.all_lines)
     return out
+
+
+def _counts(r: httpx.Response, facts: LiveRequestFacts, p: TurnPrompt) -> tuple[int, int]:
+    """(cache_n, prompt_n) of an answer: its ``timings``, else the log's "prompt eval" line (a
+    tiny random model's token can fail the reply's parser after the prefill)."""
+    timings = r.json().get("timings", {}) if r.status_code == 200 else {}
+    if "prompt_n" in timings:
+        return int(timings["cache_n"]), int(timings["prompt_n"])
+    if facts.prompt_n is not None:
+        return p.n_tokens - facts.prompt_n, facts.prompt_n
+    raise RunError(f"/v1/chat/completions: HTTP {r.status_code}: {r.text[:200]}")
 
 
 def _status(server: LiveServer, client: httpx.Client, name: str) -> str | None:
