@@ -220,3 +220,46 @@ def test_every_build_has_both_flags(build):
 
     d = help_for(build).defaults
     assert d["sleep_idle_seconds"] == -1 and d["models_max"] == 4
+
+
+def _traffic_log(path: Path, bodies: list[dict], times: list[tuple[float, float]]) -> Path:
+    """A ``replayer record`` traffic log: each line's ``time`` (arrival) and ``t_total_ms``."""
+    import hashlib
+
+    lines = []
+    for k, (b, (sent, done)) in enumerate(zip(bodies, times)):
+        raw = json.dumps(b)
+        lines.append(json.dumps({"v": 1, "seq": k, "time": sent, "endpoint": "/v1/chat/completions", "body": b,
+                                 "body_sha256": hashlib.sha256(raw.encode()).hexdigest(), "status": 200,
+                                 "t_total_ms": (done - sent) * 1000, "thread": b.get("thread")}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_traffic_log_gives_exact_idle_times_and_the_report_names_the_sleep(tmp_path):
+    from replayer.core.session.turns import load_turns
+
+    times = _timed(2, 300.0, n=4, answer=3.0)
+    log = _traffic_log(tmp_path / "traffic.jsonl", _main(4), times)
+    st = load_turns(log)
+    assert st.session.format == "traffic-log" and [t.times for t in st.turns] == times
+    r = _cli("replay", str(log), "--mode", "session", "--server-args", "--sleep-idle-seconds 120", "--json")
+    assert r.returncode == 0, r.stderr
+    run = json.loads(r.stdout)["runs"][0]
+    why = {w["request"]: w for w in run["why"]}
+    assert why[2]["cause"] == "the server slept: idle 307.0 s ≥ --sleep-idle-seconds 120"
+    assert why[2]["fix"] == "--sleep-idle-seconds 308" and why[2]["lost_tokens"] > 0
+    assert [t["cache_n"] == 0 for t in run["turns"]] == [True, False, True, False]
+    assert run["fixes"][0]["flag"] == "--sleep-idle-seconds 308"
+    assert run["fixes"][0]["saved_tokens"] == why[2]["lost_tokens"]
+
+
+def test_an_imported_session_dates_its_requests_by_its_responses():
+    from replayer.core.session.threads import message_times
+    from replayer.core.session.turns import load_turns
+
+    st = load_turns(Path(__file__).parents[1] / "fixtures" / "claude-code" / "small.jsonl")
+    sent = message_times(st.session)
+    assert sent and all(isinstance(t, float) for t in sent)
+    assert [t.times for t in st.turns[:-1]] == [(s, None) for s in sent[:len(st.turns) - 1]]
+    assert st.turns[-1].times is None  # the resume request was never sent

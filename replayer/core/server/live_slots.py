@@ -109,7 +109,8 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
             if router is not None and _status(server, client, name) not in ("loaded", "sleeping"):
                 _load_model(server, client, name, request_timeout)  # unloaded by --models-max: load it first
             if name not in per_model:
-                st = ServerTokenizer(server.url, client) if router is None else _RouterTokenizer(server.url, client, name)
+                st = (ServerTokenizer(server.url, client) if router is None
+                      else _RouterTokenizer(server.url, client, name))
                 tpl = st.template()
                 out.n_ctx = out.n_ctx or st.n_ctx() or 0
                 per_model[name] = st, TurnLayouts([], tpl, templates.delimiters_for(tpl, build), "server", True)

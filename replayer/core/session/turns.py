@@ -206,6 +206,12 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
         earlier = earlier_turns(s, system_prompt, tools)
         turns, exact = chain_turns([*earlier, turns_of_request(req)]), False
         turns = _with_subagents(turns, s, Path(path).expanduser(), images, notes)
+        # one thread: each request dated by its response's own time (``threads.message_times``)
+        if not earlier and not req.compacted_prefix and all(t.times is None for t in turns):
+            from replayer.core.session.threads import message_times
+
+            for t, when in zip(turns[:-1], message_times(s)):
+                t.times = (when, None)
         if s.stats.compactions_applied:
             notes.append(_compaction_note(s, sum(map(len, earlier))))
         if kept := sum(1 for i in response_starts(req.messages) if 0 < i < req.compacted_prefix):
