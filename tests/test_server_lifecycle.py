@@ -251,6 +251,10 @@ def test_a_traffic_log_gives_exact_idle_times_and_the_report_names_the_sleep(tmp
     assert why[2]["fix"] == "--sleep-idle-seconds 308" and why[2]["lost_tokens"] > 0
     assert [t["cache_n"] == 0 for t in run["turns"]] == [True, False, True, False]
     assert run["fixes"][0]["flag"] == "--sleep-idle-seconds 308"
+    miss = run["turns"][2]  # the miss itself is named for what happened, not a checkpoint
+    assert miss["cause"] == "server_slept" and miss["lost_tokens"] == why[2]["lost_tokens"]
+    assert miss["detail"] == why[2]["cause"] + " (would keep it: --sleep-idle-seconds 308)"
+    assert all(t.get("cause") is None for k, t in enumerate(run["turns"]) if k != 2)
     assert run["fixes"][0]["saved_tokens"] == why[2]["lost_tokens"]
 
 

@@ -42,6 +42,8 @@ class SessionPrepared:
     n_ctx: int | None = None
     what_if: list[str] = field(default_factory=list)
     server_args: str | None = None  # the user's llama-server command line (``server.session``)
+    # per run: the turns before which the server slept or a router unloaded the model (``misses``)
+    restarts: dict[str, dict[int, tuple[str, str]]] = field(default_factory=dict)
 
     def meta(self) -> dict[str, Any]:
         s = self.turns.session
@@ -95,7 +97,8 @@ def _server_turns(prep: SessionPrepared, spec) -> Iterator | None:
     if prep.server_args is None:
         return None
     from replayer.core.server.session import server_slot_turns
-    return server_slot_turns(prep.server_args, spec, prep.layouts[spec.run].prompts, prep.config.model, prep.n_ctx)
+    return server_slot_turns(prep.server_args, spec, prep.layouts[spec.run].prompts, prep.config.model, prep.n_ctx,
+                             prep.restarts.setdefault(spec.run, {}))
 
 
 def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
@@ -147,7 +150,7 @@ class SessionFacts:
 
 def _explained(prep: SessionPrepared, run: str, sr: SessionRun, start: int = 0) -> SessionRun:
     lay = prep.layouts[run]
-    explain(sr, lay.prompts, lay.delimiters, start=start)
+    explain(sr, lay.prompts, lay.delimiters, start=start, restarts=prep.restarts.get(run))
     return sr
 
 
@@ -237,7 +240,7 @@ def miss_line(t) -> str:
         line += f" — {c['where']}: `{c['old_text'].strip()[:70]}` → `{c['new_text'].strip()[:70]}`"
     if c.get("checkpoint"):
         line += f" [{c['checkpoint']}]"
-    if c["cause"] == "thread_switch":
+    if c["cause"] in ("thread_switch", "server_slept", "model_unloaded"):
         line += f" — {c['detail']}"
     return line
 

@@ -68,11 +68,18 @@ def _server(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: s
 
 
 def server_slot_turns(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
-                      n_ctx: int | None) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool, int]]:
+                      n_ctx: int | None, restarts: dict[int, tuple[str, str]] | None = None
+                      ) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool, int]]:
     """Every turn through the user's server: (prompt, common prefix with the chosen slot,
-    its schedule — None when the prompt does not fit the slot — full re-processing, the slot)."""
+    its schedule — None when the prompt does not fit the slot — full re-processing, the slot).
+    ``restarts``: filled, turn by turn, with the turns before which the model's server started
+    over (turn index → (``slept`` / ``unloaded``, what happened)) — what ``misses`` names."""
     _, sim, requests = _server(server_args, spec, prompts, model, n_ctx)
+    if restarts is not None:
+        restarts.clear()
     for f, r in zip(sim.run(requests), requests):
+        if restarts is not None and f.lost_state:
+            restarts[r.prompt.index] = (f.lost_state, f"{f.lost_cause} (would keep it: {f.lost_fix})")
         yield r.prompt, f.common_prefix, f.schedule, f.full_reprocess, f.slot
 
 
