@@ -267,3 +267,26 @@ def test_an_imported_session_dates_its_requests_by_its_responses():
     assert sent and all(isinstance(t, float) for t in sent)
     assert [t.times for t in st.turns[:-1]] == [(s, None) for s in sent[:len(st.turns) - 1]]
     assert st.turns[-1].times is None  # the resume request was never sent
+
+
+def test_advise_prices_the_flag_that_keeps_the_state(tmp_path):
+    """``advise --mode session --server-args``: the user's server's time, and the sleep timeout
+    that keeps the state priced by the same simulation (the report's own fix)."""
+    log = _traffic_log(tmp_path / "traffic.jsonl", _main(4), _timed(2, 300.0, n=4, answer=3.0))
+    r = _cli("advise", str(log), "--mode", "session", "--server-args", "--sleep-idle-seconds 120 -np 2", "--json")
+    assert r.returncode == 0, r.stderr
+    srv = json.loads(r.stdout)["server"]
+    assert srv["server_args"] == "--sleep-idle-seconds 120 -np 2" and srv["lost"] > 0
+    (fix,) = srv["fixes"]
+    assert fix["flag"] == "--sleep-idle-seconds 308" and fix["requests"] == 1
+    assert fix["command"] == "llama-server -np 2 --sleep-idle-seconds 308"
+    assert fix["saving_ms"] > 0 and fix["prompt_n"] == srv["prompt_n"] - srv["lost"]
+    # the same flag in the replay: the saving is the report's own
+    args = fix["replayer_command"].split(" ", 1)[1]
+    import shlex
+
+    rep = _cli(*shlex.split(args))
+    assert rep.returncode == 0, rep.stderr
+    assert sum(t["prompt_n"] for t in json.loads(rep.stdout)["runs"][0]["turns"]) == fix["prompt_n"]
+    bad = _cli("advise", str(log), "--server-args", "-np 2")
+    assert bad.returncode != 0 and bad.stderr.strip() == "replayer: error: advise --server-args goes with --mode session"

@@ -24,7 +24,7 @@ from replayer.core.server.state_size import from_gguf
 from replayer.core.server.traffic import Request, requests_of
 
 __all__ = ["check_server_args", "server_context", "server_setup", "server_slot_turns", "server_why", "setup_notes",
-           "price_fixes"]
+           "fix_flags", "price_fixes"]
 
 #: the context of a server whose limit is unknown (no -c, no GGUF): larger than any prompt
 NO_LIMIT = 1 << 40
@@ -99,6 +99,17 @@ def server_why(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model
     return out
 
 
+def fix_flags(why: list[dict]) -> dict[str, tuple[int, int]]:
+    """The one-flag fixes the ``why`` entries name: flag → (the largest value asked, entries)."""
+    wanted: dict[str, tuple[int, int]] = {}
+    for w in why:
+        words = (w.get("fix") or "").split()
+        if len(words) == 2 and words[0].startswith("-") and words[1].lstrip("-").isdigit():
+            v, n = wanted.get(words[0], (int(words[1]), 0))
+            wanted[words[0]] = (max(v, int(words[1])), n + 1)
+    return wanted
+
+
 def price_fixes(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
                 n_ctx: int | None, why: list[dict]) -> list[dict]:
     """Each flag the ``why`` entries name as the one that would have kept a thread's state,
@@ -107,12 +118,7 @@ def price_fixes(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], mode
     one flag and a number (``-c larger, or --no-kv-unified``) is named, not priced."""
     from replayer.core.errors import ReplayerError
 
-    wanted: dict[str, tuple[int, int]] = {}  # flag → (value, entries asking for it)
-    for w in why:
-        words = (w.get("fix") or "").split()
-        if len(words) == 2 and words[0].startswith("-") and words[1].lstrip("-").isdigit():
-            v, n = wanted.get(words[0], (int(words[1]), 0))
-            wanted[words[0]] = (max(v, int(words[1])), n + 1)
+    wanted = fix_flags(why)
     if not wanted:
         return []
     base = _processed(server_args, spec, prompts, model, n_ctx)
