@@ -290,3 +290,23 @@ def test_advise_prices_the_flag_that_keeps_the_state(tmp_path):
     assert sum(t["prompt_n"] for t in json.loads(rep.stdout)["runs"][0]["turns"]) == fix["prompt_n"]
     bad = _cli("advise", str(log), "--server-args", "-np 2")
     assert bad.returncode != 0 and bad.stderr.strip() == "replayer: error: advise --server-args goes with --mode session"
+
+
+def test_the_notes_of_a_live_run_say_what_it_cannot_show():
+    """A live session replay sends the requests back to back on one plain server: the notes say
+    that it neither sleeps where the recorded pauses would nor unloads like a router."""
+    import dataclasses
+
+    from replayer.core.replay import ReplayConfig
+    from replayer.core.server.session import setup_notes
+
+    sim = ReplayConfig.seed(template="chatml")
+    live = dataclasses.replace(sim, engine="live")
+    turns = [r.prompt.turn for r in _two_models("abab")]
+    args = "--sleep-idle-seconds 0 --models-max 1"
+    on_sim, on_live = setup_notes(args, sim, turns), setup_notes(args, live, turns)
+    assert "router: 2 model(s) named by the requests (model-a, model-b), --models-max 1, LRU unload" in on_sim
+    assert [n for n in on_live if n not in on_sim] == [
+        "live: the requests are sent one after the other without the recorded pauses, so the real server does "
+        "not sleep between them where the simulation does",
+        "live: one llama-server, not a router: --models-max unloads are simulated only"]

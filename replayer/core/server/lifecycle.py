@@ -145,7 +145,7 @@ def life_notes(setup: ServerSetup, turns: list) -> list[str]:
         elif any(sent is not None and done is None for sent, done in times):
             out.append(f"--sleep-idle-seconds {sleep}: the file records when each request was sent, not when "
                        "its answer ended; idle time is counted from the previous request's send time")
-    if is_router(setup):
+    if is_router(setup) and turns:
         models = list(dict.fromkeys(model_of(t) for t in turns))
         limit = f"--models-max {setup.models_max}, LRU unload" if setup.models_max else "no --models-max limit"
         out.append(f"router: {len(models)} model(s) named by the requests "

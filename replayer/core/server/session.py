@@ -172,4 +172,13 @@ def setup_notes(text: str, config, turns: list | None = None) -> list[str]:
     notes.append(f"server: context {server_context(setup, config.ctx_size, gguf)[1]}")
     if setup.cache_ram_mib > 0 and gguf is None:
         notes.append("server: --cache-ram's limit is not simulated without a GGUF --model (state sizes unknown)")
-    return notes + life_notes(setup, turns or [])
+    notes += life_notes(setup, turns or [])
+    if getattr(config, "engine", "simulated") == "live":
+        from replayer.core.server.lifecycle import is_router
+
+        if setup.sleep_idle_seconds is not None and setup.sleep_idle_seconds >= 0:
+            notes.append("live: the requests are sent one after the other without the recorded pauses, so the real "
+                         "server does not sleep between them where the simulation does")
+        if is_router(setup):
+            notes.append("live: one llama-server, not a router: --models-max unloads are simulated only")
+    return notes
