@@ -16,8 +16,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
     if args.mode == "session":
         from replayer.core.advise_session import advise_session
 
-        adv = advise_session(args.session, settings.with_(b=args.a))
+        adv = advise_session(args.session, settings.with_(b=args.a), server_args=args.server_args)
     else:
+        if args.server_args is not None:
+            from replayer.core.errors import ReplayerError
+
+            raise ReplayerError("advise --server-args goes with --mode session")
         adv = advise.advise(args.session, settings.with_(b=args.a))
     if args.json:
         _json(adv.to_dict())
@@ -38,6 +42,21 @@ def cmd_advise(args: argparse.Namespace) -> int:
             lines.append(f"    trade-off: {r['tradeoff']}")
     if adv.no_effect:
         lines += ["", "no effect here:"] + [f"  {n['title']}: {n['reason']}" for n in adv.no_effect]
+    if adv.server is not None:
+        lines += _server_lines(adv.server)
     _out("\n".join(lines))
     return 0
 
+
+
+def _server_lines(srv: dict) -> list[str]:
+    """The user's own server: today's time through it, and each flag that keeps a lost state."""
+    out = ["", f"your server ({srv['server_args'] or 'its defaults'}): {srv['prompt_ms'] / 1000:,.1f} s, "
+               f"{srv['lost']:,} shared tokens lost between requests"]
+    if not srv["fixes"]:
+        out.append("  no flag would have kept a lost state")
+    for r in srv["fixes"]:
+        out.append(f"  {r['flag']}: {r['prompt_ms'] / 1000:,.1f} s, saves {r['saving_ms'] / 1000:,.1f} s "
+                   f"({r['saving_pct']}%, {r['requests']} request(s) lost their state without it)")
+        out.append(f"    {r['command']}")
+    return out

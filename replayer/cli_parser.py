@@ -180,6 +180,10 @@ def _parse_advise(sub: Any) -> None:
     p.add_argument("--mode", choices=["resume", "session"], default="resume",
                    help="resume: price the one cold prefill; session: replay every turn (prices the checkpoint "
                         "flags across turns and the client-side switches)")
+    p.add_argument("--server-args", default=None, metavar="ARGS|@FILE",
+                   help="session mode: today's llama-server command line (or @file); the flags that would have "
+                        "kept each thread's lost state (-np, --cache-ram, --sleep-idle-seconds, --models-max) "
+                        "are priced through it")
     p.add_argument("--json", action="store_true", help="print the recommendations as JSON")
     p.set_defaults(func=cmd_advise, engine="simulated", b="10001")
 

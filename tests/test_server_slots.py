@@ -169,10 +169,11 @@ def test_cli_session_replay_through_the_users_server(tmp_path):
     assert all(got[""][i] > 10 * max(1, got["-np 1 --cache-ram 0"][i]) for i in back)
     r = _cli("replay", str(log), "--mode", "session", "--server-args", "--port 9 -np 2")
     notes = [ln for ln in r.stdout.splitlines() if ln.startswith("note: ")]
-    assert r.returncode == 0 and notes[-3:] == [
+    assert r.returncode == 0 and notes[-4:] == [
         "note: server: -np 2 (per-slot KV), --cache-ram 8192 MiB, idle slots cached "
         "(b9859's defaults from b9859 llama-server --help)",
         "note: --port is replayer's own (it observes the server on 127.0.0.1 with -lv 4): dropped",
+        "note: server: context -c 0 without a GGUF: the model's training context is unknown, so no context limit",
         "note: server: --cache-ram's limit is not simulated without a GGUF --model (state sizes unknown)"]
     r = _cli("replay", str(log), "--server-args", "-np 2")
     assert r.returncode != 0 and "goes with --mode session" in r.stderr

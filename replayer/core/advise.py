@@ -214,11 +214,13 @@ class Advice:
     today: Outcome
     recommendations: list[dict] = field(default_factory=list)
     no_effect: list[dict] = field(default_factory=list)
+    server: dict | None = None  # session mode with the user's command line: its fixes (advise_session)
 
     def to_dict(self) -> dict:
         b = self.settings.build
         ch = changes.introducing(b.generation.value)
-        return {
+        extra = {"server": self.server} if self.server is not None else {}
+        return {**extra, 
             "session": self.session, "mode": self.mode, "build": b.label, "generation": b.generation.value,
             "generation_meaning": b.generation.label, "generation_pr": ch.pr if ch else None,
             "today": {"prompt_ms": _ms(self.today.prompt_ms), "batches": self.today.batches,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from replayer.core import advise
 from replayer.core.advise import Advice, Outcome, Settings
+from replayer.core.errors import ReplayerError
 from replayer.core.session.turns import SessionTurns
 from replayer.core.what_ifs import WHAT_IFS
 
@@ -82,10 +83,65 @@ class SessionEvaluator:
         return Outcome(run.prompt_ms, run.n_batches, len(run.created))
 
 
-def advise_session(path: str | Path, settings: Settings, turns: SessionTurns | None = None) -> Advice:
-    """``advise`` over every turn of the session; client rows say what to change in the agent."""
+def server_fixes(path: str | Path, settings: Settings, server_args: str, turns: SessionTurns | None = None
+                 ) -> dict:
+    """The user's own server (``--server-args``): today's modelled prompt time through its slots,
+    host cache, sleep and router unloads (``server.session``), and each flag that the report's
+    "why" names as the one that would have kept a lost state (``-np``, ``--cache-ram``,
+    ``--sleep-idle-seconds``, ``--models-max``) priced by the same simulation with it added."""
+    from replayer.core import session_replay as sr
+    from replayer.core.server.session import check_server_args, fix_flags, server_why
+
+    s = session_settings(settings)
+    cfg = dataclasses.replace(s.simulated_config(), b=s.config.a)
+    text = check_server_args(server_args, cfg)
+    prep = sr.prepare_session(path, cfg, turns=turns, n_ctx=s.ctx_size)
+    prep.server_args = text
+    today = sr.simulated_session_run(prep, "A")
+    why = server_why(text, sr.run_spec("A", cfg), prep.layouts["A"].prompts, cfg.model, prep.n_ctx)
+    rows = []
+    for flag, (value, n) in fix_flags(why).items():
+        args = _with_flag(text, flag, value)
+        prep.server_args = args
+        try:
+            run = sr.simulated_session_run(prep, "A")
+        except ReplayerError:  # a flag this build does not take
+            continue
+        saving = today.prompt_ms - run.prompt_ms
+        rows.append({"flag": f"{flag} {value}", "requests": n, "prompt_ms": round(run.prompt_ms, 1),
+                     "prompt_n": run.prompt_n, "saving_ms": round(saving, 1),
+                     "saving_pct": round(100 * saving / today.prompt_ms, 1) if today.prompt_ms else None,
+                     "command": f"llama-server {args}",
+                     "replayer_command": "replayer " + shlex.join(
+                         ["replay", str(path), "--mode", "session", "--server-args", args,
+                          "--a", str(s.config.a), "--b", str(s.config.a), "--model", s.config.model, "--json"])})
+    rows.sort(key=lambda r: r["prompt_ms"])
+    return {"server_args": text, "prompt_ms": round(today.prompt_ms, 1), "prompt_n": today.prompt_n,
+            "lost": sum(w["lost_tokens"] for w in why if w.get("cause")), "fixes": rows}
+
+
+def _with_flag(text: str, flag: str, value: int) -> str:
+    """The command line with ``flag value`` instead of any value it gave that flag."""
+    argv = shlex.split(text)
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == flag:
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return shlex.join([*out, flag, str(value)])
+
+
+def advise_session(path: str | Path, settings: Settings, turns: SessionTurns | None = None,
+                   server_args: str | None = None) -> Advice:
+    """``advise`` over every turn of the session; client rows say what to change in the agent.
+    ``server_args``: the user's own command line, whose lost states' flags are priced too
+    (``server_fixes``)."""
     s = session_settings(settings)
     adv = advise.advise(path, s, evaluator=SessionEvaluator(path, turns))
+    if server_args is not None:
+        adv.server = server_fixes(path, s, server_args, turns)
     by_title = {w.title: w for w in WHAT_IFS}
     for r in adv.recommendations:
         if r["side"] == "client" and r["title"] in by_title:

@@ -8,6 +8,10 @@ nothing — a subagent's own system prompt is not a change of the main thread's.
 checked in this order:
 
 - ``context_full``: the prompt does not fit the slot; the server refused it.
+- ``server_slept`` / ``model_unloaded`` (with ``--server-args``, ``server.lifecycle``): the
+  server slept after ``--sleep-idle-seconds`` of idleness, or a router stopped the model for
+  ``--models-max``, since the thread's previous request: every slot and the host cache started
+  over.
 - ``compaction``: the request holds fewer messages than the previous one — the history was
   replaced (a compaction, or a rewind).
 - ``template_dropped_reasoning``: the first change lies inside an earlier assistant message
@@ -35,7 +39,8 @@ from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
 from replayer.core.server.traffic import thread_of
 
 CAUSES = ("client_changed", "template_dropped_reasoning", "compaction", "no_usable_checkpoint", "context_full",
-          "thread_switch")
+          "thread_switch", "server_slept", "model_unloaded")
+_RESTART_CAUSES = {"slept": "server_slept", "unloaded": "model_unloaded"}
 _ROLE_NAMES = {"user": "user message", "assistant": "assistant message", "tool": "tool result", "system": "system prompt"}
 
 
@@ -98,10 +103,12 @@ def _checkpoint_detail(t: TurnRecord, change: int) -> str:
             f"keep too many positions for the window (pos_min not below the threshold)")
 
 
-def explain(run: SessionRun, prompts: list[TurnPrompt], delims: list[templates.Delimiter], start: int = 0) -> None:
+def explain(run: SessionRun, prompts: list[TurnPrompt], delims: list[templates.Delimiter], start: int = 0,
+            restarts: dict[int, tuple[str, str]] | None = None) -> None:
     """Attach a ``cause`` (and the first differing token, where any) to every missed turn, from
     ``run.turns[start]`` on (the app explains the turns that finished since its last repaint).
-    Each turn is compared with the previous request of its own thread."""
+    Each turn is compared with the previous request of its own thread. ``restarts``: the turns
+    before which the server started over (``server.session.server_slot_turns``)."""
     by_turn = {p.index: p for p in prompts}
     prev: dict[str, tuple[TurnPrompt, int, int]] = {}  # thread → (prompt, n_prompt, position in run.turns)
     for k, t in enumerate(run.turns[:start]):  # the turn each later one of its thread is compared with
@@ -120,7 +127,12 @@ def explain(run: SessionRun, prompts: list[TurnPrompt], delims: list[templates.D
             before, prev_n, at = prev[thread]
             ideal = min(prev_n, t.n_prompt - 1)
             lost = ideal - t.cache_n
-            if lost > 0:
+            if lost > 0 and restarts and t.turn in restarts:
+                kind, detail = restarts[t.turn]
+                t.cause = {"cause": _RESTART_CAUSES[kind], "detail": detail, "first_diff_token": None,
+                           "lost_tokens": lost,
+                           "lost_ms": round(t.prompt_ms * lost / t.prompt_n, 3) if t.prompt_n else 0.0}
+            elif lost > 0:
                 t.cause = _cause(t, before, p, ideal, lost, delims, _between(run, by_turn, at, k, thread))
         prev[thread] = (p, t.n_prompt, k)
 

@@ -59,7 +59,7 @@ class Replay:
                     from replayer.core.server.session import check_server_args, setup_notes
 
                     prep.server_args = check_server_args(self.server_args, self.config)
-                    prep.turns.notes.extend(setup_notes(prep.server_args, self.config))
+                    prep.turns.notes.extend(setup_notes(prep.server_args, self.config, prep.turns.turns))
                 self.prepared = prep
             else:
                 self.prepared = prepare(self.session, self.config)

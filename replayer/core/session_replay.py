@@ -42,6 +42,8 @@ class SessionPrepared:
     n_ctx: int | None = None
     what_if: list[str] = field(default_factory=list)
     server_args: str | None = None  # the user's llama-server command line (``server.session``)
+    # per run: the turns before which the server slept or a router unloaded the model (``misses``)
+    restarts: dict[str, dict[int, tuple[str, str]]] = field(default_factory=dict)
 
     def meta(self) -> dict[str, Any]:
         s = self.turns.session
@@ -95,7 +97,8 @@ def _server_turns(prep: SessionPrepared, spec) -> Iterator | None:
     if prep.server_args is None:
         return None
     from replayer.core.server.session import server_slot_turns
-    return server_slot_turns(prep.server_args, spec, prep.layouts[spec.run].prompts, prep.config.model, prep.n_ctx)
+    return server_slot_turns(prep.server_args, spec, prep.layouts[spec.run].prompts, prep.config.model, prep.n_ctx,
+                             prep.restarts.setdefault(spec.run, {}))
 
 
 def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
@@ -147,7 +150,7 @@ class SessionFacts:
 
 def _explained(prep: SessionPrepared, run: str, sr: SessionRun, start: int = 0) -> SessionRun:
     lay = prep.layouts[run]
-    explain(sr, lay.prompts, lay.delimiters, start=start)
+    explain(sr, lay.prompts, lay.delimiters, start=start, restarts=prep.restarts.get(run))
     return sr
 
 
@@ -192,7 +195,7 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
             for t in r["turns"]:
                 t["thread"] = threads[t["turn"]] if t["turn"] < len(threads) else MAIN
     if turns and prep.server_args is not None:  # why each thread kept or lost its cache (server.why)
-        from replayer.core.server.session import server_why
+        from replayer.core.server.session import price_fixes, server_why
 
         # a live run's why is the simulated server's on the prompts that server laid out; the
         # simulation reads the model's memory kind from its GGUF (the live config assumes checkpoints)
@@ -200,6 +203,9 @@ def report(prep: SessionPrepared, a: SessionRun, b: SessionRun, turns: bool = Tr
         for r, run in zip(runs, ("A", "B")):
             r["why"] = server_why(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
                                   prep.n_ctx)
+            # the flags that would have kept the lost states, priced by the same simulation
+            r["fixes"] = price_fixes(prep.server_args, run_spec(run, cfg), prep.layouts[run].prompts, cfg.model,
+                                     prep.n_ctx, r["why"])
     caveat = prep.turns.session.incomplete  # a verdict on part of the session says so
     doc = {"mode": "session", "session": prep.meta(),
            "verdict": verdict(a, b) + (f" (warning: {caveat})" if caveat else ""), "runs": runs}
@@ -234,7 +240,7 @@ def miss_line(t) -> str:
         line += f" — {c['where']}: `{c['old_text'].strip()[:70]}` → `{c['new_text'].strip()[:70]}`"
     if c.get("checkpoint"):
         line += f" [{c['checkpoint']}]"
-    if c["cause"] == "thread_switch":
+    if c["cause"] in ("thread_switch", "server_slept", "model_unloaded"):
         line += f" — {c['detail']}"
     return line
 
@@ -259,6 +265,9 @@ def _why_lines(r: dict[str, Any]) -> list[str]:
                 line += f"; lost {w['lost_tokens']:,} tokens: {w['cause']}"
                 line += f" (would keep it: {w['fix']})" if w.get("fix") else ""
             lines.append(line)
+    for fx in r.get("fixes") or ():
+        lines.append(f"with {fx['flag']}: {fx['prompt_n_with']:,} tokens processed instead of {fx['prompt_n']:,} "
+                     f"({fx['saved_tokens']:,} fewer; {fx['requests']} request(s) lost their state without it)")
     return lines
 
 

@@ -18,6 +18,7 @@ from replayer.core.engine.live_server import server_memory
 from replayer.core.engine.schedule import Knobs
 from replayer.core.hardware import gguf_model
 from replayer.core.server.help import help_for
+from replayer.core.server.lifecycle import ServerLife
 from replayer.core.server.live_slots import LiveRun, live_key, run_live, sim_key
 from replayer.core.server.setup import ServerSetup, from_preset, parse_server_args
 from replayer.core.server.slots import RequestFacts, ServerSim
@@ -49,18 +50,20 @@ def simulate_for(setup: ServerSetup, build: int, model: Path, live: LiveRun) -> 
                                 checkpoint_min_step=setup.checkpoint_min_step), live.lines)
     n_ctx_slot = live.n_ctx if setup.kv_unified else live.n_ctx // max(1, setup.n_parallel)
     knobs = dataclasses.replace(knobs, n_ctx=n_ctx_slot)
-    sim = ServerSim(setup, parse_build(build), knobs, from_gguf(gguf_model.read(model)), live.n_ctx)
-    return list(sim.run(live.requests))
+    sizes = from_gguf(gguf_model.read(model))
+    life = ServerLife(setup, lambda: ServerSim(setup, parse_build(build), knobs, sizes, live.n_ctx))
+    return list(life.run(live.requests))
 
 
 def agree(binary: Path, model: Path, build: int, args: str, bodies: list[dict],
-          preset: tuple[Path, str] | None = None) -> Agreement:
-    """``preset``: (INI, model section) — a router with that preset; ``args`` is then the router's command line."""
+          preset: tuple[Path, str] | None = None, pauses: list[float] | None = None) -> Agreement:
+    """``preset``: (INI, model section) — a router with that preset; ``args`` is then the router's
+    command line. ``pauses``: real seconds to wait before each request (``run_live``)."""
     h = help_for(build, binary=binary)
     setup = parse_server_args(args, h) if preset is None else from_preset(preset[0], h, model=preset[1],
                                                                           command_line=args)
     turns = [Turn(i, b) for i, b in enumerate(bodies)]
-    live = run_live(binary, model, setup, turns, parse_build(build), router=preset)
+    live = run_live(binary, model, setup, turns, parse_build(build), router=preset, pauses=pauses)
     sim = simulate_for(setup, build, model, live)
     out = Agreement(build, args, setup, live, sim)
     sizes = from_gguf(gguf_model.read(model))

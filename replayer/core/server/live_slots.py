@@ -79,14 +79,18 @@ class LiveRun:
     cache_n: list[int] = field(default_factory=list)
     prompt_n: list[int] = field(default_factory=list)
     slot: list[int] = field(default_factory=list)  # the slot the log says was selected
+    slept: list[bool] = field(default_factory=list)  # the log says the server slept since the previous request
     n_ctx: int = 0
     lines: list[str] = field(default_factory=list)
 
 
 def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: Build,
-             request_timeout: float = 300.0, router: tuple[Path, str] | None = None) -> LiveRun:
+             request_timeout: float = 300.0, router: tuple[Path, str] | None = None,
+             pauses: list[float] | None = None) -> LiveRun:
     """Every turn on one server, in order; the server stopped at the end whatever happens.
-    ``router``: (preset INI, model section) — a router started with the preset, asked for that model."""
+    ``router``: (preset INI, model section) — a router started with the preset, asked for that
+    model, or for the model a turn's body names. ``pauses``: seconds to wait before each turn
+    (real sleeps: what ``--sleep-idle-seconds`` acts on); each request's times are recorded."""
     out = LiveRun()
     opts = LiveOptions(binary=binary, model=model, request_timeout=request_timeout)
     server = SetupServer(opts, setup) if router is None else RouterServer(opts, setup, router[0])
@@ -96,31 +100,37 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
         server.wait_healthy(client)
         if router is not None:
             _load_model(server, client, router[1], request_timeout)
-        st = ServerTokenizer(server.url, client) if router is None else _RouterTokenizer(server.url, client, router[1])
-        tpl = st.template()
-        out.n_ctx = st.n_ctx() or 0
-        layouts = TurnLayouts([], tpl, templates.delimiters_for(tpl, build), "server", True)
-        for turn in turns:
+        per_model: dict[str, tuple[ServerTokenizer, TurnLayouts]] = {}  # a router's models: one each
+        mark = len(server.all_lines)
+        for k, turn in enumerate(turns):
+            if pauses and pauses[k] > 0:
+                time.sleep(pauses[k])
+            name = (turn.body or {}).get("model") or router[1] if router is not None else ""
+            if router is not None and _status(server, client, name) not in ("loaded", "sleeping"):
+                _load_model(server, client, name, request_timeout)  # unloaded by --models-max: load it first
+            if name not in per_model:
+                st = (ServerTokenizer(server.url, client) if router is None
+                      else _RouterTokenizer(server.url, client, name))
+                tpl = st.template()
+                out.n_ctx = out.n_ctx or st.n_ctx() or 0
+                per_model[name] = st, TurnLayouts([], tpl, templates.delimiters_for(tpl, build), "server", True)
+            st, layouts = per_model[name]
             p, _ = server_turn_prompt(turn, st, layouts, build)
-            req = Request(p, thread_of(turn), int((turn.body or {}).get("id_slot", -1)))
             first = len(server.all_lines)
+            out.slept.append(any("entering sleeping state" in ln for ln in server.all_lines[mark:first]))
             body = {**turn.body, "max_tokens": 1, "cache_prompt": True, "stream": False}
             if router is not None:
-                body["model"] = router[1]
+                body["model"] = name
             body.pop("thread", None)
+            sent = time.monotonic()
             r = client.post(server.url + "/v1/chat/completions", json=body)
+            done = time.monotonic()
+            req = Request(p, thread_of(turn), int((turn.body or {}).get("id_slot", -1)), sent, done,
+                          name if router is not None else "")
             wait_idle(server, first)
-            lines = server.all_lines[first:]
-            facts = read_request(lines)
-            timings = r.json().get("timings", {}) if r.status_code == 200 else {}
-            if "prompt_n" in timings:
-                cache_n, prompt_n = int(timings["cache_n"]), int(timings["prompt_n"])
-            elif facts.prompt_n is not None:
-                # a tiny random model's token can fail the reply's parser after the prefill: the log has the facts
-                prompt_n = facts.prompt_n
-                cache_n = p.n_tokens - prompt_n
-            else:
-                raise RunError(f"/v1/chat/completions: HTTP {r.status_code}: {r.text[:200]}")
+            mark = len(server.all_lines)
+            facts = read_request(server.all_lines[first:])
+            cache_n, prompt_n = _counts(r, facts, p)
             out.prompts.append(p)
             out.requests.append(req)
             out.cache_n.append(cache_n)
@@ -133,6 +143,23 @@ def run_live(binary: Path, model: Path, setup: ServerSetup, turns: list, build: 
     return out
 
 
+def _counts(r: httpx.Response, facts: LiveRequestFacts, p: TurnPrompt) -> tuple[int, int]:
+    """(cache_n, prompt_n) of an answer: its ``timings``, else the log's "prompt eval" line (a
+    tiny random model's token can fail the reply's parser after the prefill)."""
+    timings = r.json().get("timings", {}) if r.status_code == 200 else {}
+    if "prompt_n" in timings:
+        return int(timings["cache_n"]), int(timings["prompt_n"])
+    if facts.prompt_n is not None:
+        return p.n_tokens - facts.prompt_n, facts.prompt_n
+    raise RunError(f"/v1/chat/completions: HTTP {r.status_code}: {r.text[:200]}")
+
+
+def _status(server: LiveServer, client: httpx.Client, name: str) -> str | None:
+    """A router's model's status in ``GET /models`` (loaded, loading, unloaded, sleeping)."""
+    models = client.get(server.url + "/models").json().get("data", [])
+    return next((m.get("status", {}).get("value") for m in models if m.get("id") == name), None)
+
+
 def _load_model(server: LiveServer, client: httpx.Client, name: str, timeout: float) -> None:
     """A router's ``POST /models/load``, then ``GET /models`` until the model says loaded (a call
     proxied to a child still loading can be dropped)."""
@@ -143,8 +170,7 @@ def _load_model(server: LiveServer, client: httpx.Client, name: str, timeout: fl
     while time.monotonic() < end:
         if not server.alive():
             raise RunError(f"router died: {server.last_error()}")
-        models = client.get(server.url + "/models").json().get("data", [])
-        state = next((m.get("status", {}).get("value") for m in models if m.get("id") == name), None)
+        state = _status(server, client, name)
         if state == "loaded":
             return
         if state is None:

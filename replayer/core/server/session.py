@@ -16,15 +16,18 @@ from replayer.core.engine.schedule import Schedule
 from replayer.core.engine.simulate import RunSpec
 from replayer.core.hardware import gguf_model
 from replayer.core.prompt.turn_layouts import TurnPrompt
-from replayer.core.runspec import DEFAULT_SESSION_CTX
 from replayer.core.server.help import help_for
+from replayer.core.server.lifecycle import ServerLife, life_notes
 from replayer.core.server.setup import ServerSetup, parse_server_args
 from replayer.core.server.slots import ServerSim
 from replayer.core.server.state_size import from_gguf
 from replayer.core.server.traffic import Request, requests_of
 
-__all__ = ["check_server_args", "server_setup", "server_slot_turns", "server_why", "setup_notes"]
+__all__ = ["check_server_args", "server_context", "server_setup", "server_slot_turns", "server_why", "setup_notes",
+           "fix_flags", "price_fixes"]
 
+#: the context of a server whose limit is unknown (no -c, no GGUF): larger than any prompt
+NO_LIMIT = 1 << 40
 _KNOBS = {"n_batch": "n_batch", "n_ubatch": "n_ubatch", "n_ctx_checkpoints": "n_ctx_checkpoints",
           "checkpoint_min_step": "checkpoint_min_step"}
 
@@ -39,22 +42,44 @@ def setup_knobs(setup: ServerSetup, knobs, **extra):
     return dataclasses.replace(knobs, **extra, **{k: setup.given[g] for g, k in _KNOBS.items() if g in setup.given})
 
 
+def server_context(setup: ServerSetup, n_ctx: int | None, gguf) -> tuple[int | None, str]:
+    """The server's whole context and where it comes from: the command line's ``-c``, else
+    replayer's ``--ctx-size``, else what llama-server's own ``-c 0`` means — the model's training
+    context, read from the GGUF; without a GGUF, no limit (None), as the one-slot replay."""
+    if setup.n_ctx:
+        return setup.n_ctx, f"-c {setup.n_ctx} (the command line)"
+    if n_ctx:
+        return n_ctx, f"--ctx-size {n_ctx}"
+    if gguf is not None and gguf.n_ctx_train:
+        return gguf.n_ctx_train, f"-c 0: the model's training context, {gguf.n_ctx_train}"
+    return None, "-c 0 without a GGUF: the model's training context is unknown, so no context limit"
+
+
 def _server(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
-            n_ctx: int | None) -> tuple[ServerSetup, ServerSim, list[Request]]:
+            n_ctx: int | None) -> tuple[ServerSetup, ServerLife, list[Request]]:
     setup = server_setup(server_args, spec)
     gguf = gguf_model.read(model) if model and gguf_model.is_gguf_path(model) else None
-    total = setup.n_ctx or n_ctx or (gguf.n_ctx_train if gguf else DEFAULT_SESSION_CTX)
-    per_slot = total if setup.kv_unified else total // max(1, setup.n_parallel)
+    total, _ = server_context(setup, n_ctx, gguf)
+    per_slot = None if total is None else total if setup.kv_unified else total // max(1, setup.n_parallel)
     knobs = setup_knobs(setup, spec.knobs, n_ctx=per_slot)
-    return setup, ServerSim(setup, spec.build, knobs, from_gguf(gguf) if gguf else None, total), requests_of(prompts)
+    sizes = from_gguf(gguf) if gguf else None
+    life = ServerLife(setup, lambda: ServerSim(setup, spec.build, knobs, sizes, total or NO_LIMIT))
+    return setup, life, requests_of(prompts)
 
 
 def server_slot_turns(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
-                      n_ctx: int | None) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool, int]]:
+                      n_ctx: int | None, restarts: dict[int, tuple[str, str]] | None = None
+                      ) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool, int]]:
     """Every turn through the user's server: (prompt, common prefix with the chosen slot,
-    its schedule — None when the prompt does not fit the slot — full re-processing, the slot)."""
+    its schedule — None when the prompt does not fit the slot — full re-processing, the slot).
+    ``restarts``: filled, turn by turn, with the turns before which the model's server started
+    over (turn index → (``slept`` / ``unloaded``, what happened)) — what ``misses`` names."""
     _, sim, requests = _server(server_args, spec, prompts, model, n_ctx)
+    if restarts is not None:
+        restarts.clear()
     for f, r in zip(sim.run(requests), requests):
+        if restarts is not None and f.lost_state:
+            restarts[r.prompt.index] = (f.lost_state, f"{f.lost_cause} (would keep it: {f.lost_fix})")
         yield r.prompt, f.common_prefix, f.schedule, f.full_reprocess, f.slot
 
 
@@ -72,6 +97,46 @@ def server_why(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model
         if w is not None:
             out.append({**w.to_dict(), "request": r.prompt.index, "slot": f.slot})
     return out
+
+
+def fix_flags(why: list[dict]) -> dict[str, tuple[int, int]]:
+    """The one-flag fixes the ``why`` entries name: flag → (the largest value asked, entries)."""
+    wanted: dict[str, tuple[int, int]] = {}
+    for w in why:
+        words = (w.get("fix") or "").split()
+        if len(words) == 2 and words[0].startswith("-") and words[1].lstrip("-").isdigit():
+            v, n = wanted.get(words[0], (int(words[1]), 0))
+            wanted[words[0]] = (max(v, int(words[1])), n + 1)
+    return wanted
+
+
+def price_fixes(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
+                n_ctx: int | None, why: list[dict]) -> list[dict]:
+    """Each flag the ``why`` entries name as the one that would have kept a thread's state,
+    priced by the same simulation: the stream's re-processed tokens with it added to the
+    command line (the largest value any entry asks for), against without. A fix that is not
+    one flag and a number (``-c larger, or --no-kv-unified``) is named, not priced."""
+    from replayer.core.errors import ReplayerError
+
+    wanted = fix_flags(why)
+    if not wanted:
+        return []
+    base = _processed(server_args, spec, prompts, model, n_ctx)
+    out = []
+    for flag, (value, n) in wanted.items():
+        try:
+            with_it = _processed(f"{server_args} {flag} {value}", spec, prompts, model, n_ctx)
+        except ReplayerError:  # a flag this build does not take
+            continue
+        out.append({"flag": f"{flag} {value}", "requests": n, "prompt_n": base, "prompt_n_with": with_it,
+                    "saved_tokens": base - with_it})
+    return sorted(out, key=lambda d: -d["saved_tokens"])
+
+
+def _processed(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
+               n_ctx: int | None) -> int:
+    _, life, requests = _server(server_args, spec, prompts, model, n_ctx)
+    return sum(f.prompt_n for f in life.run(requests))
 
 
 def check_server_args(text: str, config) -> str:
@@ -95,13 +160,25 @@ def check_server_args(text: str, config) -> str:
     return text
 
 
-def setup_notes(text: str, config) -> list[str]:
-    """What the report should say about the setup: the flags dropped, and a host-cache limit
-    that cannot be priced without the model's state sizes (no GGUF)."""
+def setup_notes(text: str, config, turns: list | None = None) -> list[str]:
+    """What the report should say about the setup: the flags dropped, the context assumed, a
+    host-cache limit that cannot be priced without the model's state sizes (no GGUF), and
+    what sleep and a router's unloads can be simulated from (``turns``: their times, models)."""
     from replayer.core.replay import run_spec
 
     setup = server_setup(text, run_spec("A", config))
     notes = [f"server: {setup.label()} (b{setup.build}'s defaults from {setup.help_source})", *setup.notes]
-    if setup.cache_ram_mib > 0 and not (config.model and gguf_model.is_gguf_path(config.model)):
+    gguf = gguf_model.read(config.model) if config.model and gguf_model.is_gguf_path(config.model) else None
+    notes.append(f"server: context {server_context(setup, config.ctx_size, gguf)[1]}")
+    if setup.cache_ram_mib > 0 and gguf is None:
         notes.append("server: --cache-ram's limit is not simulated without a GGUF --model (state sizes unknown)")
+    notes += life_notes(setup, turns or [])
+    if getattr(config, "engine", "simulated") == "live":
+        from replayer.core.server.lifecycle import is_router
+
+        if setup.sleep_idle_seconds is not None and setup.sleep_idle_seconds >= 0:
+            notes.append("live: the requests are sent one after the other without the recorded pauses, so the real "
+                         "server does not sleep between them where the simulation does")
+        if is_router(setup):
+            notes.append("live: one llama-server, not a router: --models-max unloads are simulated only")
     return notes

@@ -110,6 +110,10 @@ class RequestFacts:
     full_reprocess: bool = False
     schedule: Schedule | None = None
     error: str | None = None
+    lost_state: str = ""  # "slept" / "unloaded": the model's server started over before it (``lifecycle``)
+    idle_s: float | None = None  # seconds the model had no task before it (None: not recorded)
+    lost_cause: str = ""  # with ``lost_state``: what happened, and the flag that would have kept the state
+    lost_fix: str = ""
 
     @property
     def loaded(self) -> CacheEvent | None:
@@ -125,6 +129,8 @@ class RequestFacts:
              "checkpoint_restored": s.restored.n_tokens if s and s.restored else None}
         if self.error:
             d["error"] = self.error
+        if self.lost_state:
+            d["lost_state"], d["lost_cause"], d["lost_fix"] = self.lost_state, self.lost_cause, self.lost_fix
         return d
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from replayer.core.prompt.turn_layouts import TurnPrompt
 from replayer.core.session.turns import MAIN, thread_of
 
-__all__ = ["Request", "MAIN", "requests_of", "thread_of", "thread_counts"]
+__all__ = ["Request", "MAIN", "model_of", "requests_of", "thread_of", "thread_counts"]
 
 
 
@@ -23,6 +23,9 @@ class Request:
     prompt: TurnPrompt
     thread: str = MAIN
     id_slot: int = -1  # the body's ``id_slot`` (-1: the server chooses)
+    sent: float | None = None  # when it reached the server (seconds; None: the file does not say)
+    done: float | None = None  # when its answer was complete (None: not recorded)
+    model: str = ""  # the body's ``model``: which of a router's models serves it
 
 
 def _id_slot(turn) -> int:
@@ -31,9 +34,21 @@ def _id_slot(turn) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else -1
 
 
+def model_of(turn) -> str:
+    """The body's ``model`` (a router serves each request by it; "" when none)."""
+    body = getattr(turn, "_body", None) or {}
+    v = body.get("model") if isinstance(body, dict) else None
+    return v if isinstance(v, str) else ""
+
+
 def requests_of(prompts: list[TurnPrompt]) -> list[Request]:
-    """Each turn prompt as a request on its thread, in the recorded order."""
-    return [Request(p, thread_of(p.turn), _id_slot(p.turn)) for p in prompts]
+    """Each turn prompt as a request on its thread, in the recorded order, with the times and
+    the model its file records."""
+    out = []
+    for p in prompts:
+        sent, done = getattr(p.turn, "times", None) or (None, None)
+        out.append(Request(p, thread_of(p.turn), _id_slot(p.turn), sent, done, model_of(p.turn)))
+    return out
 
 
 def thread_counts(requests: list[Request]) -> dict[str, int]:

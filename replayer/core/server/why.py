@@ -3,7 +3,8 @@
 Follows each thread's last state through the simulated server's facts, in order: which slot
 holds it, whether the host cache holds a copy, and what took each away — another thread
 taking the slot (by LRU, similarity or ``id_slot``), an idle-slot clear, a purge of the
-unified KV cache, the ``--cache-ram`` limit (evicted, or too large to be saved). When a
+unified KV cache, the ``--cache-ram`` limit (evicted, or too large to be saved), the server
+sleeping or a router unloading the model (``lifecycle``: every thread at once). When a
 thread comes back, what it reused is explained by where its state was found; what it lost
 by the last thing that took its state, with the flag that changes that.
 """
@@ -49,7 +50,22 @@ class Why:
 
 
 def explain(setup: ServerSetup, requests: list[Request], facts: list[RequestFacts]) -> list[Why | None]:
-    """One entry per request: None for a thread's first request (nothing to keep)."""
+    """One entry per request: None for a thread's first request (nothing to keep). A router's
+    models are separate servers (their own slots and caches): each model's requests are
+    followed on their own (``lifecycle``)."""
+    from replayer.core.server.lifecycle import is_router
+
+    if not is_router(setup) or len({r.model for r in requests}) < 2:
+        return _explain(setup, requests, facts)
+    out: list[Why | None] = [None] * len(requests)
+    for m in dict.fromkeys(r.model for r in requests):
+        idx = [i for i, r in enumerate(requests) if r.model == m]
+        for i, w in zip(idx, _explain(setup, [requests[i] for i in idx], [facts[i] for i in idx])):
+            out[i] = w
+    return out
+
+
+def _explain(setup: ServerSetup, requests: list[Request], facts: list[RequestFacts]) -> list[Why | None]:
     where: dict[str, _Where] = {}
     last: dict[str, Request] = {}
     slot_thread: dict[int, str] = {}
@@ -57,6 +73,10 @@ def explain(setup: ServerSetup, requests: list[Request], facts: list[RequestFact
     for req, f in zip(requests, facts):
         t = req.thread
         w = where.setdefault(t, _Where())
+        if f.lost_state:  # slept or unloaded: every thread's state on this model went with it
+            for ow in where.values():
+                ow.slot, ow.cached, ow.lost, ow.fix = None, False, f.lost_cause, f.lost_fix
+            slot_thread.clear()
         _others(setup, where, slot_thread, t, f)
         prev = last.get(t)
         out.append(None if prev is None else _why(prev, req, f, w))

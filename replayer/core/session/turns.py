@@ -49,7 +49,7 @@ class Turn:
     each holding their own list would make a long session quadratic in memory).
     ``messages`` and ``body`` build the turn's own when asked."""
 
-    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire", "thread", "prompt")
+    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire", "thread", "prompt", "times")
 
     def __init__(self, index: int, body: dict[str, Any], notes: list[str] | None = None,
                  prefix_of: int | None = None, *, n_messages: int | None = None,
@@ -65,6 +65,9 @@ class Turn:
         self.prefix_of = prefix_of  # a turn whose messages begin with these, by construction
         self._body = body
         self.n_messages = len(body["messages"]) if n_messages is None else n_messages
+        # (sent, answered) in unix seconds where the file records them (None each where not): what
+        # the server's idle time between requests is read from (``server.lifecycle``)
+        self.times: tuple[float | None, float | None] | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -194,6 +197,8 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
         if s.format == "traffic-log":  # each request also as sent, to its own endpoint (a live replay)
             t = recorded_traffic.read_traffic(Path(path).expanduser())
             turns = turns_of_bodies(t.bodies, t.wire)
+            for turn, o in zip(turns, t.observed):
+                turn.times = (o.sent, o.done)
         else:
             turns = turns_of_bodies(request_log.read_bodies(Path(path).expanduser())[0])
         exact = True
@@ -201,6 +206,12 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
         earlier = earlier_turns(s, system_prompt, tools)
         turns, exact = chain_turns([*earlier, turns_of_request(req)]), False
         turns = _with_subagents(turns, s, Path(path).expanduser(), images, notes)
+        # one thread: each request dated by its response's own time (``threads.message_times``)
+        if not earlier and not req.compacted_prefix and all(t.times is None for t in turns):
+            from replayer.core.session.threads import message_times
+
+            for t, when in zip(turns[:-1], message_times(s)):
+                t.times = (when, None)
         if s.stats.compactions_applied:
             notes.append(_compaction_note(s, sum(map(len, earlier))))
         if kept := sum(1 for i in response_starts(req.messages) if 0 < i < req.compacted_prefix):
@@ -269,6 +280,7 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
     last = float("-inf")
     for t, when in itertools.zip_longest(turns[:-1], threads.main_times(s, path, once)[:len(turns) - 1]):
         last = when if when is not None else last
+        t.times = (when, None)
         keyed.append((last, 0, t))
     untimed = 0
     sources: list[str] = []
@@ -276,6 +288,7 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
         sub_turns = turns_of_request(request_from_files(sess))[:-1]
         for t, when in itertools.zip_longest(sub_turns, sub.times(sess)[:len(sub_turns)]):
             t.thread = sub.name
+            t.times = (when, None)
             if when is None:
                 untimed += 1
             keyed.append((when if when is not None else float("inf"), 1, t))
@@ -287,6 +300,8 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
     merged = [k[2] for k in keyed] + [turns[-1]]
     out = [Turn(k, t._body, t.notes, None if t.thread else len(merged) - 1, n_messages=t.n_messages,
                 thread=t.thread) for k, t in enumerate(merged)]
+    for new_t, t in zip(out, merged):
+        new_t.times = t.times
     n_threads = len({t.thread for t in merged if t.thread})
     notes.append(f"{len(out) - len(turns)} subagent request(s) on {n_threads} thread(s) from "
                  f"{' and '.join(sources)}, placed between the main turns by their times")

@@ -37,6 +37,8 @@ CAUSE_MARKS: dict[str, tuple[str, str, str, str]] = {
     "no_usable_checkpoint": ("N", "accent", "#F5A623", "no usable checkpoint"),
     "context_full": ("F", "error", "#e5534b", "context full"),
     "thread_switch": ("T", "primary", "#61afef", "another thread held the server"),
+    "server_slept": ("S", "warning", "#d19a66", "the server slept (--sleep-idle-seconds)"),
+    "model_unloaded": ("U", "warning", "#d19a66", "the router unloaded the model (--models-max)"),
 }
 assert set(CAUSE_MARKS) == set(CAUSES), "every cause the core knows has a mark"
 BARS = "▁▂▃▄▅▆▇█"

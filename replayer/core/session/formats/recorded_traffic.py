@@ -48,6 +48,8 @@ class Observed:
     id_slot: int | None
     cache_n: int | None = None  # the line's counts: from ``timings``, else the endpoint's ``usage``
     prompt_n: int | None = None
+    sent: float | None = None  # the line's ``time`` (unix seconds), when the proxy got the request
+    done: float | None = None  # ``time`` + ``t_total_ms``: when its answer had passed
 
 
 @dataclass
@@ -104,13 +106,22 @@ def read_traffic(path: Path, build: int = LATEST) -> Traffic:
         out.observed.append(Observed(rec["seq"], ep, rec.get("thread"), rec.get("status"),
                                      rec.get("timings") if isinstance(rec.get("timings"), dict) else None,
                                      rec.get("id_slot") if isinstance(rec.get("id_slot"), int) else None,
-                                     _int(rec.get("cache_n")), _int(rec.get("prompt_n"))))
+                                     _int(rec.get("cache_n")), _int(rec.get("prompt_n")), *_times(rec)))
     _, warnings = jstats.import_stats(out.lines)
     out.warnings = warnings + [f"skipped {n} {why}" for why, n in skipped.items()]
     if not out.bodies:
         raise ImportFailed(f"{path} holds no replayable requests" + (f" ({'; '.join(out.warnings)})"
                                                                      if out.warnings else ""))
     return out
+
+
+def _times(rec: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(sent, answered) of a line, in unix seconds; None where the line has no such number."""
+    t, total = rec.get("time"), rec.get("t_total_ms")
+    if not isinstance(t, (int, float)) or isinstance(t, bool):
+        return None, None
+    ok = isinstance(total, (int, float)) and not isinstance(total, bool) and total >= 0
+    return float(t), float(t) + total / 1000 if ok else None
 
 
 def _int(v: Any) -> int | None:
