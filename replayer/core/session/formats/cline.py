@@ -5,7 +5,8 @@ Both hold Anthropic-shaped messages (``text``, ``thinking``, ``tool_use`` and ``
 blocks), which read as an OpenAI body would lose every tool call. The CLI file also stores the
 system prompt. What Cline 3.0.65 sends differs from what it stores in two ways, both undone
 here: a user prompt stored as ``<user_input mode="act">…</user_input>`` is sent bare, and a
-tool result stored as a list of objects is sent as their compact JSON text.
+tool result stored as a list of objects is sent as their compact JSON text. A third is the
+message builder's cut of long tool results and replies (``cline_wire``), done here too.
 
 Cline's agentic compaction (3.0.65: on by default, when a request would pass 90% of the model's
 input window) leaves ``<id>.messages.json`` whole and writes the compacted context beside it,
@@ -24,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from replayer.core.session.formats import cline_wire
 from replayer.core.session.model import EarlierHistory, ImportStats, Message, Session, ToolCall
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
@@ -70,7 +72,7 @@ def _user(m: dict, ts: float | None) -> list[Message]:
         if not isinstance(b, dict):
             continue
         if b.get("type") == "tool_result":
-            out.append(Message(role="tool", content=_result_text(b.get("content")),
+            out.append(Message(role="tool", content=_result_text(cline_wire.tool_result_as_sent(b.get("content"))),
                                tool_call_id=str(b.get("tool_use_id", "")), timestamp=ts))
         elif b.get("type") == "text":
             t = b.get("text", "")
@@ -86,13 +88,13 @@ def _user(m: dict, ts: float | None) -> list[Message]:
 def _assistant(m: dict, ts: float | None) -> Message | None:
     content = m.get("content")
     if isinstance(content, str):
-        return Message(role="assistant", content=content, timestamp=ts)
+        return Message(role="assistant", content=cline_wire.assistant_text_as_sent(content), timestamp=ts)
     texts, thinking, calls = [], [], []
     for b in content if isinstance(content, list) else []:
         if not isinstance(b, dict):
             continue
         if b.get("type") == "text":
-            texts.append(b.get("text", ""))
+            texts.append(cline_wire.assistant_text_as_sent(b.get("text", "")))
         elif b.get("type") == "thinking":
             thinking.append(b.get("thinking", ""))
         elif b.get("type") == "tool_use":
