@@ -15,6 +15,12 @@ and the messages it kept, covering the first ``source_message_count`` stored mes
 of them named by ``source_last_message_key``). The next request is that context and the stored
 messages after those; the history before it is kept for the requests sent before it. Only the
 latest compaction is written (each folds in the summary before it).
+
+A subagent that the ``spawn_agent`` tool starts writes ``agent_<id>.messages.json`` beside the
+parent's file (``agent: "subagent"``, ``origin.parentThreadId``), with its task and replies but
+no system prompt: the prompt it was sent with is the call's own ``systemPrompt`` argument (3.0.65:
+``prompt: Z.systemPrompt``, ``@cline/core`` 0.0.86 ``dist/index.js:209``), read from the parent's
+file, and its task is the call's ``task``.
 """
 
 from __future__ import annotations
@@ -144,6 +150,65 @@ def _compaction(path: Path, msgs: list, warnings: list[str]) -> tuple[list, int]
     return kept, n
 
 
+def _is_subagent(header: dict) -> bool:
+    origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
+    return header.get("agent") == "subagent" or origin.get("mode") == "subagent"
+
+
+def _first_prompt(msgs: list) -> tuple[str | None, float | None]:
+    """The first stored user prompt's text and time."""
+    for m in msgs:
+        if isinstance(m, dict) and m.get("role") == "user":
+            texts = [x.content for x in _user(m, None) if x.role == "user" and isinstance(x.content, str)]
+            if texts:
+                return texts[0], ms_to_s(m.get("ts"))
+    return None, None
+
+
+def _spawned_with(path: Path, header: dict, msgs: list, warnings: list[str]) -> str | None:
+    """A subagent's system prompt: the ``systemPrompt`` of the parent's ``spawn_agent`` call
+    whose ``task`` is the subagent's first prompt (of several such calls, the latest made
+    before the subagent's first message)."""
+    origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
+    parent = origin.get("parentThreadId")
+    task, started = _first_prompt(msgs)
+    f = path.with_name(f"{parent}.messages.json") if isinstance(parent, str) and "/" not in parent else None
+    try:
+        doc = orjson.loads(f.read_bytes()) if f is not None else None
+    except (OSError, orjson.JSONDecodeError):
+        doc = None
+    found = None
+    for m in _messages_of(doc) or []:
+        ts = ms_to_s(m.get("ts")) if isinstance(m, dict) else None
+        for b in m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []:
+            inp = b.get("input") if isinstance(b, dict) and b.get("type") == "tool_use" else None
+            if (isinstance(inp, dict) and b.get("name") == "spawn_agent" and inp.get("task") == task
+                    and isinstance(inp.get("systemPrompt"), str) and (None in (ts, started) or ts <= started)):
+                found = inp["systemPrompt"]
+    if found is None:
+        warnings.append("a Cline subagent's file stores no system prompt, and the parent's spawn_agent call "
+                        f"that gave it ({parent}.messages.json) was not found: the prompt is missing")
+    return found
+
+
+def subagent_files(path: Path, session_id: str | None) -> list[Path]:
+    """The files of the subagents the CLI session at ``path`` started: ``agent_*.messages.json``
+    beside it whose ``origin.parentThreadId`` is the session, in name order (their ids start
+    with the time they were made)."""
+    if not session_id or path.name.startswith("agent_") or not path.name.endswith(".messages.json"):
+        return []
+    out = []
+    for f in sorted(path.parent.glob("agent_*.messages.json")):
+        try:
+            doc = orjson.loads(f.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        origin = doc.get("origin") if isinstance(doc, dict) and isinstance(doc.get("origin"), dict) else {}
+        if origin.get("parentThreadId") == session_id:
+            out.append(f)
+    return out
+
+
 def load(path: Path) -> Session:
     doc = read_doc(path, detect, "a Cline session")
     msgs = _messages_of(doc) or []
@@ -166,7 +231,11 @@ def load(path: Path) -> Session:
     model = next((m["modelInfo"].get("id") for m in reversed(msgs) if isinstance(m.get("modelInfo"), dict)), None)
     times = [t for t in (ms_to_s(m.get("ts")) for m in msgs) if t]
     sp = header.get("system_prompt")
-    return Session(format=FORMAT, agent_version=origin.get("version"), path=str(path),
+    sub = _is_subagent(header)
+    if sub and not isinstance(sp, str):
+        sp = _spawned_with(path, header, msgs, warnings)
+    return Session(format=FORMAT, format_version="subagent" if sub else None,
+                   agent_version=origin.get("version"), path=str(path),
                    session_id=header.get("sessionId"), model=model, provider="cline",
                    created=min(times) if times else None, updated=max(times) if times else None,
                    messages=out, system_prompt=sp if isinstance(sp, str) else None, stats=stats,
