@@ -45,6 +45,9 @@ class Agent:
     #: the tools of the main agent that a subagent is given, by name (Cline: its built-in tools and
     #: ``spawn_agent``, not the team, MCP or configured-agent tools); None: a subagent's are its own
     subagent_tools: frozenset[str] | None = None
+    #: glob under HOME for the files of subagents that send a prompt and tools of their own, stored
+    #: in none of them (Qwen Code): the capture runs one and keeps its request (``Capture.subagents``)
+    subagents_own: str | None = None
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -155,7 +158,8 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl",
           compact=_claude_resume("/compact"), subagents=".claude/projects/*/*/subagents/agent-*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
-          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN),
+          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN,
+          subagents_own=".qwen/projects/*/subagents/*/agent-*.jsonl"),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless
