@@ -76,3 +76,18 @@ def test_the_importer_rebuilds_a_long_stored_result_cut(tmp_path):
     [entry] = json.loads(tool.text())
     head, omitted, tail = _parts(entry["result"])
     assert long.startswith(head) and long.endswith(tail) and len(head) + omitted + len(tail) == len(long)
+
+
+def test_the_vs_code_extensions_history_is_not_cut(tmp_path):
+    """The extension's ``api_conversation_history.json`` (a bare list, also Roo Code's and Kilo
+    Code's) is sent by other code than the CLI's message builder: its results stay whole."""
+    long = "y" * 20000
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "list"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "execute_command",
+                                               "input": {"command": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": long}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}]
+    f = tmp_path / "api_conversation_history.json"
+    f.write_bytes(orjson.dumps(msgs))
+    [tool] = [m for m in cline.load(f).messages if m.role == "tool"]
+    assert tool.text() == long

@@ -6,7 +6,8 @@ blocks), which read as an OpenAI body would lose every tool call. The CLI file a
 system prompt. What Cline 3.0.65 sends differs from what it stores in two ways, both undone
 here: a user prompt stored as ``<user_input mode="act">…</user_input>`` is sent bare, and a
 tool result stored as a list of objects is sent as their compact JSON text. A third is the
-message builder's cut of long tool results and replies (``cline_wire``), done here too.
+CLI's message builder's cut of long tool results and replies (``cline_wire``), done here too for
+the CLI's files (the VS Code extension's are sent by other code: uncut, unchecked).
 
 Cline's agentic compaction (3.0.65: on by default, when a request would pass 90% of the model's
 input window) leaves ``<id>.messages.json`` whole and writes the compacted context beside it,
@@ -53,7 +54,8 @@ def detect(doc: Any) -> bool:
     msgs = _messages_of(doc)
     if not msgs or not all(isinstance(m, dict) and m.get("role") in ("user", "assistant") for m in msgs):
         return False
-    if isinstance(doc, dict) and "system_prompt" in doc and ("origin" in doc or "agent" in doc):
+    if isinstance(doc, dict) and ("system_prompt" in doc or doc.get("agent") == "subagent") \
+            and ("origin" in doc or "agent" in doc):  # a subagent's file stores no prompt
         return True
     return any(isinstance(m.get("content"), list) and any(
         isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking") for b in m["content"])
@@ -68,7 +70,7 @@ def _result_text(content: Any) -> str:
     return orjson.dumps(content).decode()
 
 
-def _user(m: dict, ts: float | None) -> list[Message]:
+def _user(m: dict, ts: float | None, cut: bool = False) -> list[Message]:
     content = m.get("content")
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]
@@ -78,7 +80,8 @@ def _user(m: dict, ts: float | None) -> list[Message]:
         if not isinstance(b, dict):
             continue
         if b.get("type") == "tool_result":
-            out.append(Message(role="tool", content=_result_text(cline_wire.tool_result_as_sent(b.get("content"))),
+            c = b.get("content")
+            out.append(Message(role="tool", content=_result_text(cline_wire.tool_result_as_sent(c) if cut else c),
                                tool_call_id=str(b.get("tool_use_id", "")), timestamp=ts))
         elif b.get("type") == "text":
             t = b.get("text", "")
@@ -91,16 +94,18 @@ def _user(m: dict, ts: float | None) -> list[Message]:
     return out
 
 
-def _assistant(m: dict, ts: float | None) -> Message | None:
+def _assistant(m: dict, ts: float | None, cut: bool = False) -> Message | None:
     content = m.get("content")
     if isinstance(content, str):
-        return Message(role="assistant", content=cline_wire.assistant_text_as_sent(content), timestamp=ts)
+        return Message(role="assistant", content=cline_wire.assistant_text_as_sent(content) if cut else content,
+                       timestamp=ts)
     texts, thinking, calls = [], [], []
     for b in content if isinstance(content, list) else []:
         if not isinstance(b, dict):
             continue
         if b.get("type") == "text":
-            texts.append(cline_wire.assistant_text_as_sent(b.get("text", "")))
+            t = b.get("text", "")
+            texts.append(cline_wire.assistant_text_as_sent(t) if cut else t)
         elif b.get("type") == "thinking":
             thinking.append(b.get("thinking", ""))
         elif b.get("type") == "tool_use":
@@ -112,19 +117,19 @@ def _assistant(m: dict, ts: float | None) -> Message | None:
                    tool_calls=calls, timestamp=ts)
 
 
-def _converted(msgs: list) -> list[Message]:
-    """Stored messages as Cline sends them."""
+def _converted(msgs: list, cut: bool) -> list[Message]:
+    """Stored messages as Cline sends them (``cut``: as the CLI's message builder cuts long ones)."""
     out: list[Message] = []
     for m in msgs:
         if not isinstance(m, dict):
             continue
         ts = ms_to_s(m.get("ts"))
         if m.get("role") == "assistant":
-            a = _assistant(m, ts)
+            a = _assistant(m, ts, cut)
             if a is not None:
                 out.append(a)
         else:
-            out.extend(_user(m, ts))
+            out.extend(_user(m, ts, cut))
     return out
 
 
@@ -213,19 +218,22 @@ def load(path: Path) -> Session:
     doc = read_doc(path, detect, "a Cline session")
     msgs = _messages_of(doc) or []
     header = doc if isinstance(doc, dict) else {}
+    # the CLI's file (an object with its header); the VS Code extension's bare list (also Roo
+    # Code's and Kilo Code's) is sent by other code, whose cuts are unchecked: none is made
+    cli = isinstance(doc, dict)
     stats = ImportStats(entries_total=len(msgs), branch_length=len(msgs))
     warnings: list[str] = []
     earlier: list[EarlierHistory] = []
     compacted = _compaction(path, msgs, warnings)
     prefix = 0
     if compacted is None:
-        out = _converted(msgs)
+        out = _converted(msgs, cli)
     else:
         kept, n = compacted
         stats.compactions_total = stats.compactions_applied = 1
-        summary = _converted(kept)
-        out, prefix = summary + _converted(msgs[n:]), len(summary)
-        earlier.append(EarlierHistory(messages=_converted(msgs[:n])))
+        summary = _converted(kept, cli)
+        out, prefix = summary + _converted(msgs[n:], cli), len(summary)
+        earlier.append(EarlierHistory(messages=_converted(msgs[:n], cli)))
         stats.branch_length = len(kept) + len(msgs) - n
     origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
     model = next((m["modelInfo"].get("id") for m in reversed(msgs) if isinstance(m.get("modelInfo"), dict)), None)
