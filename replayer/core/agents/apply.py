@@ -85,6 +85,9 @@ def _subagent_parts(session, agent: str, *, need_prompt: bool, need_tools: bool)
     kind = session.subagent_type
     cap = capture.load(agent, session.agent_version or "") or capture.load_latest(agent)
     own = cap.subagents.get(kind or "") if cap is not None else None
+    if cap is None and a.subagent_tools is not None:
+        return Parts(notes=[f"a {a.label} subagent is given the main agent's built-in tools, and {a.label} is not "
+                            f"captured: its tools are missing (`replayer agents capture {agent}`)"])
     if cap is None or (own is None and a.subagent_tools is None):
         what = f" ({kind})" if kind else ""
         return Parts(notes=[f"a {a.label} subagent's prompt and tools{what} are not captured: the main agent's "
