@@ -26,6 +26,8 @@ def cmd_agents(args: argparse.Namespace) -> int:
                                   one_process=args.one_process)
         _out(f"{cap.agent} {cap.version}: system prompt {len(cap.system_prompt or ''):,} characters "
              f"({cap.system_role}), {len(cap.tools)} tools, ~{capture.estimated_tokens(cap):,} tokens → {path}"
+             + "".join(f"\n  subagent {k}: system prompt {len(v.get('system_prompt') or ''):,} characters, "
+                       f"{len(v.get('tools') or [])} tools" for k, v in cap.subagents.items())
              + "".join(f"\n  note: {n}" for n in cap.notes))
         return 0
     lines = []

@@ -6,7 +6,8 @@ writes its own transcript, ``<project>/subagents/<session>/agent-general-purpose
 The parent's chat, imported, holds the parent's requests as sent (with a capture of the run:
 prompt, tools and the send-time reminders) and the subagent's request as its own thread
 between them. The subagent's transcript holds its task and reply only: what was sent around
-them is not in it (asserted, and said in a warning). Written at test time in a temporary HOME."""
+it is not in it (asserted, and said in a warning); a capture that ran a subagent too supplies
+it, and the subagent's thread is then rebuilt as sent. Written at test time in a temporary HOME."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def test_the_subagents_request_is_its_own_thread_between_the_parents(qwen_subage
 def test_the_subagents_transcript_holds_its_task_not_what_was_sent_around_it(qwen_subagent):
     """Its one request: the same task and (once answered) reply, but the request also carried the
     skills listing and environment ``<system-reminder>`` parts before the task, a prompt of its
-    own and 17 tools, none of them in the transcript; the main agent's capture is not put on it."""
+    own and 17 tools, none of them in the transcript; a capture without the subagent's request
+    leaves them missing (the main agent's is not put on it), and says so."""
     agent, _, _, sub, main, subs = qwen_subagent
     _capture_of_the_run(agent, main[0].body)
     st = load_turns(sub)
@@ -86,5 +88,31 @@ def test_the_subagents_transcript_holds_its_task_not_what_was_sent_around_it(qwe
     assert "<system-reminder>" in sent.messages[0]["text"] and "<system-reminder>" not in task
     assert rebuilt.system is None and rebuilt.tools == []
     assert sent.system.startswith(SUBAGENT_PROMPT) and len(sent.tools) == 17
+    assert st.session.subagent_type == "general-purpose"
     assert any("subagent's transcript" in w for w in st.session.warnings)
-    assert any("subagent's prompt and tools are not captured" in n for n in st.request.notes)
+    assert any("subagent's prompt and tools (general-purpose) are not captured" in n for n in st.request.notes)
+
+
+def test_the_subagents_thread_is_rebuilt_as_sent_with_a_capture_of_its_type(qwen_subagent):
+    """``replayer agents capture qwen`` (another HOME, the same project folder) runs a subagent
+    too and keeps its request by the type its file records: the subagent's prompt, its 17 tools
+    and the parts before its task, with the session's own HOME, project and date. With it the
+    subagent's file, and its thread in the parent's session, rebuild the request as sent."""
+    from replayer.core.agents.capture_run import capture_agent
+
+    from agents.conftest import agent_binary
+
+    agent, _, parent, sub, _, subs = qwen_subagent
+    project = Path(parent).parents[4] / "project"  # HOME/.qwen/projects/<slug>/chats/<id>.jsonl
+    cap, _ = capture_agent(agent.name, binary=str(agent_binary(agent)), project=str(project))
+    assert set(cap.subagents) == {"general-purpose"} and cap.home not in sub
+    own = cap.subagents["general-purpose"]
+    assert own["system_prompt"].startswith(SUBAGENT_PROMPT) and len(own["tools"]) == 17
+    assert own["first_user_prefix"] and all("<system-reminder>" in p for p in own["first_user_prefix"])
+    st = load_turns(sub)
+    [turn] = st.turns[:-1]
+    assert wire.diff(wire.from_chat(turn.body), wire.FROM[agent.api](subs[0].body)) == []
+    assert any("general-purpose subagent's system prompt, 17 tools" in n for n in st.request.notes)
+    threaded = [t for t in load_turns(parent).turns[:-1] if thread_of(t) != MAIN]
+    assert len(threaded) == 1
+    assert wire.diff(wire.from_chat(threaded[0].body), wire.FROM[agent.api](subs[0].body)) == []

@@ -36,9 +36,9 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
     agent = agent_of_format(session.format)
     if agent is None:
         return Parts()
-    if session.format_version == "subagent":  # a capture is of the main agent's prompt and tools, not a subagent's
-        return Parts(notes=[f"a {AGENTS[agent].label} subagent's prompt and tools are not captured: "
-                            "the main agent's capture is not used for them"])
+    if session.format_version == "subagent":  # a subagent's prompt and tools are not the main agent's
+        return _subagent_parts(session, agent, need_prompt=need_prompt and session.system_prompt is None,
+                               need_tools=need_tools)
     # a stored prompt wins, unless the agent is known to send another one
     need_prompt = need_prompt and (session.system_prompt is None or not AGENTS[agent].prompt_as_sent)
     if not (need_prompt or need_tools):
@@ -76,6 +76,41 @@ def captured_parts(session, *, need_prompt: bool, need_tools: bool) -> Parts:
     return out
 
 
+def _subagent_parts(session, agent: str, *, need_prompt: bool, need_tools: bool) -> Parts:
+    """A subagent thread's prompt and tools. Cline gives a subagent its own built-in tools, a
+    subset of the main agent's (``Agent.subagent_tools``; its prompt is in the parent's file);
+    Qwen Code's subagent of each type has a prompt, tools and startup parts of its own, captured
+    beside the main agent's (``Capture.subagents``, keyed by the type). Never the main agent's."""
+    a = AGENTS[agent]
+    kind = session.subagent_type
+    cap = capture.load(agent, session.agent_version or "") or capture.load_latest(agent)
+    own = cap.subagents.get(kind or "") if cap is not None else None
+    if cap is None and a.subagent_tools is not None:
+        return Parts(notes=[f"a {a.label} subagent is given the main agent's built-in tools, and {a.label} is not "
+                            f"captured: its tools are missing (`replayer agents capture {agent}`)"])
+    if cap is None or (own is None and a.subagent_tools is None):
+        what = f" ({kind})" if kind else ""
+        return Parts(notes=[f"a {a.label} subagent's prompt and tools{what} are not captured: the main agent's "
+                            "capture is not used for them" + ("" if cap is None else
+                                                              f" (the capture of {cap.version} has no {kind or 'such'} subagent)")])
+    home = home_of(session.path, a)
+    if own is None:  # Cline: the main agent's tools a subagent is given
+        _, tools = capture.personalised(cap, session.cwd, session.created, home)
+        kept = [t for t in tools if (t.get("function") or {}).get("name") in a.subagent_tools]
+        return Parts(tools=kept if need_tools else None,
+                     notes=[f"{len(kept)} of the {len(tools)} tools of the capture of {a.label} {cap.version}: "
+                            "the ones its subagents are given"] if need_tools else [])
+    sub = capture.Capture(agent, cap.version, cap.api, system_prompt=own.get("system_prompt"),
+                          tools=own.get("tools") or [], first_user_prefix=own.get("first_user_prefix") or [],
+                          project=cap.project, home=cap.home, date=cap.date)
+    prompt, tools = capture.personalised(sub, session.cwd, session.created, home)
+    first, _ = capture.user_prefixes(sub, session.cwd, session.created, home)
+    return Parts(system_prompt=prompt if need_prompt else None, tools=tools if need_tools else None,
+                 first_user_prefix=first,
+                 notes=[f"the {kind} subagent's system prompt, {len(tools)} tools and the <system-reminder> parts "
+                        f"before its task are from the capture of {a.label} {cap.version}"])
+
+
 def missing_estimate(fmt: str, missing: list[str]) -> str:
     """`` (~N tokens, an estimate)`` for what a rebuild lacks, or "" for an unknown agent."""
     agent = agent_of_format(fmt)
@@ -110,10 +145,10 @@ def home_of(path: str, agent) -> str | None:
 
     depth = len(Path(agent.sessions).parts)
     p = Path(path)
-    if len(p.parts) <= depth:
-        return None
-    home = p.parents[depth - 1]
-    return str(home) if (home / Path(agent.sessions).parts[0]).is_dir() else None
+    for d in (depth, depth + 1):  # a subagent's file may sit one folder deeper (Qwen Code's)
+        if len(p.parts) > d and (p.parents[d - 1] / Path(agent.sessions).parts[0]).is_dir():
+            return str(p.parents[d - 1])
+    return None
 
 
 def startup_parts(parts: Parts) -> list[str]:

@@ -34,6 +34,10 @@ class Capture:
     later_user_prefix: list[str] = field(default_factory=list)  # … before each later prompt (Qwen Code)
     #: made as one process reading both prompts (Qwen Code's stream-json input), not ``-p`` then ``-c -p``
     one_process: bool = False
+    #: each subagent type's own request, as the main agent's run started it (Qwen Code's
+    #: ``agent`` tool): type → ``system_prompt``, ``tools`` and ``first_user_prefix`` (the text
+    #: parts before its task); its files store none of them
+    subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _text(content: Any) -> str:

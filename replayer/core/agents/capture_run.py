@@ -22,6 +22,8 @@ from replayer.core.errors import ReplayerError
 
 PROMPT = "Reply with one word."
 LATER = "And one more."
+#: a prompt the stub answers with the agent's subagent tool (``stub_model.AGENT_TOOLS``)
+SUBAGENT = "SUBAGENT: have a helper look around"
 
 
 def find_binary(agent: Agent, binary: str | None) -> Path:
@@ -50,7 +52,8 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
                   one_process: bool = False) -> tuple[capture.Capture, Path]:
     """Capture the agent's prompt and tools (and, for an agent with send-time reminders, the
     parts before its first and a later prompt: from two runs, ``-p`` then ``-c -p``, or with
-    ``one_process`` from one process reading both prompts, Qwen Code's stream-json input mode)."""
+    ``one_process`` from one process reading both prompts, Qwen Code's stream-json input mode;
+    for an agent whose subagents send a prompt of their own, each one's from one run more)."""
     if name not in AGENTS:
         raise ReplayerError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
     agent = AGENTS[name]
@@ -67,6 +70,7 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
             if agent.prepare:
                 run(agent, exe, agent.prepare(m.url), home=home, project=proj, url=m.url)
             r, first, later = _requests(agent, exe, home, proj, m, one_process)
+            subagents = _subagents(agent, exe, home, proj, m, first.body) if agent.subagents_own and first else {}
     if first is None:
         raise ReplayerError(f"{agent.label} sent no request to the stub (exit {r.returncode}): "
                             f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or ['no output']}")
@@ -76,7 +80,37 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
         cap.later_user_prefix = capture.prefix_parts(later.body, LATER) if later is not None else []
         cap.one_process = one_process
     cap.project, cap.home, cap.date = str(proj), str(home), time.strftime("%Y-%m-%d", time.gmtime())
+    cap.subagents = subagents
     return cap, capture.save(cap)
+
+
+def _subagents(agent: Agent, exe: Path, home: Path, proj: Path, m: ModelServer, main: dict) -> dict[str, dict]:
+    """Each subagent type's own request (Qwen Code: its ``agent`` tool's general-purpose type): one
+    more run, on a prompt the stub answers with the subagent tool. The subagent's request is the
+    one with tools whose system prompt is not the main agent's; its type is the one its own file
+    records (the key an import of that file looks up); the text parts before its task are the
+    ones it sends before every task (skills listing, environment)."""
+    from replayer.core.session import load_session
+
+    n = len(m.log)
+    run(agent, exe, agent.prompt(SUBAGENT), home=home, project=proj, url=m.url)
+    own = capture.from_request(agent.name, "", agent.api, main).system_prompt
+    sent = [q for q in m.log[n:] if q.body.get("tools")
+            and capture.from_request(agent.name, "", agent.api, q.body).system_prompt != own]
+    files = sorted(home.glob(agent.subagents_own or ""))
+    if not sent or not files:
+        return {}
+    try:
+        kind = load_session(files[-1]).subagent_type
+    except ReplayerError:
+        return {}
+    body = sent[0].body
+    c = capture.from_request(agent.name, "", agent.api, body)
+    users = [x for x in body.get("messages") or [] if x.get("role") == "user"]
+    parts = users[0].get("content") if users and isinstance(users[0].get("content"), list) else []
+    task = parts[-1].get("text") if parts and isinstance(parts[-1], dict) else None
+    return {kind or "": {"system_prompt": c.system_prompt, "tools": c.tools,
+                         "first_user_prefix": capture.prefix_parts(body, task) if task else []}}
 
 
 def _requests(agent: Agent, exe: Path, home: Path, proj: Path, m: ModelServer, one_process: bool):

@@ -42,6 +42,12 @@ class Agent:
     reminders: bool = False  # adds text parts before user prompts at send time, stored nowhere (Qwen Code)
     #: a run reading several prompts in one process, as stream-json lines on stdin (Qwen Code)
     prompts_stdin: list[str] | None = None
+    #: the tools of the main agent that a subagent is given, by name (Cline: its built-in tools and
+    #: ``spawn_agent``, not the team, MCP or configured-agent tools); None: a subagent's are its own
+    subagent_tools: frozenset[str] | None = None
+    #: glob under HOME for the files of subagents that send a prompt and tools of their own, stored
+    #: in none of them (Qwen Code): the capture runs one and keeps its request (``Capture.subagents``)
+    subagents_own: str | None = None
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -136,6 +142,12 @@ def _cline_auth(url: str) -> list[str]:
     return ["auth", "-p", "openai-compatible", "-k", "stub", "-m", MODEL, "-b", f"{url}/v1"]
 
 
+#: Cline 3.0.65's subagent tools (``createSubAgentTools``: the built-in tools of the mode and
+#: ``spawn_agent``, ``@cline/core`` 0.0.86 ``dist/index.js:841``; the built-in ids are ``tk`` of
+#: ``dist/index.js:209``), measured: the parent's first 7 of 25 tools, whole
+_CLINE_SUBAGENT_TOOLS = frozenset({"read_files", "search_codebase", "run_commands", "fetch_web_content",
+                                   "apply_patch", "editor", "ask_question", "spawn_agent"})
+
 AGENTS: dict[str, Agent] = {a.name: a for a in (
     Agent("pi", "pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi", "pi", "chat", _pi_setup, _pi_args,
           lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl", compact=_PI_COMPACT,
@@ -146,12 +158,14 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl",
           compact=_claude_resume("/compact"), subagents=".claude/projects/*/*/subagents/agent-*.jsonl"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
-          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN),
+          _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN,
+          subagents_own=".qwen/projects/*/subagents/*/agent-*.jsonl"),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless
     Agent("cline", "Cline", "cline", "3.0.65", "cline", "cline", "chat", lambda home, url: {},
-          lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth),
+          lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth,
+          subagent_tools=_CLINE_SUBAGENT_TOOLS),
 )}
 
 

@@ -28,6 +28,8 @@ READ_TOOLS = ("read", "Read", "read_file", "view")
 #: the agents' subagent tools, for a prompt holding ``SUBAGENT``
 AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent", "agent")
 SHELL_COMMAND = "ls"
+#: the system prompt a subagent tool that asks for one is given (Cline's ``spawn_agent``)
+SUBAGENT_SYSTEM_PROMPT = "You are a helper subagent. Answer in one line."
 #: the summary for a compaction prompt that asks for a ``<state_snapshot>`` (Qwen Code's)
 STATE_SNAPSHOT = ("<analysis>The user asked for the files.</analysis>\n<state_snapshot>\nSummary: the user "
                   "asked for files to be listed; they were.\n</state_snapshot>")
@@ -71,6 +73,8 @@ def _value(key: str, schema: dict[str, Any], file_path: str) -> Any:
         return schema["enum"][0]
     if k in ("subagent_type", "agent_type"):
         return "general-purpose"
+    if k in ("systemprompt", "system_prompt"):  # Cline's spawn_agent: the subagent's whole prompt
+        return SUBAGENT_SYSTEM_PROMPT
     if kind == "array":
         return [SHELL_COMMAND] if "command" in k or "cmd" in k else []
     if kind in ("integer", "number"):

@@ -26,8 +26,8 @@ IMAGE_OMITTED = "(image omitted: model does not support images)"
 #: fields an import may leave out when their value has the wrong type (see ``salvage.validate``)
 _MESSAGE_DROPPABLE = frozenset({"reasoning", "reasoning_field", "tool_call_id", "name", "timestamp", "origin"})
 _USAGE_DROPPABLE = frozenset({"input_tokens", "output_tokens", "cache_read_tokens", "context_tokens"})
-_SESSION_DROPPABLE = frozenset({"format_version", "agent_version", "session_id", "title", "cwd", "provider", "model",
-                                "thinking_level", "created", "updated", "system_prompt", "tools", "extra_body",
+_SESSION_DROPPABLE = frozenset({"format_version", "agent_version", "subagent_type", "session_id", "title", "cwd",
+                                "provider", "model", "thinking_level", "created", "updated", "system_prompt", "tools", "extra_body",
                                 "usage"})
 
 
@@ -150,8 +150,11 @@ class EarlierHistory(BaseModel):
 
 class Session(BaseModel):
     format: str  # pi, claude-code, codex, opencode, openai, sharegpt, aider
-    format_version: str | None = None
+    format_version: str | None = None  # "subagent": a subagent's own file (its thread of a session)
     agent_version: str | None = None
+    #: the type a subagent's file says it was started as (Qwen Code's ``agentName``): its
+    #: captured prompt and tools are keyed by it
+    subagent_type: str | None = None
     path: str
     session_id: str | None = None
     title: str | None = None

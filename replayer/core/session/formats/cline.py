@@ -5,7 +5,9 @@ Both hold Anthropic-shaped messages (``text``, ``thinking``, ``tool_use`` and ``
 blocks), which read as an OpenAI body would lose every tool call. The CLI file also stores the
 system prompt. What Cline 3.0.65 sends differs from what it stores in two ways, both undone
 here: a user prompt stored as ``<user_input mode="act">…</user_input>`` is sent bare, and a
-tool result stored as a list of objects is sent as their compact JSON text.
+tool result stored as a list of objects is sent as their compact JSON text. A third is the
+CLI's message builder's cut of long tool results and replies (``cline_wire``), done here too for
+the CLI's files (the VS Code extension's are sent by other code: uncut, unchecked).
 
 Cline's agentic compaction (3.0.65: on by default, when a request would pass 90% of the model's
 input window) leaves ``<id>.messages.json`` whole and writes the compacted context beside it,
@@ -14,6 +16,12 @@ and the messages it kept, covering the first ``source_message_count`` stored mes
 of them named by ``source_last_message_key``). The next request is that context and the stored
 messages after those; the history before it is kept for the requests sent before it. Only the
 latest compaction is written (each folds in the summary before it).
+
+A subagent that the ``spawn_agent`` tool starts writes ``agent_<id>.messages.json`` beside the
+parent's file (``agent: "subagent"``, ``origin.parentThreadId``), with its task and replies but
+no system prompt: the prompt it was sent with is the call's own ``systemPrompt`` argument (3.0.65:
+``prompt: Z.systemPrompt``, ``@cline/core`` 0.0.86 ``dist/index.js:209``), read from the parent's
+file, and its task is the call's ``task``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from replayer.core.session.formats import cline_wire
 from replayer.core.session.model import EarlierHistory, ImportStats, Message, Session, ToolCall
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
@@ -45,7 +54,8 @@ def detect(doc: Any) -> bool:
     msgs = _messages_of(doc)
     if not msgs or not all(isinstance(m, dict) and m.get("role") in ("user", "assistant") for m in msgs):
         return False
-    if isinstance(doc, dict) and "system_prompt" in doc and ("origin" in doc or "agent" in doc):
+    if isinstance(doc, dict) and ("system_prompt" in doc or doc.get("agent") == "subagent") \
+            and ("origin" in doc or "agent" in doc):  # a subagent's file stores no prompt
         return True
     return any(isinstance(m.get("content"), list) and any(
         isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking") for b in m["content"])
@@ -60,7 +70,7 @@ def _result_text(content: Any) -> str:
     return orjson.dumps(content).decode()
 
 
-def _user(m: dict, ts: float | None) -> list[Message]:
+def _user(m: dict, ts: float | None, cut: bool = False) -> list[Message]:
     content = m.get("content")
     if isinstance(content, str):
         content = [{"type": "text", "text": content}]
@@ -70,7 +80,8 @@ def _user(m: dict, ts: float | None) -> list[Message]:
         if not isinstance(b, dict):
             continue
         if b.get("type") == "tool_result":
-            out.append(Message(role="tool", content=_result_text(b.get("content")),
+            c = b.get("content")
+            out.append(Message(role="tool", content=_result_text(cline_wire.tool_result_as_sent(c) if cut else c),
                                tool_call_id=str(b.get("tool_use_id", "")), timestamp=ts))
         elif b.get("type") == "text":
             t = b.get("text", "")
@@ -83,16 +94,18 @@ def _user(m: dict, ts: float | None) -> list[Message]:
     return out
 
 
-def _assistant(m: dict, ts: float | None) -> Message | None:
+def _assistant(m: dict, ts: float | None, cut: bool = False) -> Message | None:
     content = m.get("content")
     if isinstance(content, str):
-        return Message(role="assistant", content=content, timestamp=ts)
+        return Message(role="assistant", content=cline_wire.assistant_text_as_sent(content) if cut else content,
+                       timestamp=ts)
     texts, thinking, calls = [], [], []
     for b in content if isinstance(content, list) else []:
         if not isinstance(b, dict):
             continue
         if b.get("type") == "text":
-            texts.append(b.get("text", ""))
+            t = b.get("text", "")
+            texts.append(cline_wire.assistant_text_as_sent(t) if cut else t)
         elif b.get("type") == "thinking":
             thinking.append(b.get("thinking", ""))
         elif b.get("type") == "tool_use":
@@ -104,19 +117,19 @@ def _assistant(m: dict, ts: float | None) -> Message | None:
                    tool_calls=calls, timestamp=ts)
 
 
-def _converted(msgs: list) -> list[Message]:
-    """Stored messages as Cline sends them."""
+def _converted(msgs: list, cut: bool) -> list[Message]:
+    """Stored messages as Cline sends them (``cut``: as the CLI's message builder cuts long ones)."""
     out: list[Message] = []
     for m in msgs:
         if not isinstance(m, dict):
             continue
         ts = ms_to_s(m.get("ts"))
         if m.get("role") == "assistant":
-            a = _assistant(m, ts)
+            a = _assistant(m, ts, cut)
             if a is not None:
                 out.append(a)
         else:
-            out.extend(_user(m, ts))
+            out.extend(_user(m, ts, cut))
     return out
 
 
@@ -142,29 +155,95 @@ def _compaction(path: Path, msgs: list, warnings: list[str]) -> tuple[list, int]
     return kept, n
 
 
+def _is_subagent(header: dict) -> bool:
+    origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
+    return header.get("agent") == "subagent" or origin.get("mode") == "subagent"
+
+
+def _first_prompt(msgs: list) -> tuple[str | None, float | None]:
+    """The first stored user prompt's text and time."""
+    for m in msgs:
+        if isinstance(m, dict) and m.get("role") == "user":
+            texts = [x.content for x in _user(m, None) if x.role == "user" and isinstance(x.content, str)]
+            if texts:
+                return texts[0], ms_to_s(m.get("ts"))
+    return None, None
+
+
+def _spawned_with(path: Path, header: dict, msgs: list, warnings: list[str]) -> str | None:
+    """A subagent's system prompt: the ``systemPrompt`` of the parent's ``spawn_agent`` call
+    whose ``task`` is the subagent's first prompt (of several such calls, the latest made
+    before the subagent's first message)."""
+    origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
+    parent = origin.get("parentThreadId")
+    task, started = _first_prompt(msgs)
+    f = path.with_name(f"{parent}.messages.json") if isinstance(parent, str) and "/" not in parent else None
+    try:
+        doc = orjson.loads(f.read_bytes()) if f is not None else None
+    except (OSError, orjson.JSONDecodeError):
+        doc = None
+    found = None
+    for m in _messages_of(doc) or []:
+        ts = ms_to_s(m.get("ts")) if isinstance(m, dict) else None
+        for b in m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []:
+            inp = b.get("input") if isinstance(b, dict) and b.get("type") == "tool_use" else None
+            if (isinstance(inp, dict) and b.get("name") == "spawn_agent" and inp.get("task") == task
+                    and isinstance(inp.get("systemPrompt"), str) and (None in (ts, started) or ts <= started)):
+                found = inp["systemPrompt"]
+    if found is None:
+        warnings.append("a Cline subagent's file stores no system prompt, and the parent's spawn_agent call "
+                        f"that gave it ({parent}.messages.json) was not found: the prompt is missing")
+    return found
+
+
+def subagent_files(path: Path, session_id: str | None) -> list[Path]:
+    """The files of the subagents the CLI session at ``path`` started: ``agent_*.messages.json``
+    beside it whose ``origin.parentThreadId`` is the session, in name order (their ids start
+    with the time they were made)."""
+    if not session_id or path.name.startswith("agent_") or not path.name.endswith(".messages.json"):
+        return []
+    out = []
+    for f in sorted(path.parent.glob("agent_*.messages.json")):
+        try:
+            doc = orjson.loads(f.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        origin = doc.get("origin") if isinstance(doc, dict) and isinstance(doc.get("origin"), dict) else {}
+        if origin.get("parentThreadId") == session_id:
+            out.append(f)
+    return out
+
+
 def load(path: Path) -> Session:
     doc = read_doc(path, detect, "a Cline session")
     msgs = _messages_of(doc) or []
     header = doc if isinstance(doc, dict) else {}
+    # the CLI's file (an object with its header); the VS Code extension's bare list (also Roo
+    # Code's and Kilo Code's) is sent by other code, whose cuts are unchecked: none is made
+    cli = isinstance(doc, dict)
     stats = ImportStats(entries_total=len(msgs), branch_length=len(msgs))
     warnings: list[str] = []
     earlier: list[EarlierHistory] = []
     compacted = _compaction(path, msgs, warnings)
     prefix = 0
     if compacted is None:
-        out = _converted(msgs)
+        out = _converted(msgs, cli)
     else:
         kept, n = compacted
         stats.compactions_total = stats.compactions_applied = 1
-        summary = _converted(kept)
-        out, prefix = summary + _converted(msgs[n:]), len(summary)
-        earlier.append(EarlierHistory(messages=_converted(msgs[:n])))
+        summary = _converted(kept, cli)
+        out, prefix = summary + _converted(msgs[n:], cli), len(summary)
+        earlier.append(EarlierHistory(messages=_converted(msgs[:n], cli)))
         stats.branch_length = len(kept) + len(msgs) - n
     origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
     model = next((m["modelInfo"].get("id") for m in reversed(msgs) if isinstance(m.get("modelInfo"), dict)), None)
     times = [t for t in (ms_to_s(m.get("ts")) for m in msgs) if t]
     sp = header.get("system_prompt")
-    return Session(format=FORMAT, agent_version=origin.get("version"), path=str(path),
+    sub = _is_subagent(header)
+    if sub and not isinstance(sp, str):
+        sp = _spawned_with(path, header, msgs, warnings)
+    return Session(format=FORMAT, format_version="subagent" if sub else None,
+                   agent_version=origin.get("version"), path=str(path),
                    session_id=header.get("sessionId"), model=model, provider="cline",
                    created=min(times) if times else None, updated=max(times) if times else None,
                    messages=out, system_prompt=sp if isinstance(sp, str) else None, stats=stats,

@@ -11,8 +11,9 @@ A subagent that the ``agent`` tool starts writes its own transcript,
 ``<project>/subagents/<session id>/agent-<type>-<call id>.jsonl`` (records with ``agentId``,
 ``agentName`` and ``isSidechain``); it holds the task and the subagent's replies only: not the
 subagent's own system prompt and tools, nor the ``<system-reminder>`` parts (skills listing,
-environment) sent before the task, so its requests cannot be rebuilt as sent from it (a warning
-says so).
+environment) sent before the task, so its requests cannot be rebuilt as sent from it alone (a
+warning says so); ``replayer agents capture qwen`` runs a subagent too and keeps them by the
+type the file records (``agentName``, ``Session.subagent_type``), and the rebuild uses them.
 """
 
 from __future__ import annotations
@@ -120,8 +121,10 @@ def load(path: Path) -> Session:
     agent = next((r.get("agentName") for r in chain if r.get("isSidechain") and r.get("agentName")), None)
     if agent:
         warnings.append(f"a Qwen Code subagent's transcript ({agent}): its system prompt, tools and the "
-                        "<system-reminder> parts sent before its task are not stored")
-    return Session(format=FORMAT, format_version="subagent" if agent else None, agent_version=next((r.get("version") for r in reversed(chain) if r.get("version")), None),
+                        "<system-reminder> parts sent before its task are not stored (`replayer agents "
+                        "capture qwen` captures them for its type)")
+    return Session(format=FORMAT, format_version="subagent" if agent else None, subagent_type=agent,
+                   agent_version=next((r.get("version") for r in reversed(chain) if r.get("version")), None),
                    path=str(path), session_id=next((r.get("sessionId") for r in chain if r.get("sessionId")), None),
                    cwd=next((r.get("cwd") for r in reversed(chain) if r.get("cwd")), None), provider="openai",
                    model=model, created=min(times) if times else None, updated=max(times) if times else None,
