@@ -61,13 +61,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+
+def _version_label(version: str | None) -> str:
+    """" v3" for a numbered format version (pi's header), " (subagent)" for a kind of file that
+    is named, not numbered (Codex's wrapped rollouts, a Cline or Qwen Code subagent's file)."""
+    if not version:
+        return ""
+    return f" v{version}" if version[:1].isdigit() else f" ({version})"
+
 def _inspect_text(s, info: dict[str, Any], req) -> str:
     """``inspect``'s terminal lines, from the facts its ``--json`` prints."""
     refused, n_tokens, n_starts = info["replay_refused"], info["estimated_tokens"], info["user_starts"]
     roles = ", ".join(f"{k} {v}" for k, v in info["roles"].items())
     lines = [
         f"{s.path}",
-        f"  format         {s.format}{' v' + s.format_version if s.format_version else ''}"
+        f"  format         {s.format}{_version_label(s.format_version)}"
         f"{'  (agent ' + s.agent_version + ')' if s.agent_version else ''}",
         f"  model          {s.provider or '?'} / {s.model or '?'}",
         f"  messages       {len(s.messages)}  ({roles})",

@@ -125,3 +125,12 @@ def test_markdown_and_json_are_one_choice(capsys):
         main(["inspect", str(FILES["openai"]), "--json", "--markdown"])
     assert exc.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fixture,label", [
+    ("codex/small-rollout.jsonl", "codex ("),  # Codex's rollout kinds are named: "(wrapped)" / "(legacy)"
+])
+def test_inspect_names_a_named_format_kind_in_brackets_not_as_a_version(fixture, label, capsys):
+    assert main(["inspect", str(FIXTURES / fixture)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("format"))
+    assert label in line and " vwrapped" not in line and " vlegacy" not in line, line
