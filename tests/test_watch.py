@@ -153,3 +153,16 @@ def test_each_side_says_why_it_re_processed_against_its_own_threads_last_request
     assert "checkpoint" not in rows[1].causes[0]  # the server's checkpoints are not known
     obs, pred = rows[3].records()
     assert obs.cause["cause"] == pred.cause["cause"] == "thread_switch"  # the strips' letters
+
+
+def test_an_upstream_that_does_not_say_its_context_sets_no_limit_as_the_session_replay():
+    """Without ``/props`` (nothing listens on port 9) the upstream's context is unknown: like the
+    session replay without a GGUF, no limit is assumed — a request over 32,768 tokens is predicted, not
+    refused as "context full" by a 32k context the user's server may not have."""
+    p = Predictor.for_upstream(ReplayConfig(b="9859", tokenizer="estimate"), "http://127.0.0.1:9",
+                               server_args="-np 1 --cache-ram 0")
+    long = {"model": "m", "max_tokens": 5,
+            "messages": [{"role": "user", "content": " ".join(f"word{i}" for i in range(40_000))}]}
+    row = p.add(_rec(1, "/v1/chat/completions", long, cache_n=0, prompt_n=10))
+    assert row.predicted is not None and row.predicted.n_prompt > 32_768, (row.note, row.predicted)
+    assert row.predicted.cache_n == 0 and not row.note

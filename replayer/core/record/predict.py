@@ -29,9 +29,8 @@ from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig, run_spec
 from replayer.core.prompt import templates
 from replayer.core.prompt.turn_layouts import TurnLayouts, TurnPrompt, server_turn_prompt, turn_layouts
-from replayer.core.runspec import DEFAULT_SESSION_CTX
 from replayer.core.server.help import help_for
-from replayer.core.server.session import setup_knobs
+from replayer.core.server.session import NO_LIMIT, setup_knobs
 from replayer.core.server.setup import ServerSetup, parse_server_args
 from replayer.core.server.slots import ServerSim
 from replayer.core.server.traffic import MAIN, Request
@@ -280,12 +279,14 @@ class Predictor:
             if slots and slots != self.setup.n_parallel:
                 self.setup = parse_server_args(f"-np {slots}", self.help)
             setup, per_slot = self.setup, self.prompts.n_ctx()
+            # the upstream's own context when it says (/props), else no limit: the session replay's
+            # rule without a GGUF (server_context), never an assumed 32k the user's server may not have
             total = setup.n_ctx or (per_slot * (1 if setup.kv_unified else setup.n_parallel) if per_slot
-                                    else DEFAULT_SESSION_CTX)
-            knobs = setup_knobs(setup, self.spec.knobs,
-                                n_ctx=total if setup.kv_unified else total // max(1, setup.n_parallel))
+                                    else None)
+            knobs = setup_knobs(setup, self.spec.knobs, n_ctx=None if total is None else
+                                total if setup.kv_unified else total // max(1, setup.n_parallel))
             self.spec = replace(self.spec, knobs=knobs)
-            self.sim = ServerSim(setup, self.build, knobs, None, total)
+            self.sim = ServerSim(setup, self.build, knobs, None, total or NO_LIMIT)
         return self.sim
 
     def add(self, rec: dict[str, Any]) -> WatchRow:
