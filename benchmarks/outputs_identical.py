@@ -20,7 +20,7 @@ any case differs.
 (Claude Code 2.1 files with per-agent files, ``traffic.agent_stream`` logs) and the 2,000-message
 sessions, × server command lines (slots, host-cache limits that evict with a GGUF's state sizes,
 no unified KV, checkpoints, batch sizes) × tiny plain, SWA and hybrid GGUFs (``tiny_models``) ×
-two templates × two build pairs, ``--json`` (every turn's batches, checkpoints, slot and why).
+two templates (no GGUF) × two build pairs, ``--json`` (every turn's batches, checkpoints, slot and why).
 """
 
 from __future__ import annotations
@@ -90,10 +90,8 @@ def _digest(p: Path) -> str:
 
 
 #: The server command lines of ``--server`` (None: no ``--server-args``, the one-slot replay).
-SERVER_ARGS: list[str | None] = [None, "", "-np 1 --cache-ram 0", "-np 2", "-np 2 --cache-ram 0 --no-kv-unified",
-                                 "-np 4 --no-kv-unified", "--cache-ram 1", "--cache-ram 3 -np 2",
-                                 "--ctx-checkpoints 3 -cms 64", "-b 512 -ub 256", "--slot-prompt-similarity 0",
-                                 "-c 32768"]
+SERVER_ARGS: list[str | None] = [None, "", "-np 2", "-np 2 --cache-ram 0 --no-kv-unified", "--cache-ram 1",
+                                 "--ctx-checkpoints 3 -cms 64", "-b 512 -ub 256"]
 
 
 def server_cases(work: Path) -> list[tuple[str, list[str]]]:
@@ -108,7 +106,7 @@ def server_cases(work: Path) -> list[tuple[str, list[str]]]:
     from replayer.core.tiny_models import make_tiny
 
     small = [subagent_files(work / "claude-300", 300, 6, random.Random(7))]
-    for n, burst, words in ((62, 5, 60), (120, 8, 30), (200, 5, 40)):
+    for n, burst, words in ((62, 5, 60), (200, 8, 40)):
         log = work / f"stream-{n}.jsonl"
         log.write_text("".join(json.dumps(b) + "\n" for b in agent_stream(n, burst=burst, words=words)))
         small.append(log)
@@ -116,9 +114,9 @@ def server_cases(work: Path) -> list[tuple[str, list[str]]]:
     models = [None] + [make_tiny(a, work / f"{a}.gguf") for a in ("llama", "gemma2", "lfm2")]
     out = []
     for p in small + big:
-        for args in SERVER_ARGS if p in small else SERVER_ARGS[:4]:
-            for model in models if p in small else models[:2]:
-                for tpl in ("qwen3-coder", "chatml") if p in small else ("qwen3-coder",):
+        for args in SERVER_ARGS if p in small else SERVER_ARGS[:3]:
+            for model in models if p in small else models[:1]:
+                for tpl in ("qwen3-coder", "chatml") if p in small and model is None else ("qwen3-coder",):
                     for builds in ([], ["--a", "G1", "--b", "G3"]) if p in small else ([],):
                         argv = ["replay", str(p), "--mode", "session", "--template", tpl, *builds, "--json"]
                         argv += ["--model", str(model)] if model else []
