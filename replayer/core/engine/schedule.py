@@ -188,9 +188,7 @@ class Slot:
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
         # Checkpoint fields by index (n_tokens 0, task 3) here and in the fill loop: a
         # namedtuple's field by name is a descriptor call on every read
-        n_max = self._n_max
         old = self.checkpoints
-        task = ckpt[3]
         if self._too_close:
             # One walk, oldest first: an older task's checkpoint within min-step of the last
             # one kept is erased (with evict_only_when_full, only while the list would be full).
@@ -201,17 +199,19 @@ class Slot:
             # and for task w itself nothing can. Any other change of the list (a restore, an
             # invalidation, a supersede) drops the memo and the walk starts at 0. A walk that
             # stops early (evict_only_when_full) proves nothing clean: no memo for it.
+            task = ckpt[3]
             n = len(old)
-            begin = 0
             when_full = self._when_full
             if self._walked is old and not when_full:
-                w = self._walked_task
                 begin = n
+                w = self._walked_task
                 if w != task:
                     while begin > 0 and old[begin - 1][3] == w:
                         begin -= 1
+            else:
+                begin = 0
             if begin < n:
-                step = self._step
+                step, n_max = self._step, self._n_max
                 kept = old[:begin]
                 last = old[begin - 1][0] if begin else -1
                 for i in range(begin, n):
@@ -224,16 +224,18 @@ class Slot:
                         continue
                     kept.append(entry)
                     last = entry[0]
-                self.checkpoints = kept
-            self._walked, self._walked_task = self.checkpoints, task
-        while len(self.checkpoints) >= n_max:
-            erased.append(_new_tuple(Erasure, (self.checkpoints.pop(0), "old", batch_index)))
+                old = self.checkpoints = kept
+            self._walked, self._walked_task = old, task
+        if len(old) >= self._n_max:
+            n_max = self._n_max
+            while len(old) >= n_max:
+                erased.append(_new_tuple(Erasure, (old.pop(0), "old", batch_index)))
         if self._supersede:
-            for entry in [c for c in self.checkpoints if c[0] == ckpt[0]]:
-                self.checkpoints.remove(entry)
+            for entry in [c for c in old if c[0] == ckpt[0]]:
+                old.remove(entry)
                 erased.append(Erasure(entry, "superseded", batch_index))
                 self._walked = None
-        self.checkpoints.append(ckpt)
+        old.append(ckpt)
 
     # -- start of a task (§7) -----------------------------------------------------------
     def _start_task(self, n_tokens: int, common_prefix: int, erased: list[Erasure]
