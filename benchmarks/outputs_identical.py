@@ -3,6 +3,7 @@
     python benchmarks/outputs_identical.py                 # against main
     python benchmarks/outputs_identical.py --ref eea5b87   # against a commit
     python benchmarks/outputs_identical.py --quick         # two option sets, no 2,000-message session
+    python benchmarks/outputs_identical.py --server        # the server paths (``--server-args``) only
 
 Why: a refactor of the replay pipeline (issue 20) must not change what a user reads. The script
 checks the reference ref out in a temporary ``git worktree``, runs the same cases in both trees
@@ -13,6 +14,13 @@ samples when ``../shared`` (or ``$REPLAYER_SHARED``) exists, and the benchmarks'
 session; ``--mode resume`` and ``--mode session``; ``--json``, ``--jsonl``, ``--markdown`` and
 text; a set of option combinations. Prints a table and the first differing cases; exit 1 when
 any case differs.
+
+``--server``: the paths the cases above do not take, ``replay --mode session --server-args``
+(``server.slots``, the host cache, ``server.why``): generated sessions with subagent threads
+(Claude Code 2.1 files with per-agent files, ``traffic.agent_stream`` logs) and the 2,000-message
+sessions, × server command lines (slots, host-cache limits that evict with a GGUF's state sizes,
+no unified KV, checkpoints, batch sizes) × tiny plain, SWA and hybrid GGUFs (``tiny_models``) ×
+two templates (no GGUF) × two build pairs, ``--json`` (every turn's batches, checkpoints, slot and why).
 """
 
 from __future__ import annotations
@@ -81,6 +89,43 @@ def _digest(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+#: The server command lines of ``--server`` (None: no ``--server-args``, the one-slot replay).
+SERVER_ARGS: list[str | None] = [None, "", "-np 2", "-np 2 --cache-ram 0 --no-kv-unified", "--cache-ram 1",
+                                 "--ctx-checkpoints 3 -cms 64", "-b 512 -ub 256"]
+
+
+def server_cases(work: Path) -> list[tuple[str, list[str]]]:
+    """(name, argv) of the server-path cases, their sessions and GGUFs written under ``work``."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import random
+
+    from run import big_session  # noqa: E402
+    from slots_session import subagent_files  # noqa: E402
+
+    from replayer.core.server.traffic import agent_stream
+    from replayer.core.tiny_models import make_tiny
+
+    small = [subagent_files(work / "claude-300", 300, 6, random.Random(7))]
+    for n, burst, words in ((62, 5, 60), (200, 8, 40)):
+        log = work / f"stream-{n}.jsonl"
+        log.write_text("".join(json.dumps(b) + "\n" for b in agent_stream(n, burst=burst, words=words)))
+        small.append(log)
+    big = [subagent_files(work / "claude-2000", 2000, 10, random.Random(5)), big_session(work / "pi-2000.jsonl")]
+    models = [None] + [make_tiny(a, work / f"{a}.gguf") for a in ("llama", "gemma2", "lfm2")]
+    out = []
+    for p in small + big:
+        for args in SERVER_ARGS if p in small else SERVER_ARGS[:3]:
+            for model in models if p in small else models[:1]:
+                for tpl in ("qwen3-coder", "chatml") if p in small and model is None else ("qwen3-coder",):
+                    for builds in ([], ["--a", "G1", "--b", "G3"]) if p in small else ([],):
+                        argv = ["replay", str(p), "--mode", "session", "--template", tpl, *builds, "--json"]
+                        argv += ["--model", str(model)] if model else []
+                        argv += ["--server-args", args] if args is not None else []
+                        name = f"{p.parent.name}/{p.name} | {args!r} | {model.stem if model else '-'} | {tpl} | {' '.join(builds) or 'A/B'}"
+                        out.append((name, argv))
+    return out
+
+
 def cases(paths: list[Path], quick: bool, big: Path | None) -> list[tuple[str, list[str]]]:
     """(name, argv) of every case; the 2,000-message session gets the default options only."""
     sets = OPTION_SETS[:2] if quick else OPTION_SETS
@@ -146,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ref", default="main", help="git ref whose outputs are the reference (default main)")
     ap.add_argument("--quick", action="store_true", help="two option sets, no 2,000-message session")
+    ap.add_argument("--server", action="store_true", help="the server paths (--server-args) only")
     ap.add_argument("--run-cases", nargs=3, metavar=("TREE", "SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.run_cases:
@@ -154,12 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="outputs-identical-") as tmp:
         work = Path(tmp)
         big = None
-        if not args.quick:
+        if args.server:
+            todo = server_cases(work)
+        elif not args.quick:
             sys.path.insert(0, str(ROOT / "benchmarks"))
             from run import big_session  # noqa: E402  (the benchmarks' own 2,000-message session)
 
             big = big_session(work / "big-2000.jsonl")
-        todo = cases(sessions(big), args.quick, big)
+        if not args.server:
+            todo = cases(sessions(big), args.quick, big)
         spec = work / "cases.json"
         spec.write_text(json.dumps(todo))
         ref_tree = work / "ref"

@@ -185,9 +185,20 @@ def bench_stall() -> list[tuple]:
     # (its turns laid out in a worker thread, then 1,001 turns of both builds)
     big = big_session(Path(tempfile.mkdtemp()) / "big.jsonl")
     spec = SessionSpec(big, ReplayConfig.seed(template="qwen3-coder"))
+    # issue 21: and through the 1,201 requests of the Claude Code session with ten subagents
+    # (slots_session.py's), on one slot and with llama-server's defaults (--server-args '')
+    import random
+
+    from slots_session import subagent_files
+
+    sub = subagent_files(Path(tempfile.mkdtemp()), 2000, 10, random.Random(5))
+    one, defaults = (SessionSpec(sub, ReplayConfig.seed(template="qwen3-coder"), server_args=a) for a in (None, ""))
     rows = []
     for label, speed, n, make in (("instant", 0.0, 3, None), ("paced", 2000.0, 3, None),
-                                  ("session, instant", 0.0, 2, lambda v: SessionScreen(spec, speed=v))):
+                                  ("session, instant", 0.0, 2, lambda v: SessionScreen(spec, speed=v)),
+                                  ("subagent session, one slot", 0.0, 2, lambda v: SessionScreen(one, speed=v)),
+                                  ("subagent session, defaults", 0.0, 2,
+                                   lambda v: SessionScreen(defaults, speed=v))):
         for i in range(n):
             before = _load()
             _, gap, flushes, cpu, busiest = app_stall(prep, speed, make)

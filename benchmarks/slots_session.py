@@ -102,30 +102,39 @@ def uuid_of(session: str, side: bool, k: int) -> str:
     return f"{session[:8]}{'s' if side else 'm'}{k}"
 
 
+def subagent_files(d: Path, n_messages: int, n_agents: int, rng) -> Path:
+    """A Claude Code 2.1 session as it writes one with subagents: the main file of ``n_messages``
+    and ``n_agents`` per-agent files (``<session>/subagents/agent-*.jsonl``) of 40 messages each,
+    spread evenly over the main thread by their timestamps; returns the main file."""
+    import json
+
+    sid = "b3nch000-0000-4000-8000-000000000000"
+    main = _claude_records(n_messages, sid, 1_790_000_000.0, 1.0, False, rng)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{sid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in main))
+    (d / sid / "subagents").mkdir(parents=True, exist_ok=True)
+    every = n_messages / n_agents
+    for a in range(n_agents):
+        recs = _claude_records(40, sid, 1_790_000_000.0 + every * a + every / 2 + 0.5, 0.01, True, rng)
+        (d / sid / "subagents" / f"agent-a{a:04d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return d / f"{sid}.jsonl"
+
+
 def _subagent_session(cfg, t_layout: float, c_layout: float) -> list[tuple[str, str]]:
     """The 2,000-message session as Claude Code 2.1 writes it with subagents: the main file and
     ten per-agent files (``<session>/subagents/agent-*.jsonl``) of 40 messages each, their
     requests between the main turns by time; imported, laid out and simulated for A and B."""
-    import json
     import random
     import tempfile
 
-    rng = random.Random(5)
-    d = Path(tempfile.mkdtemp(prefix="claude-sub-bench-"))
-    sid = "b3nch000-0000-4000-8000-000000000000"
-    main = _claude_records(2000, sid, 1_790_000_000.0, 1.0, False, rng)
-    (d / f"{sid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in main))
-    (d / sid / "subagents").mkdir(parents=True)
-    for a in range(10):
-        recs = _claude_records(40, sid, 1_790_000_000.0 + 200 * a + 100.5, 0.01, True, rng)
-        (d / sid / "subagents" / f"agent-a{a:04d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    st = sr.load_turns(d / f"{sid}.jsonl")
+    main_file = subagent_files(Path(tempfile.mkdtemp(prefix="claude-sub-bench-")), 2000, 10, random.Random(5))
+    st = sr.load_turns(main_file)
     threads = len({t.thread for t in st.turns})
     rows = [("2,000-message Claude Code session + 10 subagent files",
              f"{len(st.turns)} requests on {threads} threads")]
     for label, args in (("one slot", None), ("defaults", "")):
         def replay():
-            prep = sr.prepare_session(d / f"{sid}.jsonl", cfg, turns=st)
+            prep = sr.prepare_session(main_file, cfg, turns=st)
             prep.server_args = args
             return [sr.simulated_session_run(prep, r) for r in ("A", "B")]
         t = best(replay, 2)

@@ -18,6 +18,7 @@ from replayer import __version__
 from replayer.core.engine.slot_turns import SessionRun, TurnReader, simulate_session, simulate_session_records
 from replayer.core.misses import explain, lost_by_cause
 from replayer.core.errors import ReplayerError
+from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt import kept_reasoning
 from replayer.core.prompt.turn_layouts import TurnLayouts, turn_layouts
 from replayer.core.prepare import span_rule
@@ -44,6 +45,14 @@ class SessionPrepared:
     server_args: str | None = None  # the user's llama-server command line (``server.session``)
     # per run: the turns before which the server slept or a router unloaded the model (``misses``)
     restarts: dict[str, dict[int, tuple[str, str]]] = field(default_factory=dict)
+    _cost: CostModel | None = field(default=None, init=False, repr=False, compare=False)
+
+    def cost(self) -> CostModel:
+        """The config's cost model, one for both runs and every replay of this session: its price
+        memo (``cost.price_memo``) then serves build B the batches build A priced."""
+        if self._cost is None:
+            self._cost = self.config.cost()
+        return self._cost
 
     def meta(self) -> dict[str, Any]:
         s = self.turns.session
@@ -103,7 +112,7 @@ def _server_turns(prep: SessionPrepared, spec) -> Iterator | None:
 
 def simulated_session_events(prep: SessionPrepared, run: str) -> Iterator[Any]:
     spec = run_spec(run, prep.config)
-    yield from simulate_session(spec, prep.layouts[run].prompts, prep.config.cost(), n_ctx=prep.n_ctx,
+    yield from simulate_session(spec, prep.layouts[run].prompts, prep.cost(), n_ctx=prep.n_ctx,
                                 turns=_server_turns(prep, spec))
 
 
@@ -111,7 +120,7 @@ def simulated_session_run(prep: SessionPrepared, run: str) -> SessionRun:
     """``session_run(prep, run, simulated_session_events(prep, run))`` for a reader that needs the
     per-turn facts, not the stream: the same records, without the events only a stream shows."""
     spec = run_spec(run, prep.config)
-    return _explained(prep, run, simulate_session_records(spec, prep.layouts[run].prompts, prep.config.cost(),
+    return _explained(prep, run, simulate_session_records(spec, prep.layouts[run].prompts, prep.cost(),
                                                           n_ctx=prep.n_ctx, turns=_server_turns(prep, spec)))
 
 

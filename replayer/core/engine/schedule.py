@@ -164,6 +164,8 @@ class Slot:
         self._user_breaks = build.generation.user_breaks
         self._g0 = self._user_breaks == "before_last_user"
         self._spacing = build.generation.spacing
+        # the spacing rule as the fill loop tests it: min_step 0, min_step_or_last_user 1, … or_near_end 2
+        self._rule = {"min_step": 0, "min_step_or_last_user": 1}.get(self._spacing, 2)
         self._too_close = build.generation.evict_too_close
         self._when_full = build.generation.evict_only_when_full
         self._supersede = build.generation.supersede
@@ -186,9 +188,7 @@ class Slot:
     def _create(self, ckpt: Checkpoint, batch_index: int, erased: list[Erasure]) -> None:
         # Checkpoint fields by index (n_tokens 0, task 3) here and in the fill loop: a
         # namedtuple's field by name is a descriptor call on every read
-        n_max = self._n_max
         old = self.checkpoints
-        task = ckpt[3]
         if self._too_close:
             # One walk, oldest first: an older task's checkpoint within min-step of the last
             # one kept is erased (with evict_only_when_full, only while the list would be full).
@@ -199,17 +199,19 @@ class Slot:
             # and for task w itself nothing can. Any other change of the list (a restore, an
             # invalidation, a supersede) drops the memo and the walk starts at 0. A walk that
             # stops early (evict_only_when_full) proves nothing clean: no memo for it.
+            task = ckpt[3]
             n = len(old)
-            begin = 0
             when_full = self._when_full
             if self._walked is old and not when_full:
-                w = self._walked_task
                 begin = n
+                w = self._walked_task
                 if w != task:
                     while begin > 0 and old[begin - 1][3] == w:
                         begin -= 1
+            else:
+                begin = 0
             if begin < n:
-                step = self._step
+                step, n_max = self._step, self._n_max
                 kept = old[:begin]
                 last = old[begin - 1][0] if begin else -1
                 for i in range(begin, n):
@@ -222,16 +224,18 @@ class Slot:
                         continue
                     kept.append(entry)
                     last = entry[0]
-                self.checkpoints = kept
-            self._walked, self._walked_task = self.checkpoints, task
-        while len(self.checkpoints) >= n_max:
-            erased.append(_new_tuple(Erasure, (self.checkpoints.pop(0), "old", batch_index)))
+                old = self.checkpoints = kept
+            self._walked, self._walked_task = old, task
+        if len(old) >= self._n_max:
+            n_max = self._n_max
+            while len(old) >= n_max:
+                erased.append(_new_tuple(Erasure, (old.pop(0), "old", batch_index)))
         if self._supersede:
-            for entry in [c for c in self.checkpoints if c[0] == ckpt[0]]:
-                self.checkpoints.remove(entry)
+            for entry in [c for c in old if c[0] == ckpt[0]]:
+                old.remove(entry)
                 erased.append(Erasure(entry, "superseded", batch_index))
                 self._walked = None
-        self.checkpoints.append(ckpt)
+        old.append(ckpt)
 
     # -- start of a task (§7) -----------------------------------------------------------
     def _start_task(self, n_tokens: int, common_prefix: int, erased: list[Erasure]
@@ -293,13 +297,10 @@ class Slot:
 
     def _fill(self, spans: PromptSpans, n_past: int, erased: list[Erasure]
               ) -> tuple[list[Batch], list[tuple[int, Checkpoint]], list[int]]:
-        """The batches from ``n_past`` on, with the checkpoints made before them.
-
-        The server appends tokens one by one; this loop jumps to the first position any rule
-        can fire at (equivalent, O(#breaks)), with the user-start, near-end and reason rules
-        written out in place: a session runs it for every turn of both builds, where a method
-        call per rule and batch was most of the slot's time.
-        """
+        """The batches from ``n_past`` on, with the checkpoints made before them. The server adds
+        tokens one by one; this jumps to the next position a rule can fire at (O(#breaks)), the
+        rules written out in place: a session runs it for every turn of both builds, where a
+        method call per rule and batch was most of the slot's time."""
         N, nb, nub, ck_on = spans.n_tokens, self._n_batch, self._n_ubatch, self._ckpt_enabled
         U = spans.user_starts
         n_u = len(U)
@@ -307,13 +308,12 @@ class Slot:
         nbu = spans.n_before_user if spans.n_before_user is not None else last_user
         near1, near2 = N - self._near_d[0], N - self._near_d[1]  # _near_end
         near_lo = min(near1, near2) if ck_on else N + 1
-        g0, every_user, step = self._g0, self._user_breaks == "every_user", self._step
+        g0, every_user, step, rule = self._g0, self._user_breaks == "every_user", self._step, self._rule
         where_due = ck_on and not g0 and not every_user
         batches: list[Batch] = []
-        created: list[tuple[int, Checkpoint]] = []
+        created: list[tuple[int, Checkpoint]] = []  # (batch index, checkpoint); and the list's length after each
         counts: list[int] = []
-        add_batch, new_tuple = batches.append, _new_tuple
-        start = n_past
+        add_batch, new_tuple, start = batches.append, _new_tuple, n_past
         i = bisect_left(U, start)
         start_is_user = i < n_u and U[i] == start
         while start < N:
@@ -345,38 +345,18 @@ class Slot:
                 reason = ("n_batch" if n_cur >= nb else "user_start" if end_is_user
                           else "checkpoint_offset" if ck_on and (end == near1 or end == near2) else "other")
             add_batch(new_tuple(Batch, (start, n_cur, -(-n_cur // nub), reason)))
-            # at start 0 nothing is decoded yet, the memory is empty: no checkpoint
-            if ck_on and start > 0 and self._checkpoint_due(start, end, start_is_user, N, nbu, last_user):
+            # the checkpoint decision (§5.3; the spec's order of tests, with the spacing rule), taken
+            # before the batch is decoded; at start 0 nothing is decoded yet, the memory is empty
+            if ck_on and start > 0 and (end == N or start_is_user or N < end + nub if not g0 else
+                                        (nbu > 0 and (start == nbu or start > nbu and N < end + nub))
+                                        or nbu <= 0 and (end == N or N < end + nub)) and (
+                    not self.checkpoints or start > self.checkpoints[-1][0] + step
+                    or rule and (start == last_user or rule == 2 and N < end + nub)):
                 ck = new_tuple(Checkpoint, (start, self._pos_min(start), start - 1, self.task))
                 self._create(ck, len(batches) - 1, erased)
-                created.append((len(batches) - 1, ck))
-                counts.append(len(self.checkpoints))
+                created.append((len(batches) - 1, ck)), counts.append(len(self.checkpoints))
             start, start_is_user = end, end_is_user
         return batches, created, counts
-
-    def _checkpoint_due(self, start: int, end: int, start_is_user: bool, n_tokens: int, nbu: int,
-                        last_user: int) -> bool:
-        """The checkpoint decision (§5.3), taken before the batch ``[start, end)`` is decoded
-        (``nbu``: G0's tokens before the last user message)."""
-        near_prompt_end = n_tokens < end + self._n_ubatch
-        g0 = self._g0
-        if end != n_tokens:
-            if g0:
-                if nbu <= 0 and not near_prompt_end:
-                    return False
-            elif not start_is_user and not near_prompt_end:
-                return False
-        if g0 and nbu > 0 and not (start == nbu or (start > nbu and near_prompt_end)):
-            return False
-        if not self.checkpoints:
-            return True
-        spaced = start > self.checkpoints[-1][0] + self._step
-        rule = self._spacing
-        if rule == "min_step":
-            return spaced
-        if rule == "min_step_or_last_user":
-            return spaced or start == last_user
-        return spaced or start == last_user or near_prompt_end
 
 
 def schedule(spans: PromptSpans, build: Build, knobs: Knobs | None = None,

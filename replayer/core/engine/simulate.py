@@ -14,7 +14,7 @@ from typing import Generator, Iterator
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, schedule
 from replayer.core.runspec import PromptSpans, RunSpec
-from replayer.core.hardware.cost import CostModel, batch_ms
+from replayer.core.hardware.cost import CostModel, batch_ms, price_memo
 
 
 class SimulatedEngine:
@@ -88,7 +88,7 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
         ckpt_ms = cost.checkpoint_ms(size_mib)
         counts = sched.created_counts
     next_ck = created[0][0] if n_created else -1
-    ubatch_ms = cost.ubatch_ms
+    ubatch_ms, prices = cost.ubatch_ms, price_memo(cost)
     for i, (start, n, n_ub, reason) in enumerate(sched.batches):
         t_start = t
         if i == next_ck:
@@ -102,8 +102,14 @@ def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, bat
             add_ck(ev.CheckpointCreated(run, ck[0], ck[1], ck[2], size_mib, counts[ci], n_max, t0 + t))
             ci += 1
             next_ck = created[ci][0] if ci < n_created else -1
-        # = batch_ms; one ubatch (n_ub = ⌈n / n_ubatch⌉ = 1) is the common case: priced directly
-        t += ubatch_ms(n, start) if n_ub == 1 else batch_ms(cost, start, n, spec.knobs.n_ubatch_eff)
+        # = batch_ms; one ubatch (n_ub = ⌈n / n_ubatch⌉ = 1) is the common case: its price looked up
+        if n_ub == 1:
+            ms = prices.get((n, start))
+            if ms is None:
+                ms = prices[n, start] = ubatch_ms(n, start)
+            t += ms
+        else:
+            t += batch_ms(cost, start, n, spec.knobs.n_ubatch_eff)
         add_batch(BatchDone(run, i, start, n, n_ub, reason, t0 + t_start, t0 + t))
         if progress:
             add_batch(Progress(run, start + n, N, t0 + t))

@@ -66,6 +66,20 @@ def attn_work(b: int, depth: int, q_tile: int = 0) -> float:
     return b * (depth + (b + 1) / 2)
 
 
+def price_memo(cost: CostModel) -> dict[tuple[int, int], float]:
+    """The model's one-ubatch prices by (tokens, depth), kept on the model while it lives.
+
+    A price is a pure function of what ``ubatch_ms`` reads, the ubatch's size and depth, so a
+    price looked up is the float computed before. A session prices the same batches again and
+    again: each return to the main thread after a subagent re-processes it on a build that
+    breaks at every tool result (the same batches as the last time), and build B re-prices
+    most of build A's turns. A model without an instance dict keeps no memo (a fresh one)."""
+    d = getattr(cost, "__dict__", None)
+    if d is None:
+        return {}
+    return d.setdefault("_prices", {})
+
+
 def batch_ms(cost: CostModel, start: int, n_tokens: int, n_ubatch: int) -> float:
     """A batch costs the sum of its ubatches, each its own graph evaluation."""
     if n_tokens <= n_ubatch:  # the common case in a fragmented prefill: one ubatch

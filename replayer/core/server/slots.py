@@ -24,6 +24,7 @@ deferred tasks).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -42,6 +43,33 @@ from replayer.core.server.traffic import Request
 __all__ = ["ServerSim", "RequestFacts", "lcp"]
 
 _f32 = np.float32
+_F32 = struct.Struct("f")
+_EXACT = 1 << 24  # integers below this are exact float32 values
+
+
+def _round32(x: float) -> float:
+    """``x`` rounded to the nearest float32 (``float(np.float32(x))``), as a Python float: numpy's
+    scalar arithmetic costs ~10 µs a similarity, a session asks a thousand times per build."""
+    return _F32.unpack(_F32.pack(x))[0]
+
+
+def _similarity(n_lcp: int, n_new: int) -> float:
+    """``f32(n_lcp) / f32(n_new)`` as the server computes it in float (``get_available_slot``).
+    Both are integers below 2^24, exact in float32, so the float32 quotient is the double quotient
+    rounded once more to float32 (a division rounded to 53 then to 24 bits is rounded as if
+    once: 53 ≥ 2·24 + 2); outside that range numpy computes it."""
+    if n_lcp < _EXACT and 0 < n_new < _EXACT:
+        return _round32(n_lcp / n_new)
+    return float(_f32(n_lcp) / _f32(n_new))
+
+
+def _f_keep(sim: float, n_new: int, n_slot: int) -> float:
+    """``(sim · f32(n_new)) / f32(n_slot)`` in float32: the product of a float32 and an integer
+    below 2^24 is exact in double (24 + 24 bits), so each step rounded to float32 is the
+    server's float result (the quotient as in ``_similarity``)."""
+    if n_new < _EXACT and n_slot < _EXACT:
+        return _round32(_round32(sim * n_new) / n_slot)
+    return float((_f32(sim) * _f32(n_new)) / _f32(n_slot))
 
 
 def lcp(a: TurnPrompt | None, b: TurnPrompt) -> int:
@@ -148,7 +176,7 @@ class ServerSim:
                       if setup.cache_ram_mib != 0 else None)
         self.clock = 0
         self.task = -1
-        self.sps = _f32(setup.slot_prompt_similarity)
+        self.sps = float(_f32(setup.slot_prompt_similarity))
 
     # -- get_available_slot ---------------------------------------------------------------
     def _select(self, req: Request, out: list[CacheEvent]) -> tuple[_SlotState, str]:
@@ -160,20 +188,19 @@ class ServerSim:
         if req.id_slot != -1:
             ret = self.slots[req.id_slot % len(self.slots)]
         if self.sps != 0:
-            best = _f32(0)
+            best = 0.0  # the similarities as float32 values, held in Python floats (``_similarity``)
             for s in self.slots:
                 if req.id_slot != -1 and s.id != req.id_slot:
                     continue
                 if s.n == 0:
                     continue
-                sim = _f32(lcp(s.prompt, p)) / _f32(n_new)
+                sim = _similarity(lcp(s.prompt, p), n_new)
                 if sim > best and sim > self.sps:
                     best, ret = sim, s
                     how = "lcp" if req.id_slot == -1 else "id"
             if ret is not None:
                 if ret.n > 0:
-                    f_keep = (best * _f32(n_new)) / _f32(ret.n)
-                    update = bool(f_keep < _f32(0.5))
+                    update = _f_keep(best, n_new, ret.n) < 0.5
         if ret is None:
             t_last = -1
             for s in self.slots:
