@@ -10,20 +10,28 @@ adds a synthetic "Continue if you have next steps…" prompt and goes on from
 "What did we do so far?", the summary, the recent turns it kept (``tail_start_id``, with
 ``compaction.tail_turns``) and what follows. The database, imported, makes every request of the
 conversation a turn, in order, each rebuilt as sent: those before the compaction from the
-messages before it (``Session.earlier``), then those after it. Written at test time in a
-temporary HOME and never kept."""
+messages before it (``Session.earlier``), then those after it. The manual compaction, headless:
+``opencode serve`` and its ``POST /session/{id}/summarize`` (``auto: false``; the endpoint
+OpenCode's ACP handler calls for ``/compact``), no "Continue…" prompt after it. Written at test
+time in a temporary HOME and never kept."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import socket
 import sqlite3
+import subprocess
+import time
+import urllib.request
 
 import pytest
 
 from replayer.core.agents import capture
 from replayer.core.agents.registry import AGENTS
-from replayer.core.agents.run import run
+from replayer.core.agents.run import environment, reap, run
 from replayer.core.agents.stub_model import ModelServer
 from replayer.core.session.turns import earlier_turns, load_turns
 
@@ -64,6 +72,43 @@ def _is_summarization(q) -> bool:
     return not q.body.get("tools") and len(msgs) == 2 and str(msgs[-1].get("content", "")).startswith(SUMMARIZE)
 
 
+def _http(method: str, url: str, body: dict | None = None):
+    req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read() or b"null")
+
+
+def _summarize(home, project, url: str) -> None:
+    """The last session compacted on request: ``opencode serve`` in the run's HOME and project,
+    then ``POST /session/{id}/summarize`` (answered once the summary is written); the server and
+    whatever it started are killed after."""
+    agent = AGENTS["opencode"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    p = subprocess.Popen([str(agent_binary(agent)), "serve", "--port", str(port)], cwd=project,
+                         env=environment(agent, home, url), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                sessions = _http("GET", f"{base}/session?directory={project}")
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("opencode serve did not answer within 120 s")
+        [session] = sessions
+        assert _http("POST", f"{base}/session/{session['id']}/summarize?directory={project}",
+                     {"providerID": "stub", "modelID": "scripted", "auto": False}) is True
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        reap(home)
+
+
 SCENARIOS = {  # name: [(tail_turns or None when the model has no limit, args)]
     "before a turn": [("off", ["run", "TOOL: list the files here"]), (None, ["run", "-c", "after the compaction"]),
                       ("off", ["run", "-c", "thanks"])],
@@ -71,6 +116,8 @@ SCENARIOS = {  # name: [(tail_turns or None when the model has no limit, args)]
                                              (1, ["run", "-c", "after the compaction"]),
                                              ("off", ["run", "-c", "thanks"])],
     "within a turn": [(None, ["run", "TOOL: list the files here"]), ("off", ["run", "-c", "thanks"])],
+    "on request": [("off", ["run", "TOOL: list the files here"]), ("off", "summarize"),
+                   ("off", ["run", "-c", "after the compaction"])],
 }
 
 
@@ -83,6 +130,9 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     (project / "hello.txt").write_text("hello\n")
     with ModelServer(str(project / "hello.txt"), prompt_tokens=_tokens) as m:
         for tail, args in SCENARIOS[scenario]:
+            if args == "summarize":
+                _summarize(home, project, m.url)
+                continue
             a = agent if tail == "off" else _limited(tail)
             r = run(a, agent_binary(agent), args, home=home, project=project, url=m.url)
             assert r.returncode == 0, r.stderr[-300:]
@@ -94,7 +144,8 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     con = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
     compactions = [json.loads(d) for (d,) in con.execute("select data from part") if '"compaction"' in d]
     con.close()
-    assert [c.get("type") for c in compactions] == ["compaction"] and compactions[0]["auto"] is True
+    assert [c.get("type") for c in compactions] == ["compaction"]
+    assert compactions[0]["auto"] is (scenario != "on request")
     assert ("tail_start_id" in compactions[0]) == scenario.endswith("the last turn")
     capture.save(capture.from_request(agent.name, agent.version, agent.api, main[0].body))
     st = load_turns(db)
@@ -108,4 +159,6 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     first = wire.from_chat(sent[n_before].body).messages
     assert first[0]["text"] == SUMMARY_PROMPT and first[1]["role"] == "assistant"
     assert not any(x["role"] == "tool" for x in first)
+    # OpenCode adds its "Continue…" prompt after an automatic compaction only
+    assert any(x["text"].startswith("Continue if you have next steps") for x in first) is (scenario != "on request")
     assert any("summarization request(s) are not rebuilt" in n for n in st.notes)
