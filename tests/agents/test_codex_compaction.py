@@ -6,7 +6,9 @@ first prompt's tool round with the limit). Codex sends a summarization request (
 writes a ``compacted`` record (its summary message and ``replacement_history``: the developer
 items, the environment context, the user prompts so far and the summary as a user message) and
 sends every later request from that history. The rollout, imported, makes one turn per request
-Codex sent after the compaction, each rebuilt as sent (messages, system prompt and tools)."""
+of the conversation, in order, each rebuilt as sent (messages, system prompt and tools): those
+before the compaction from the items it replaced (the rollout keeps them), then those after it
+from its replacement history; the summarization request is not rebuilt."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from replayer.core.agents import capture
 from replayer.core.agents.registry import AGENTS
 from replayer.core.agents.run import run
 from replayer.core.agents.stub_model import ModelServer
-from replayer.core.session.turns import load_turns
+from replayer.core.session.turns import earlier_turns, load_turns
 
 from agents import wire
 from agents.conftest import agent_binary
@@ -39,7 +41,7 @@ def _steps(where: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("where", ["before a turn", "within a turn"])
-def test_codex_after_an_automatic_compaction_every_turn_is_a_request_sent_after_it(where, tmp_path):
+def test_codex_every_request_of_an_automatically_compacted_session_is_a_turn_rebuilt_as_sent(where, tmp_path):
     agent = AGENTS["codex"]
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir(), project.mkdir()
@@ -62,9 +64,12 @@ def test_codex_after_an_automatic_compaction_every_turn_is_a_request_sent_after_
     assert st.session.stats.compactions_total == 1
     assert any("compaction" in n for n in st.notes)
     sent = st.turns[:-1]  # the last is the resume request, not yet sent
-    assert len(sent) == len(after)
-    for t, q in zip(sent, after):
-        assert wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)) == []
+    n_before = len(main) - len(after)
+    assert len(sent) == len(main) and sum(map(len, earlier_turns(st.session))) == n_before
+    diffs = {k: d for k, (t, q) in enumerate(zip(sent, main))
+             if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
+    assert not diffs, diffs
+    assert any("summarization request(s) are not rebuilt" in n for n in st.notes)
     # the first request after the compaction starts from the summary, not the tool round
     first = wire.FROM[agent.api](after[0].body)
     assert not any(x["role"] in ("assistant", "tool") for x in first.messages)

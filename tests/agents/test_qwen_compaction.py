@@ -5,9 +5,11 @@ keeps the summary only when it holds a ``<state_snapshot>`` and saves tokens by 
 usage (so the stub reports a request's size / 4), and writes a ``system`` record of subtype
 ``chat_compression`` whose ``compressedHistory`` is the history it sends from then on: the
 summary as a user message and a model reply it wrote itself. The chat, imported, makes one turn
-per request Qwen Code sent after the compression, rebuilt as sent (messages with the send-time
-reminders, system prompt and tools from a capture of the run's first request); none of the
-written reply. Written at test time in a temporary HOME."""
+per request of the conversation, in order — those before the compression from the records
+before it (``Session.earlier``), those after it from ``compressedHistory`` — each rebuilt as sent
+(messages with the send-time reminders, system prompt and tools from a capture of the run's first
+request); none of the written reply, and the summarization request (Qwen Code's own prompt as its
+last message) not rebuilt. Written at test time in a temporary HOME."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from replayer.core.agents import capture
 from replayer.core.agents.registry import AGENTS
 from replayer.core.agents.run import run
 from replayer.core.agents.stub_model import ModelServer
-from replayer.core.session.turns import load_turns
+from replayer.core.session.turns import earlier_turns, load_turns
 
 from agents import wire
 from agents.conftest import agent_binary
@@ -36,7 +38,7 @@ def _is_compression(q) -> bool:
     return last.get("role") == "user" and wire.from_chat({"messages": [last]}).messages[0]["text"].startswith(SUMMARIZE)
 
 
-def test_qwen_after_a_compression_every_turn_is_a_request_sent_after_it(tmp_path):
+def test_qwen_every_request_of_a_compressed_chat_is_a_turn_rebuilt_as_sent(tmp_path):
     agent = AGENTS["qwen"]
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir(), project.mkdir()
@@ -66,8 +68,11 @@ def test_qwen_after_a_compression_every_turn_is_a_request_sent_after_it(tmp_path
     assert st.session.stats.compactions_total == 1 == st.session.stats.compactions_applied
     assert st.session.compacted_prefix == 2  # the summary and the reply Qwen Code wrote
     sent = st.turns[:-1]
-    assert len(sent) == len(after)
-    for t, q in zip(sent, after):
-        assert wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)) == []
-    first = wire.from_chat(sent[0].body).messages
+    conversation = main[:at] + after  # every request but the summarization
+    assert len(sent) == len(conversation) and sum(map(len, earlier_turns(st.session))) == at
+    diffs = {k: d for k, (t, q) in enumerate(zip(sent, conversation))
+             if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
+    assert not diffs, diffs
+    assert any("summarization request(s) are not rebuilt" in n for n in st.notes)
+    first = wire.from_chat(sent[at].body).messages
     assert "<state_snapshot>" in first[0]["text"] and not any(x["role"] == "tool" for x in first)

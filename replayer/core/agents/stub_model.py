@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 #: the agents' shell tools, best first; a file-reading tool is the fallback
 SHELL_TOOLS = ("bash", "Bash", "shell", "shell_command", "exec_command", "run_shell_command",
@@ -276,8 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, r: Reply, stream: bool, body: dict) -> None:
         cid, created = f"chatcmpl-{self.server.next_id()}", int(time.time())
         usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
-        if self.server.usage_by_size:
-            n = len(json.dumps(body)) // 4
+        if self.server.usage_by_size or self.server.prompt_tokens:
+            n = self.server.prompt_tokens(body) if self.server.prompt_tokens else len(json.dumps(body)) // 4
             usage = {"prompt_tokens": n, "completion_tokens": 10, "total_tokens": n + 10}
         calls = [{"index": 0, "id": f"call_{self.server.next_id()}", "type": "function",
                   "function": {"name": r.call[0], "arguments": r.call[1]}}] if r.call else []
@@ -396,6 +396,10 @@ class _Server(ThreadingHTTPServer):
         #: report a chat request's prompt tokens as its size / 4, not 100 (Qwen Code keeps a
         #: compression only when the tokens it saves exceed the summary's, by the reported usage)
         self.usage_by_size = False
+        #: a chat request's prompt tokens as the test scripts them (OpenCode compacts by itself when
+        #: the last response's tokens pass the model's limit: they must drop after the compaction,
+        #: as a real model's do, or it compacts again after every reply)
+        self.prompt_tokens: Callable[[dict[str, Any]], int] | None = None
 
     def next_id(self) -> int:
         with self.lock:
@@ -409,11 +413,13 @@ class ModelServer:
 
     file_path: str = "/tmp/hello.txt"
     usage_by_size: bool = False  # see ``_Server.usage_by_size``
+    prompt_tokens: Callable[[dict[str, Any]], int] | None = None  # see ``_Server.prompt_tokens``
     _srv: _Server | None = field(default=None, init=False)
 
     def __enter__(self) -> "ModelServer":
         self._srv = _Server(self.file_path)
         self._srv.usage_by_size = self.usage_by_size
+        self._srv.prompt_tokens = self.prompt_tokens
         threading.Thread(target=self._srv.serve_forever, daemon=True).start()
         return self
 

@@ -174,7 +174,8 @@ class Session(BaseModel):
     #: ends there was ever sent with this one (pi)
     compacted_prefix: int = 0
     #: the history before each compaction, oldest first, where the file keeps it (pi, Claude
-    #: Code): its requests are turns too, before the ones after the compaction
+    #: Code, Cline, Codex, Qwen Code, OpenCode): its requests are turns too, before the ones after
+    #: the compaction
     earlier: list[EarlierHistory] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     stats: ImportStats = Field(default_factory=ImportStats)

@@ -112,12 +112,20 @@ def main_times(s: Session, path: Path, once: JsonlFile | None = None) -> list[fl
 
 def message_times(s: Session) -> list[float | None]:
     """The time of each response (a run of assistant messages) of an imported session: the k-th
-    answers the k-th request. A response at the very start answers no request of the session."""
+    answers the k-th request, as ``turns.load_turns`` orders them — the responses of each history
+    before a compaction first (``Session.earlier``), then the session's own. A response at the
+    very start, or among what a compaction left (``compacted_prefix``: it answered the history
+    before it or the summarization request), answers no request of the session; a history that
+    ends with its summarization request has a turn whose response is not in it (no time)."""
     out: list[float | None] = []
-    for i, m in enumerate(s.messages):
-        if m.role == "assistant" and i > 0 and s.messages[i - 1].role != "assistant":
-            out.append(m.timestamp)
-    return out
+    for h in s.earlier:
+        out += _response_times(h.messages, h.compacted_prefix) + ([None] if h.ends_with_request else [])
+    return out + _response_times(s.messages, s.compacted_prefix)
+
+
+def _response_times(messages: list, prefix: int) -> list[float | None]:
+    return [m.timestamp for i, m in enumerate(messages)
+            if m.role == "assistant" and i > 0 and i >= prefix and messages[i - 1].role != "assistant"]
 
 
 def _loader(path: Path, fmt: str, images: str, **which: Any) -> Callable[[], Session]:

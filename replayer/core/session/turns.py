@@ -8,9 +8,9 @@ the agent sent one request before it, not one per message.
 What the importers keep decides what can be rebuilt. They reduce a session to its active
 branch after the *latest* compaction (pi, Claude Code, Codex, OpenCode, Cline); the first turn
 after it starts with the compaction summary, as the agent's next request really did. Where the
-file keeps the history before a compaction (pi, Claude Code, Cline: ``Session.earlier``), its
-requests are turns too, before those (``earlier_turns``); for Codex and OpenCode they are not
-rebuilt, nor are turns on abandoned branches. A stored system prompt is one text for the whole session, so turns
+file keeps the history before a compaction (pi, Claude Code, Cline, Codex, Qwen Code, OpenCode:
+``Session.earlier``), its requests are turns too, before those (``earlier_turns``); turns on
+abandoned branches are not rebuilt, nor the summarization requests. A stored system prompt is one text for the whole session, so turns
 rebuilt from a session never change it. A JSONL log of request bodies
 (``request_log``) has none of these limits: its lines are the turns exactly as sent.
 """

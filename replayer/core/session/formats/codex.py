@@ -2,7 +2,9 @@
 
 Codex resumes by sending every stored ``response_item`` (from the last compaction's
 ``replacement_history`` on, minus rolled-back turns) to the Responses API with the base
-instructions. Codex 0.171 sends the base instructions as the first ``developer`` input item
+instructions. The items a compaction replaced stay in the rollout: they are the history each
+request before it was sent with (``Session.earlier``); its summarization request (Codex's own
+prompt, in its binary) is not rebuilt. Codex 0.171 sends the base instructions as the first ``developer`` input item
 and each stored developer item as one more (so they stay ``developer`` messages here, not
 folded, not ``user``); consecutive assistant items of a turn become one assistant message
 with ``tool_calls``. The stored ``base_instructions`` are longer than what is sent (Codex
@@ -22,7 +24,9 @@ from typing import Any
 
 import orjson
 
-from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part
+from replayer.core.session.model import (
+    EarlierHistory, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
+)
 from replayer.core.session.reader import iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence, mostly
 
@@ -64,20 +68,20 @@ def load(path: Path, *, images: str = "omit") -> Session:
         warnings.append(f"the first record is not the session_meta (its type is {str(lines[0].get('type'))[:40]!r}): "
                         "no session id, cwd or base instructions from it")
     times: dict[int, float | None] = {}
+    before: list[list[dict]] = []
     if wrapped:
-        meta, items, model, usage = _read_wrapped(lines, stats, times)
+        meta, items, model, usage = _read_wrapped(lines, stats, times, before)
     else:
         meta, model, usage = lines[0], None, Usage()
         items = [ln for ln in lines[1:] if ln.get("record_type") != "state" and "type" in ln]
     stats.branch_length = len(items)
     base = meta.get("base_instructions")
     has_base = isinstance(base, (dict, str)) and bool(base)
-    turns = _Turns(images, [base["text"]] if isinstance(base, dict) and base.get("text") else
-                   [base] if isinstance(base, str) else [])
-    for it in items:
-        turns.when = times.get(id(it))
-        turns.add(it, stats)
-    turns.flush()
+    system_parts = [base["text"]] if isinstance(base, dict) and base.get("text") else [base] if isinstance(base, str) else []
+    turns = _converted(items, images, system_parts, times, stats)
+    # the history each compaction replaced, as Codex sent it then: its requests are turns too
+    earlier = [EarlierHistory(messages=_converted(h, images, system_parts, times, ImportStats()).messages)
+               for h in before]
     if not has_base:
         warnings.append("this rollout does not store Codex's base instructions")
     return Session(
@@ -87,15 +91,27 @@ def load(path: Path, *, images: str = "omit") -> Session:
         provider=meta.get("model_provider"), model=model, created=iso_to_s(meta.get("timestamp")),
         updated=iso_to_s(lines[-1].get("timestamp")), messages=turns.messages,
         system_prompt=turns.system_prompt() if has_base else None, system_role="developer",
-        tools=None, usage=usage, stats=stats, warnings=warnings,
+        tools=None, usage=usage, stats=stats, warnings=warnings, earlier=earlier,
     )
 
 
-def _read_wrapped(lines: list[dict], stats: ImportStats,
-                  times: dict[int, float | None]) -> tuple[dict, list[dict], str | None, Usage]:
+def _converted(items: list[dict], images: str, system_parts: list[str], times: dict[int, float | None],
+               stats: ImportStats) -> "_Turns":
+    """Response items as the messages Codex sends for them."""
+    turns = _Turns(images, system_parts)
+    for it in items:
+        turns.when = times.get(id(it))
+        turns.add(it, stats)
+    turns.flush()
+    return turns
+
+
+def _read_wrapped(lines: list[dict], stats: ImportStats, times: dict[int, float | None],
+                  before: list[list[dict]]) -> tuple[dict, list[dict], str | None, Usage]:
     """A wrapped rollout's meta, active items, model and last usage, replaying compactions and
     roll-backs; ``times`` gets each stored item's record time (by ``id``: when a response arrived,
-    which puts a subagent's requests between the parent's)."""
+    which puts a subagent's requests between the parent's), ``before`` the active items just
+    before each compaction that replaced them, oldest first."""
     meta: dict = {}
     items: list[dict] = []
     model = None
@@ -113,7 +129,10 @@ def _read_wrapped(lines: list[dict], stats: ImportStats,
         elif t == "turn_context":
             model = p.get("model") or model
         elif t == "compacted":
-            items = _compacted(p, items, stats)
+            replaced = _compacted(p, items, stats)
+            if replaced is not items:
+                before.append(_without_summary(items, p.get("message")))
+            items = replaced
         elif t == "event_msg":
             et = p.get("type")
             if et == "thread_rolled_back":
@@ -136,6 +155,25 @@ def _compacted(p: dict, items: list[dict], stats: ImportStats) -> list[dict]:
         stats.compactions_applied = 1
         return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": p["message"]}]}]
     return items
+
+
+def _without_summary(items: list[dict], message: Any) -> list[dict]:
+    """The items before a compaction without the summarization's reply: Codex 0.171 records the
+    summary as an assistant item (with its reasoning) before the ``compacted`` record, whose
+    ``message`` is its handoff prefix and that summary; it answered the summarization request,
+    not the history (a compaction within a turn writes it right after the tool output)."""
+    if not isinstance(message, str) or not message:
+        return items
+    end = len(items)
+    while end and items[end - 1].get("type") == "message" and items[end - 1].get("role") == "assistant" \
+            and (text := "".join(p.text for p in _content(items[end - 1].get("content"), "omit")[0])) \
+            and text in message:
+        end -= 1
+    if end == len(items):
+        return items
+    while end and items[end - 1].get("type") == "reasoning":
+        end -= 1
+    return items[:end]
 
 
 class _Turns:

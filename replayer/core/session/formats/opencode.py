@@ -3,7 +3,12 @@
 Both hold the same message/part objects. A message's parts are replayed in order; each
 ``step-start`` begins a new assistant chat message, so one stored assistant message can
 become several (assistant tool_calls → tool results → assistant …). History starts at
-the last completed compaction. A session with a ``revert`` (an undo point) loses what
+the last completed compaction, in the order OpenCode sends it (``_sent_history``): its prompt
+and summary, the recent turns it kept, what follows; the summary answered the summarization
+request, not this history (``Session.compacted_prefix``). The history before each compaction
+is kept too (``Session.earlier``): the requests sent then are turns. The summarization request
+itself (OpenCode's compaction prompt and agent prompt, in its binary) is not rebuilt. A
+session with a ``revert`` (an undo point) loses what
 follows it, as OpenCode's cleanup does before the next prompt. The database is read
 without writing beside it (``sqlite_ro``).
 """
@@ -20,7 +25,7 @@ import orjson
 from replayer.core.errors import ImportFailed, ReplayerError
 from replayer.core.session import salvage
 from replayer.core.session.model import (
-    IMAGE_OMITTED, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
+    EarlierHistory, IMAGE_OMITTED, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, LoadOptions
@@ -270,11 +275,42 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
         messages = _revert(messages, parts, revert, warnings)
     if not messages:
         raise ImportFailed(f"session {sid} has no messages")
-    start = _history_start(messages, parts, stats)
+    done = _completed_compactions(messages, parts, stats)
+    acc = _Acc()
+    earlier = []
+    for k, at in enumerate(done):  # the history as OpenCode sent it just before each compaction
+        before, left = _sent_history(messages[:at], parts, done[:k])
+        earlier.append(EarlierHistory(messages=(kept := _converted(before[:left], parts, images, acc))
+                                      + _converted(before[left:], parts, images, acc), compacted_prefix=len(kept)))
+    sent, left = _sent_history(messages, parts, done)
+    acc = _Acc()  # the session's own counts: from what it sends now
+    prefix = _converted(sent[:left], parts, images, acc)
+    out = prefix + _converted(sent[left:], parts, images, acc)
+    stats.dropped_turns = acc.dropped
+    if done:
+        stats.compactions_applied = 1
+    stats.branch_length = len(sent)
+    return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
+                   provider=acc.provider, model=acc.model, created=created, updated=updated, messages=out,
+                   system_prompt=None, tools=None, usage=acc.usage, stats=stats, warnings=warnings,
+                   compacted_prefix=len(prefix) if done else 0, earlier=earlier)
+
+
+class _Acc:
+    """What the conversion of stored messages gathers beside them: the last model, provider and
+    token counts, and the responses left out for an error."""
+
+    def __init__(self) -> None:
+        self.model: str | None = None
+        self.provider: str | None = None
+        self.usage = Usage()
+        self.dropped = 0
+
+
+def _converted(stored: list[dict], parts: dict[str, list[dict]], images: str, acc: _Acc) -> list[Message]:
+    """Stored messages as the chat messages OpenCode sends for them, in order."""
     out: list[Message] = []
-    model = provider = None
-    usage = Usage()
-    for m in messages[start:]:
+    for m in stored:
         ps = parts.get(m.get("id"), [])
         ts = ms_to_s((m.get("time") or {}).get("created"))
         if m.get("role") == "user":
@@ -285,33 +321,52 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
             continue
         err = m.get("error")
         if err and not (isinstance(err, dict) and err.get("name") == "MessageAbortedError" and ps):
-            stats.dropped_turns += 1
+            acc.dropped += 1
             continue
-        model, provider = m.get("modelID") or model, m.get("providerID") or provider
-        usage = _usage(m.get("tokens")) or usage
+        acc.model, acc.provider = m.get("modelID") or acc.model, m.get("providerID") or acc.provider
+        acc.usage = _usage(m.get("tokens")) or acc.usage
         for step in _steps(ps):
             out.extend(_step_messages(step, _step_time(step) or ts))
-    stats.branch_length = len(messages) - start
-    return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
-                   provider=provider, model=model, created=created, updated=updated, messages=out,
-                   system_prompt=None, tools=None, usage=usage, stats=stats, warnings=warnings)
+    return out
 
 
-def _history_start(messages: list[dict], parts: dict[str, list[dict]], stats: ImportStats) -> int:
-    """Where history starts: the user message of the last *completed* compaction (its summary
-    answered without error), as OpenCode's ``filterCompacted`` keeps it."""
-    start = 0
+def _completed_compactions(messages: list[dict], parts: dict[str, list[dict]], stats: ImportStats) -> list[int]:
+    """The indexes of the compaction requests (a user message with a ``compaction`` part) whose
+    summary was answered without error, in order; every compaction is counted."""
     completed_summaries = {m.get("parentID") for m in messages if m.get("role") == "assistant"
                            and m.get("summary") is True and not m.get("error")
                            and (m.get("time") or {}).get("completed")}
+    out = []
     for i, m in enumerate(messages):
         if m.get("role") == "user" and any(p.get("type") == "compaction" for p in parts.get(m.get("id"), [])):
             stats.compactions_total += 1
             if m.get("id") in completed_summaries:
-                start = i
-    if start:
-        stats.compactions_applied = 1
-    return start
+                out.append(i)
+    return out
+
+
+def _sent_history(messages: list[dict], parts: dict[str, list[dict]], done: list[int]) -> tuple[list[dict], int]:
+    """The stored messages OpenCode sends from the latest completed compaction on, in the order it
+    sends them, and how many of them that compaction left (``MessageV2.filterCompacted``, 1.18.33):
+    the compaction's own request ("What did we do so far?") and its summary, then, when the
+    compaction part names a ``tail_start_id``, the recent turns it kept (from that message to the
+    compaction), then what came after the summary. A response among those it left answered the
+    summarization request or the history before the compaction, never this history."""
+    if not done:
+        return messages, 0
+    w = done[-1]
+    wid = messages[w].get("id")
+    j = next((i for i in range(w + 1, len(messages)) if messages[i].get("role") == "assistant"
+              and messages[i].get("summary") is True and messages[i].get("parentID") == wid), None)
+    tail = next((p.get("tail_start_id") for p in parts.get(wid, []) if p.get("type") == "compaction"
+                 and isinstance(p.get("tail_start_id"), str)), None)
+    v = next((i for i in range(w) if messages[i].get("id") == tail), None) if tail else None
+    if j is None:
+        return messages[w:], 0
+    if v is None:
+        return messages[w:], j + 1 - w
+    kept = messages[w:j + 1] + messages[v:w]
+    return kept + messages[j + 1:], len(kept)
 
 
 def _user(ps: list[dict], ts: float | None, images: str) -> Message | None:

@@ -6,6 +6,9 @@ with ``text`` parts (``thought: true`` for reasoning), ``functionCall`` and
 ``functionResponse`` parts. ``system`` records (telemetry, attribution snapshots) are not
 sent. What Qwen Code adds at send time (its system prompt, ``<system-reminder>`` parts with
 the skills listing and the date) is not stored; a capture supplies the prompt and tools.
+A ``chat_compression`` record replaces the history sent from then on; the records before it
+stay in the chat, the history each request before it was sent with (``Session.earlier``). Its
+summarization request (the history and Qwen Code's own summarization prompt) is not rebuilt.
 
 A subagent that the ``agent`` tool starts writes its own transcript,
 ``<project>/subagents/<session id>/agent-<type>-<call id>.jsonl`` (records with ``agentId``,
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.session.branch import path_to_root
-from replayer.core.session.model import Message, Session, ToolCall, Usage
+from replayer.core.session.model import EarlierHistory, Message, Session, ToolCall, Usage
 from replayer.core.session.reader import iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
@@ -99,13 +102,16 @@ def load(path: Path) -> Session:
     chain = path_to_root(leaf, by_uuid, id_key="uuid", parent_key="parentUuid") if leaf else []
     stats.branch_length = len(chain)
     messages: list[Message] = []
+    earlier: list[EarlierHistory] = []
     usage = Usage()
     kept = 0
     for r in chain:
         if r.get("type") == "system" and r.get("subtype") == "chat_compression":
             stats.compactions_total += 1
             compressed = _compressed(r)
-            if compressed is not None:  # the history Qwen Code sends from here on
+            if compressed is not None:  # the history Qwen Code sends from here on; the one it sent
+                # until then is kept: its requests are turns too
+                earlier.append(EarlierHistory(messages=messages, compacted_prefix=kept))
                 messages, kept = compressed, len(compressed)
                 stats.compactions_applied = 1
         if r.get("type") not in ("user", "assistant", "tool_result"):
@@ -128,7 +134,7 @@ def load(path: Path) -> Session:
                    path=str(path), session_id=next((r.get("sessionId") for r in chain if r.get("sessionId")), None),
                    cwd=next((r.get("cwd") for r in reversed(chain) if r.get("cwd")), None), provider="openai",
                    model=model, created=min(times) if times else None, updated=max(times) if times else None,
-                   messages=messages, compacted_prefix=kept, usage=usage, stats=stats, warnings=warnings)
+                   messages=messages, compacted_prefix=kept, earlier=earlier, usage=usage, stats=stats, warnings=warnings)
 
 
 def subagent_files(path: Path, session_id: str | None) -> list[Path]:
