@@ -47,7 +47,8 @@ batches coloured and marked by the rule that cut them — ┃ green `n_batch` (f
 is the share of the prompt re-processed, the green behind it the share reused; a **miss**
 shows its cause's letter, as the strip's legend names it: C client changed text (earlier
 in the prompt) · R reasoning dropped (by the template) · K compaction · N no usable checkpoint ·
-F context full · T another thread held the server.
+F context full · T another thread held the server · S the server slept (--sleep-idle-seconds) ·
+U the router unloaded the model (--models-max).
 A session with subagents or side requests has one **lane per thread** (main first). Below it
 the current turn's timeline, batches and checkpoints; the verdict compares the builds over
 the whole session.
