@@ -34,11 +34,16 @@ def default_roots() -> list[tuple[str, Path, str]]:
     codex = Path(os.environ.get("CODEX_HOME") or home / ".codex").expanduser() / "sessions"
     xdg = os.environ.get("XDG_DATA_HOME")
     opencode = (Path(xdg) if xdg else home / ".local" / "share") / "opencode"
+    # Gemini CLI: ``$GEMINI_CLI_HOME`` replaces the home it keeps ``.gemini`` in; a subagent's chat
+    # sits one folder deeper (``chats/<parent session>/``) and is read as its parent's thread
+    gemini = Path(os.environ.get("GEMINI_CLI_HOME") or home).expanduser() / ".gemini" / "tmp"
     return [
         ("pi", pi_root, pi_glob),
         ("claude-code", claude, "*/*.jsonl"),
         ("codex", codex, "*/*/*/rollout-*.jsonl"),
         ("opencode", opencode, "opencode.db"),
+        ("qwen-code", home / ".qwen" / "projects", "*/chats/*.jsonl"),
+        ("gemini-cli", gemini, "*/chats/session-*.json*"),
     ]
 
 

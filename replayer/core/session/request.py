@@ -144,10 +144,13 @@ def build_request(session: Session, *, system_prompt: str | None = None,
         req.body.setdefault("model", session.model)
     if req.missing:
         from replayer.core.agents.apply import missing_estimate
+        from replayer.core.agents.registry import agent_of_format
 
+        capture = (", or capture them with `replayer agents capture`"
+                   if agent_of_format(session.format) is not None else "")  # only agents it can run
         req.notes.append(
             f"{session.format} does not store the {' and '.join(m.replace('_', ' ') for m in req.missing)}"
             f" of this session{missing_estimate(session.format, req.missing)}; supply them with "
-            "--system-prompt / --tools, or capture them with `replayer agents capture`, for an exact prompt"
+            f"--system-prompt / --tools{capture}, for an exact prompt"
         )
     return req

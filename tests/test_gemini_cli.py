@@ -1,0 +1,144 @@
+"""Gemini CLI chats import as Gemini CLI resumes them.
+
+The files are written from the record types of ``@google/gemini-cli-core`` 0.61.0
+(``chatRecordingTypes.d.ts``: the metadata line, ``MessageRecord``, ``$rewindTo``, ``$set``)
+and read the way its ``loadConversationRecord`` and ``convertSessionToClientHistory`` read
+them: a message written again replaces itself where it stands, a rewind drops the message and
+everything after it, ``info``/``error``/``warning`` and slash commands are never sent, a reply's
+tool results are the next user turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from replayer.cli import main
+from replayer.core.session import detect_format, load_session
+from replayer.core.session.discover import discover
+
+META = {"sessionId": "5b1e0f2a-9c1d-4d7e-8f00-1234567890ab", "projectHash": "a" * 64,
+        "startTime": "2026-11-30T10:00:00.000Z", "lastUpdated": "2026-11-30T10:05:00.000Z", "kind": "main"}
+
+
+def _t(s: int) -> str:
+    return f"2026-11-30T10:0{s // 60}:{s % 60:02d}.000Z"
+
+
+def _user(i: str, text: str, s: int) -> dict:
+    return {"id": i, "timestamp": _t(s), "type": "user", "content": [{"text": text}]}
+
+
+def _lines(*records: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+CALL = {"id": "call-1", "name": "read_file", "args": {"file_path": "README.md"}, "status": "success",
+        "timestamp": _t(20), "result": [{"functionResponse": {"id": "call-1", "name": "read_file",
+                                                              "response": {"output": "# demo\n"}}}]}
+REPLY_1 = {"id": "m2", "timestamp": _t(15), "type": "gemini", "model": "gemini-2.5-pro",
+           "content": [{"text": "Let me look.", "thought": True},
+                       {"functionCall": {"id": "call-1", "name": "read_file", "args": {"file_path": "README.md"}}}],
+           "toolCalls": [CALL], "tokens": {"input": 900, "output": 20, "cached": 0, "total": 920}}
+REPLY_2 = {"id": "m3", "timestamp": _t(30), "type": "gemini", "model": "gemini-2.5-pro",
+           "content": [{"text": "It is a demo."}],
+           "tokens": {"input": 1000, "output": 6, "cached": 850, "total": 1006}}
+
+
+def _chat(tmp_path: Path) -> Path:
+    """A chat with a streamed reply rewritten, a rewound question, a slash command and an info line."""
+    chats = tmp_path / ".gemini" / "tmp" / "demo-project" / "chats"
+    chats.mkdir(parents=True)
+    path = chats / "session-2026-11-30T10-00-5b1e0f2a.jsonl"
+    path.write_text(_lines(
+        META,
+        _user("m1", "What is in README.md?", 10),
+        dict(REPLY_1, content=[{"text": "Let me", "thought": True}], toolCalls=[]),  # streaming
+        REPLY_1,  # the same id written again: replaces it in place
+        {"id": "i1", "timestamp": _t(21), "type": "info", "content": "Tool approved"},
+        REPLY_2,
+        _user("m4", "and the licence?", 40),
+        {"$rewindTo": "m4"},  # the user rewound that question away
+        _user("m5", "/stats", 45),  # a slash command: never sent
+        _user("m6", "Thanks, summarise it.", 50),
+        {"$set": {"lastUpdated": _t(55), "summary": "README demo"}},
+    ))
+    return path
+
+
+def test_a_chat_imports_as_gemini_cli_resumes_it(tmp_path):
+    path = _chat(tmp_path)
+    assert detect_format(path) == "gemini-cli"
+    s = load_session(path)
+    got = [(m.role, m.text() if m.content is not None else None, [c.name for c in m.tool_calls], m.tool_call_id)
+           for m in s.messages]
+    assert got == [
+        ("user", "What is in README.md?", [], None),
+        ("assistant", None, ["read_file"], None),
+        ("tool", "# demo\n", [], "call-1"),
+        ("assistant", "It is a demo.", [], None),
+        ("user", "Thanks, summarise it.", [], None),
+    ]
+    assert s.messages[1].reasoning == "Let me look."  # the rewritten reply, not the streamed start
+    assert json.loads(s.messages[1].tool_calls[0].arguments) == {"file_path": "README.md"}
+    assert s.title == "README demo" and s.model == "gemini-2.5-pro"
+    assert s.usage.cache_read_tokens == 850 and s.usage.input_tokens == 1000
+    assert any("Gemini API" in w for w in s.warnings)
+
+
+def test_an_older_whole_document_chat_with_thoughts_and_tool_calls_beside_the_text(tmp_path):
+    doc = dict(META, messages=[
+        _user("m1", "What is in README.md?", 10),
+        {"id": "m2", "timestamp": _t(15), "type": "gemini", "content": "Reading it.",
+         "thoughts": [{"subject": "Plan", "description": "read the file", "timestamp": _t(14)}],
+         "toolCalls": [dict(CALL, result="# demo\n")]},
+        {"id": "e1", "timestamp": _t(16), "type": "error", "content": "quota"},
+    ])
+    path = tmp_path / "session-2026-11-30T10-00-5b1e0f2a.json"
+    path.write_text(json.dumps(doc))
+    assert detect_format(path) == "gemini-cli"
+    s = load_session(path)
+    assert [m.role for m in s.messages] == ["user", "assistant", "tool"]
+    assert s.messages[1].content == "Reading it." and s.messages[1].reasoning == "**Plan** read the file"
+    assert s.messages[2].content == "# demo\n" and s.messages[2].tool_call_id == "call-1"
+
+
+def test_a_rewind_to_an_unknown_id_drops_everything_before_it(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(_lines(META, _user("m1", "first", 1), {"$rewindTo": "nope"}, _user("m2", "second", 2)))
+    assert [m.text() for m in load_session(path).messages] == ["second"]
+
+
+def test_a_chat_of_only_ui_records_is_refused_in_one_line(tmp_path, capsys):
+    path = tmp_path / "c.jsonl"
+    path.write_text(_lines(META, {"id": "i1", "timestamp": _t(1), "type": "info", "content": "hi"}))
+    assert main(["inspect", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "no Gemini CLI messages" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_replay_names_what_the_rebuild_lacks(tmp_path, capsys):
+    assert main(["replay", str(_chat(tmp_path)), "--json"]) == 0
+    notes = json.dumps(json.loads(capsys.readouterr().out))
+    assert "Gemini API" in notes
+    assert "does not store the system prompt and tools" in notes and "agents capture" not in notes
+
+
+@pytest.mark.parametrize("env", [None, "GEMINI_CLI_HOME"])
+def test_the_picker_lists_gemini_cli_chats(tmp_path, monkeypatch, env):
+    home = tmp_path / "home"
+    other = tmp_path / "gemini-home"
+    root = other if env else home
+    monkeypatch.setenv("HOME", str(home))
+    if env:
+        monkeypatch.setenv(env, str(other))
+    else:
+        monkeypatch.delenv("GEMINI_CLI_HOME", raising=False)
+    path = _chat(root)
+    sub = path.parent / META["sessionId"]
+    sub.mkdir()
+    (sub / "3f2e.jsonl").write_text(_lines(dict(META, kind="subagent"), _user("s1", "task", 1)))
+    found = [(f.agent, f.path) for f in discover()]
+    assert ("gemini-cli", path) in found
+    assert ("gemini-cli", sub / "3f2e.jsonl") not in found  # a subagent's chat is its parent's thread
