@@ -114,6 +114,14 @@ def qwen_code_end(d: Path) -> Path:
                                      rec("a2", "a1", "assistant", {"role": "model", "parts": [{"text": "b"}]})])
 
 
+def gemini_cli_end(d: Path) -> Path:
+    meta = {"sessionId": "s1", "projectHash": "p" * 64, "startTime": T, "lastUpdated": T}
+    return _jsonl(d / "session-2026-12-02T10-00-s1.jsonl", [
+        meta, {"id": "u1", "timestamp": T, "type": "user", "content": [{"text": "hi"}]},
+        {"id": "a1", "timestamp": T, "type": "gemini", "content": [{"text": "a"}]},
+        {"id": "a2", "timestamp": T, "type": "gemini", "content": [{"text": "b"}]}])
+
+
 def pi_end(d: Path) -> Path:
     def msg(i, parent, role, content, **kw):
         return {"type": "message", "id": f"{i:08x}", "parentId": parent and f"{parent:08x}", "timestamp": T,
@@ -197,6 +205,7 @@ CASES = {  # name: (builder, the format it is, the reason the replay refuses it)
     "traffic-log-args": (traffic_log_args, "traffic-log", ARGS), "sharegpt-end": (sharegpt_end, "sharegpt", END),
     "webui-end": (webui_end, "llamacpp-webui", END), "codex-args": (codex_args, "codex", ARGS),
     "claude-code-end": (claude_code_end, "claude-code", END), "qwen-code-end": (qwen_code_end, "qwen-code", END),
+    "gemini-cli-end": (gemini_cli_end, "gemini-cli", END),
     "pi-end": (pi_end, "pi", END), "cline-end": (cline_end, "cline", END),
     "opencode-db-end": (opencode_db_end, "opencode", END), "opencode-storage-end": (opencode_storage_end, "opencode", END),
     "aider-tools": (aider_tools, "aider", TOOL),
