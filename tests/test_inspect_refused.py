@@ -122,6 +122,16 @@ def gemini_cli_end(d: Path) -> Path:
         {"id": "a2", "timestamp": T, "type": "gemini", "content": [{"text": "b"}]}])
 
 
+def continue_end(d: Path) -> Path:
+    def item(role, text):
+        return {"message": {"role": role, "content": text}, "contextItems": []}
+
+    f = d / "0b7c9e2e-1111-4222-8333-444455556666.json"
+    f.write_text(json.dumps({"sessionId": "0b7c9e2e", "title": "t", "workspaceDirectory": "/p",
+                             "history": [item("user", "hi"), item("assistant", "a"), item("assistant", "b")]}))
+    return f
+
+
 def pi_end(d: Path) -> Path:
     def msg(i, parent, role, content, **kw):
         return {"type": "message", "id": f"{i:08x}", "parentId": parent and f"{parent:08x}", "timestamp": T,
@@ -205,7 +215,7 @@ CASES = {  # name: (builder, the format it is, the reason the replay refuses it)
     "traffic-log-args": (traffic_log_args, "traffic-log", ARGS), "sharegpt-end": (sharegpt_end, "sharegpt", END),
     "webui-end": (webui_end, "llamacpp-webui", END), "codex-args": (codex_args, "codex", ARGS),
     "claude-code-end": (claude_code_end, "claude-code", END), "qwen-code-end": (qwen_code_end, "qwen-code", END),
-    "gemini-cli-end": (gemini_cli_end, "gemini-cli", END),
+    "gemini-cli-end": (gemini_cli_end, "gemini-cli", END), "continue-end": (continue_end, "continue", END),
     "pi-end": (pi_end, "pi", END), "cline-end": (cline_end, "cline", END),
     "opencode-db-end": (opencode_db_end, "opencode", END), "opencode-storage-end": (opencode_storage_end, "opencode", END),
     "aider-tools": (aider_tools, "aider", TOOL),

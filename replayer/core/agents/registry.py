@@ -142,6 +142,18 @@ def _cline_auth(url: str) -> list[str]:
     return ["auth", "-p", "openai-compatible", "-k", "stub", "-m", MODEL, "-b", f"{url}/v1"]
 
 
+def _continue_setup(home: Path, url: str) -> dict[str, str]:
+    """``cn`` reads ``~/.continue/config.yaml`` (no hub login for a local model); telemetry is
+    opt-in (``CONTINUE_CLI_ENABLE_TELEMETRY``), so nothing leaves 127.0.0.1."""
+    d = home / ".continue"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.yaml").write_text(
+        "name: stub\nversion: 0.0.1\nschema: v1\nmodels:\n"
+        f"  - name: {MODEL}\n    provider: openai\n    model: {MODEL}\n    apiBase: {url}/v1\n"
+        "    apiKey: stub\n    roles: [chat, edit, apply]\n")
+    return {"CONTINUE_CLI_ENABLE_TELEMETRY": "0"}
+
+
 #: Cline 3.0.65's subagent tools (``createSubAgentTools``: the built-in tools of the mode and
 #: ``spawn_agent``, ``@cline/core`` 0.0.86 ``dist/index.js:841``; the built-in ids are ``tk`` of
 #: ``dist/index.js:209``), measured: the parent's first 7 of 25 tools, whole
@@ -166,6 +178,10 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
     Agent("cline", "Cline", "cline", "3.0.65", "cline", "cline", "chat", lambda home, url: {},
           lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth,
           subagent_tools=_CLINE_SUBAGENT_TOOLS),
+    # ``cn -p --auto``: headless, every tool allowed; its sessions are ``<uuid>.json`` beside a
+    # ``sessions.json`` index
+    Agent("continue", "Continue", "@continuedev/cli", "1.5.47", "cn", "continue", "chat", _continue_setup,
+          lambda t: ["-p", "--auto", t], lambda t: ["-p", "--auto", "--resume", t], ".continue/sessions/*-*.json"),
 )}
 
 

@@ -37,6 +37,7 @@ def default_roots() -> list[tuple[str, Path, str]]:
     # Gemini CLI: ``$GEMINI_CLI_HOME`` replaces the home it keeps ``.gemini`` in; a subagent's chat
     # sits one folder deeper (``chats/<parent session>/``) and is read as its parent's thread
     gemini = Path(os.environ.get("GEMINI_CLI_HOME") or home).expanduser() / ".gemini" / "tmp"
+    cont = Path(os.environ.get("CONTINUE_GLOBAL_DIR") or home / ".continue").expanduser() / "sessions"
     return [
         ("pi", pi_root, pi_glob),
         ("claude-code", claude, "*/*.jsonl"),
@@ -44,6 +45,7 @@ def default_roots() -> list[tuple[str, Path, str]]:
         ("opencode", opencode, "opencode.db"),
         ("qwen-code", home / ".qwen" / "projects", "*/chats/*.jsonl"),
         ("gemini-cli", gemini, "*/chats/session-*.json*"),
+        ("continue", cont, "*-*.json"),  # not its sessions.json index
     ]
 
 
