@@ -147,7 +147,10 @@ def _continue_setup(home: Path, url: str) -> dict[str, str]:
     opt-in (``CONTINUE_CLI_ENABLE_TELEMETRY``), so nothing leaves 127.0.0.1."""
     d = home / ".continue"
     d.mkdir(parents=True, exist_ok=True)
-    (d / "config.yaml").write_text(
+    cfg = d / "config.yaml"
+    if cfg.exists() and f"apiBase: {url}/v1\n" in cfg.read_text():
+        return {"CONTINUE_CLI_ENABLE_TELEMETRY": "0"}  # this run's config, options added to it kept
+    cfg.write_text(
         "name: stub\nversion: 0.0.1\nschema: v1\nmodels:\n"
         f"  - name: {MODEL}\n    provider: openai\n    model: {MODEL}\n    apiBase: {url}/v1\n"
         "    apiKey: stub\n    roles: [chat, edit, apply]\n")

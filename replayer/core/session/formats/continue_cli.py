@@ -7,6 +7,9 @@ order — a ``thinking`` message is sent as an assistant message — a user mess
 put before its text as ``<context name="…">`` blocks, and after an assistant message with
 ``toolCallStates`` one tool message per call: its outputs' contents joined by newlines, or
 "Tool cancelled" when it has none (the file keeps tool results there, not as messages).
+A compaction (``/compact``, or automatic near the model's context length) replaces the whole
+history with one assistant message holding the summary (``conversationSummary``); the history
+sent from then on starts there, so what was before it is not in the file.
 The system message is built at send time and filtered out of the file when it is saved
 (``cn`` adds the working directory, the date and the git status): a capture supplies it and
 the tools.
@@ -77,6 +80,17 @@ def _tool_messages(states: Any) -> list[Message]:
 def load(path: Path, doc: dict, images: str = "omit") -> Session:
     history = doc.get("history") or []
     stats = ImportStats(entries_total=len(history), branch_length=len(history))
+    warnings: list[str] = []
+    # a compaction replaces the history with its summary (an assistant message with
+    # ``conversationSummary``); ``cn`` sends from the first such item on (``getHistoryForLLM``)
+    cut = next((i for i, item in enumerate(history) if isinstance(item, dict)
+                and isinstance(item.get("conversationSummary"), str)), None)
+    if cut is not None:
+        history = history[cut:]
+        stats.compactions_total = stats.compactions_applied = 1
+        stats.branch_length = len(history)
+        warnings.append("Continue replaced the history before its compaction with the summary: the "
+                        "requests sent before it (and the summarization request) are not in the file")
     messages: list[Message] = []
     system_prompt = None
     for item in history:
@@ -116,7 +130,8 @@ def load(path: Path, doc: dict, images: str = "omit") -> Session:
                    provider="openai", model=model, messages=messages, system_prompt=system_prompt,
                    usage=Usage(input_tokens=u.get("promptTokens"), output_tokens=u.get("completionTokens"),
                                cache_read_tokens=details.get("cachedTokens")),
-                   stats=stats)
+                   compacted_prefix=1 if cut is not None else 0,  # the summary answered no request of the file
+                   stats=stats, warnings=warnings)
 
 
 def detect_head(head: Head) -> float:
