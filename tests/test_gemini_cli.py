@@ -17,6 +17,7 @@ import pytest
 from replayer.cli import main
 from replayer.core.session import detect_format, load_session
 from replayer.core.session.discover import discover
+from replayer.core.session.turns import load_turns
 
 META = {"sessionId": "5b1e0f2a-9c1d-4d7e-8f00-1234567890ab", "projectHash": "a" * 64,
         "startTime": "2026-11-30T10:00:00.000Z", "lastUpdated": "2026-11-30T10:05:00.000Z", "kind": "main"}
@@ -80,7 +81,7 @@ def test_a_chat_imports_as_gemini_cli_resumes_it(tmp_path):
         ("assistant", "It is a demo.", [], None),
         ("user", "Thanks, summarise it.", [], None),
     ]
-    assert s.messages[1].reasoning == "Let me look."  # the rewritten reply, not the streamed start
+    assert s.messages[1].reasoning is None  # thoughts are not sent back
     assert json.loads(s.messages[1].tool_calls[0].arguments) == {"file_path": "README.md"}
     assert s.title == "README demo" and s.model == "gemini-2.5-pro"
     assert s.usage.cache_read_tokens == 850 and s.usage.input_tokens == 1000
@@ -100,8 +101,43 @@ def test_an_older_whole_document_chat_with_thoughts_and_tool_calls_beside_the_te
     assert detect_format(path) == "gemini-cli"
     s = load_session(path)
     assert [m.role for m in s.messages] == ["user", "assistant", "tool"]
-    assert s.messages[1].content == "Reading it." and s.messages[1].reasoning == "**Plan** read the file"
-    assert s.messages[2].content == "# demo\n" and s.messages[2].tool_call_id == "call-1"
+    assert s.messages[1].content == "Reading it." and s.messages[1].reasoning is None
+    assert s.messages[2].content == "# demo\n" and s.messages[2].tool_call_id == "call-1"  # from toolCalls
+
+
+def test_as_the_cli_writes_it_each_process_sends_the_history_it_held(tmp_path):
+    """The shape Gemini CLI 0.61.0 wrote in a real run: the environment context a record of its
+    own before the prompt, the result both in the reply's toolCalls and as a user record, ids
+    prefixed with the tool's name; then a --resume: a second metadata line and the history it
+    loaded rewritten (``$set``), with the result twice (once as ``<reply id>_response``)."""
+    cid = "run_shell_command__run_shell_command_1796354961627_0"
+    result = [{"functionResponse": {"id": cid, "name": "run_shell_command", "response": {"output": "hello.txt"}}}]
+    ctx = _user("ctx", "<session_context>\nThis is the Gemini CLI.\n</session_context>", 1)
+    prompt = _user("p1", "TOOL: list the files here", 2)
+    call = {"id": "r1", "timestamp": _t(3), "type": "gemini", "content": "",
+            "thoughts": [{"subject": "", "description": "The user wants a tool run.", "timestamp": _t(3)}],
+            "toolCalls": [{"id": cid, "name": "run_shell_command", "args": {"command": "ls"}, "status": "success",
+                           "timestamp": _t(3), "result": result}]}
+    answer = {"id": "u2", "timestamp": _t(4), "type": "user", "content": result}
+    done = {"id": "r2", "timestamp": _t(5), "type": "gemini", "content": "Done."}
+    rewritten = [ctx, prompt, dict(call, content=[{"text": "The user wants a tool run.", "thought": True},
+                                                  {"functionCall": {"id": cid, "name": "run_shell_command",
+                                                                    "args": {"command": "ls"}}}]),
+                 {"id": "r1_response", "timestamp": _t(3), "type": "user", "content": result}, answer, done]
+    path = tmp_path / "session-x.jsonl"
+    path.write_text(_lines(META, {"$set": {"messages": [ctx]}}, prompt, call, answer, done,
+                           META, {"$set": {"messages": rewritten}}, _user("p2", "thanks", 6),
+                           {"id": "r3", "timestamp": _t(7), "type": "gemini", "content": "Hello."}))
+    s = load_session(path)
+    assert [m.role for m in s.earlier[0].messages] == ["user", "assistant", "tool", "assistant"]  # as first sent
+    assert [m.role for m in s.messages] == ["user", "assistant", "tool", "tool", "assistant", "user", "assistant"]
+    assert s.messages[0].text() == "<session_context>\nThis is the Gemini CLI.\n</session_context>\nTOOL: list the files here"
+    assert s.messages[1].tool_calls[0].id == s.messages[2].tool_call_id == "run_shell_command_1796354961627_0"
+    assert s.compacted_prefix == 5  # the resumed process's own requests start at its prompt
+    assert any("resumed 1 time" in w and "twice" in w for w in s.warnings)
+    turns = load_turns(path).turns[:-1]  # the last: the next request, not sent
+    assert [[m["role"] for m in t.body["messages"]] for t in turns] == [
+        ["user"], ["user", "assistant", "tool"], ["user", "assistant", "tool", "tool", "assistant", "user"]]
 
 
 def test_a_rewind_to_an_unknown_id_drops_everything_before_it(tmp_path):
@@ -118,10 +154,21 @@ def test_a_chat_of_only_ui_records_is_refused_in_one_line(tmp_path, capsys):
     assert "no Gemini CLI messages" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_replay_names_what_the_rebuild_lacks(tmp_path, capsys):
+def test_replay_names_what_the_rebuild_lacks(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no capture of the user's
     assert main(["replay", str(_chat(tmp_path)), "--json"]) == 0
     notes = json.dumps(json.loads(capsys.readouterr().out))
     assert "Gemini API" in notes
+    assert "does not store the system prompt and tools" in notes and "`replayer agents capture`" in notes
+    # a format no agent of replayer's writes: nothing to capture, so no such advice
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a"}, {"role": "user", "content": "ok"}]}))
+    assert main(["replay", str(body), "--json"]) == 0
+    notes = json.dumps(json.loads(capsys.readouterr().out))
     assert "does not store the system prompt and tools" in notes and "agents capture" not in notes
 
 

@@ -74,9 +74,13 @@ def _rebuilt(r: Run, with_capture: bool) -> list[wire.Req]:
     return [wire.from_chat(t.body) for t in turns]
 
 
+#: agents whose resumed process sends each earlier tool result twice, and writes it so (docs/agents.md)
+RESULT_TWICE_AFTER_RESUME = {"gemini"}
+
+
 def test_the_session_file_imports_with_the_tool_round(agent_run):
     s = load_turns(agent_run.session_file).session
-    assert s.n_tool_calls == 1 and s.n_tool_results == 1
+    assert s.n_tool_calls == 1 and s.n_tool_results == 1 + (agent_run.agent.name in RESULT_TWICE_AFTER_RESUME)
     assert len(agent_run.sent) == 2 + bool(agent_run.agent.resume)  # prompt, tool result, continue
 
 

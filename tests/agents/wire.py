@@ -138,7 +138,44 @@ def from_anthropic(body: dict[str, Any]) -> Req:
                [t.get("name") for t in body.get("tools") or []], out, defs)
 
 
-FROM = {"chat": from_chat, "responses": from_responses, "anthropic": from_anthropic}
+def _response_text(resp: Any) -> str:
+    if isinstance(resp, dict):
+        for k in ("output", "content", "result", "error"):
+            if isinstance(resp.get(k), str):
+                return resp[k]
+    return json.dumps(resp, separators=(",", ":"))
+
+
+def from_gemini(body: dict[str, Any]) -> Req:
+    """A generateContent body: model turns as assistant messages (their thought parts as
+    reasoning), function responses as tool messages, the other parts of a user turn as one user
+    message (its text parts joined by newlines, as ``_text`` joins a chat message's parts)."""
+    from replayer.core.agents.capture import gemini_tools
+
+    si = body.get("systemInstruction")
+    system = _text((si or {}).get("parts")) if isinstance(si, dict) and si.get("parts") else None
+    out: list[dict[str, Any]] = []
+    for c in body.get("contents") or []:
+        parts = [p for p in c.get("parts") or [] if isinstance(p, dict)]
+        if c.get("role") == "model":
+            calls = [{"id": p["functionCall"].get("id"), "name": p["functionCall"].get("name"),
+                      "args": p["functionCall"].get("args")} for p in parts if "functionCall" in p]
+            out.append(_msg("assistant", "".join(p["text"] for p in parts if "text" in p and not p.get("thought")),
+                            reasoning="".join(p["text"] for p in parts if "text" in p and p.get("thought")),
+                            calls=calls))
+            continue
+        for p in parts:
+            if "functionResponse" in p:
+                fr = p["functionResponse"]
+                out.append(_msg("tool", _response_text(fr.get("response")), call_id=fr.get("id")))
+        texts = [p for p in parts if "text" in p or "inlineData" in p]
+        if texts:
+            out.append(_msg("user", "\n".join(p["text"] if "text" in p else "<image>" for p in texts)))
+    defs = [t["function"] for t in gemini_tools(body)]
+    return Req(system, "system" if system else None, [d["name"] for d in defs], out, defs)
+
+
+FROM = {"chat": from_chat, "responses": from_responses, "anthropic": from_anthropic, "gemini": from_gemini}
 
 
 def diff(rebuilt: Req, sent: Req, *, reasoning: bool = True) -> list[str]:
@@ -177,6 +214,7 @@ def main_thread(agent, log: list) -> tuple[list, list]:
     key = FROM[agent.api](first.body)
     main, other = [], []
     for r in log:
-        q = FROM[agent.api](r.body) if r.path.endswith(("/chat/completions", "/responses", "/messages")) else None
+        q = FROM[agent.api](r.body) if r.path.endswith(("/chat/completions", "/responses", "/messages",
+                                                         ":streamGenerateContent", ":generateContent")) else None
         (main if q is not None and q.tools == key.tools and q.system == key.system else other).append(r)
     return main, other

@@ -56,6 +56,18 @@ def function_tool(name: str, description: Any, parameters: Any) -> dict[str, Any
     return {"type": "function", "function": fn}
 
 
+def gemini_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A generateContent body's function declarations as chat tools (what a translating proxy in
+    front of llama-server sends): name, description and the JSON schema of the parameters."""
+    out = []
+    for t in body.get("tools") or []:
+        for f in t.get("functionDeclarations") or [] if isinstance(t, dict) else []:
+            if isinstance(f, dict) and isinstance(f.get("name"), str):
+                out.append(function_tool(f["name"], f.get("description"),
+                                         f.get("parametersJsonSchema") or f.get("parameters")))
+    return out
+
+
 def server_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
     """A Responses body's tools as llama-server renders them: its function tools with every field
     kept (``strict`` too, true where absent); a ``namespace`` or built-in tool (Codex's
@@ -97,6 +109,12 @@ def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Ca
             cap.notes.append(f"{len(other)} of the {len(tools)} tools sent are not function tools "
                              f"({', '.join(other)}): llama-server skips them too, it renders the "
                              f"{len(cap.tools)} function tools only")
+    elif api == "gemini":  # generateContent: ``systemInstruction`` parts, ``functionDeclarations``
+        si = body.get("systemInstruction")
+        parts = si.get("parts") if isinstance(si, dict) else None
+        if isinstance(parts, list) and parts:
+            cap.system_prompt = _text(parts)
+        cap.tools = gemini_tools(body)
     else:  # anthropic: ``system`` is a string or text blocks
         system = body.get("system")
         if system:

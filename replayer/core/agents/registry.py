@@ -28,7 +28,7 @@ class Agent:
     version: str  # pinned for the conformance suite
     binary: str
     format: str  # replayer's importer for the files it writes
-    api: str  # chat | responses | anthropic
+    api: str  # chat | responses | anthropic | gemini
     setup: Callable[[Path, str], dict[str, str]]  # (home, stub url) -> extra environment
     prompt: Callable[[str], list[str]]  # one headless prompt
     resume: Callable[[str], list[str]] | None  # a prompt continuing the last session (None: cannot)
@@ -157,6 +157,17 @@ def _continue_setup(home: Path, url: str) -> dict[str, str]:
     return {"CONTINUE_CLI_ENABLE_TELEMETRY": "0"}
 
 
+def _gemini_setup(home: Path, url: str) -> dict[str, str]:
+    """Gemini CLI against the stub: the Gemini API key auth (``GOOGLE_GEMINI_BASE_URL`` is read
+    for its base URL; the gateway auth type that URL alone selects is refused headless), folder
+    trust off so ``--yolo`` holds in the temporary project."""
+    d = home / ".gemini"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"},
+                                                              "folderTrust": {"enabled": False}}}))
+    return {"GOOGLE_GEMINI_BASE_URL": url, "GEMINI_API_KEY": "stub"}
+
+
 #: Cline 3.0.65's subagent tools (``createSubAgentTools``: the built-in tools of the mode and
 #: ``spawn_agent``, ``@cline/core`` 0.0.86 ``dist/index.js:841``; the built-in ids are ``tk`` of
 #: ``dist/index.js:209``), measured: the parent's first 7 of 25 tools, whole
@@ -181,6 +192,9 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
     Agent("cline", "Cline", "cline", "3.0.65", "cline", "cline", "chat", lambda home, url: {},
           lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth,
           subagent_tools=_CLINE_SUBAGENT_TOOLS),
+    Agent("gemini", "Gemini CLI", "@google/gemini-cli", "0.61.0", "gemini", "gemini-cli", "gemini", _gemini_setup,
+          lambda t: ["-p", t, "--yolo", "-m", MODEL], lambda t: ["-p", t, "--resume", "latest", "--yolo", "-m", MODEL],
+          ".gemini/tmp/*/chats/session-*.jsonl"),
     # ``cn -p --auto``: headless, every tool allowed; its sessions are ``<uuid>.json`` beside a
     # ``sessions.json`` index
     Agent("continue", "Continue", "@continuedev/cli", "1.5.47", "cn", "continue", "chat", _continue_setup,

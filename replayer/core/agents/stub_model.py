@@ -6,8 +6,8 @@ rounds with it. The agents are the thing observed, so the model only has to be p
 holding ``TOOL`` is answered with one call of the agent's own shell (or, failing that, file)
 tool, found in the tools the request carries and filled from that tool's JSON schema; every
 other request is answered with a short text (and a short reasoning where the API has one).
-It speaks the three wire formats the agents use — chat completions, Responses and Anthropic
-Messages — streamed or not — and only on 127.0.0.1. What it logs is the agents' own prompts:
+It speaks the wire formats the agents use — chat completions, Responses, Anthropic Messages
+and Gemini's generateContent — streamed or not — and only on 127.0.0.1. What it logs is the agents' own prompts:
 they stay in memory or the user's cache, never in the repository.
 """
 
@@ -62,6 +62,10 @@ def _tools(api: str, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
             out[t.get("name", "")] = t.get("parameters") or {}
         elif api == "anthropic" and "name" in t:
             out[t["name"]] = t.get("input_schema") or {}
+        elif api == "gemini":
+            for f in t.get("functionDeclarations") or []:
+                if isinstance(f, dict):
+                    out[f.get("name", "")] = f.get("parametersJsonSchema") or f.get("parameters") or {}
     return out
 
 
@@ -186,6 +190,12 @@ def _last_input(api: str, body: dict[str, Any]) -> tuple[str, str]:
         if str(last.get("type", "")).endswith("_output"):
             return "tool", ""
         return "user", json.dumps(last.get("content"))
+    if api == "gemini":
+        contents = body.get("contents") or [{}]
+        parts = [p for p in (contents[-1].get("parts") or []) if isinstance(p, dict)]
+        if any("functionResponse" in p for p in parts):
+            return "tool", ""
+        return "user", json.dumps(parts)
     msgs = [m for m in body.get("messages") or [] if m.get("role") != "system"] or [{}]  # Claude Code's mid-
     content = msgs[-1].get("content")  # conversation system message (listings) is not the user's turn
     if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
@@ -238,6 +248,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.log.append(Logged(path, body, {k.lower(): v for k, v in self.headers.items()}))
         if path.endswith("/count_tokens"):
             return self._json({"input_tokens": len(raw) // 4})
+        if path.endswith(":countTokens"):
+            return self._json({"totalTokens": len(raw) // 4})
+        if path.endswith(":streamGenerateContent") or path.endswith(":generateContent"):
+            return self._gemini(script("gemini", body, self.server.file_path), path.endswith(":streamGenerateContent"),
+                                body)
         if path.endswith("/chat/completions"):
             api = "chat"
         elif path.endswith("/responses"):
@@ -382,6 +397,30 @@ class _Handler(BaseHTTPRequestHandler):
                                      "usage": {"output_tokens": 10}}))
         ev.append(("message_stop", {"type": "message_stop"}))
         self._sse(ev)
+
+
+    # -- Gemini generateContent ---------------------------------------------------------
+    def _gemini(self, r: Reply, stream: bool, body: dict) -> None:
+        """``models/*:generateContent`` and ``:streamGenerateContent?alt=sse`` (Gemini CLI's
+        ``GOOGLE_GEMINI_BASE_URL``). A request asking for JSON (``responseMimeType``: its
+        next-speaker and routing checks) is answered with an empty object."""
+        cfg = body.get("generationConfig") if isinstance(body.get("generationConfig"), dict) else {}
+        parts: list[dict[str, Any]] = []
+        if cfg.get("responseMimeType") == "application/json":
+            parts.append({"text": "{}"})
+        else:
+            if r.reasoning:
+                parts.append({"text": r.reasoning, "thought": True})
+            if r.text:
+                parts.append({"text": r.text})
+            if r.call:
+                parts.append({"functionCall": {"name": r.call[0], "args": json.loads(r.call[1])}})
+        resp = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 10, "totalTokenCount": 110},
+                "modelVersion": "scripted", "responseId": f"r{self.server.next_id()}"}
+        if not stream:
+            return self._json(resp)
+        self._sse([(None, resp)])
 
 
 class _Server(ThreadingHTTPServer):

@@ -214,7 +214,8 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
                 t.times = (when, None)
         if s.stats.compactions_applied:
             notes.append(_compaction_note(s, sum(map(len, earlier))))
-        if kept := sum(1 for i in response_starts(req.messages) if 0 < i < req.compacted_prefix):
+        if s.stats.compactions_applied and (
+                kept := sum(1 for i in response_starts(req.messages) if 0 < i < req.compacted_prefix)):
             notes.append(f"{kept} response(s) the compaction kept answered the history before it: "
                          "no turn of them (they were not sent with the summary)")
     if not turns:

@@ -8,12 +8,15 @@ streamed in is rewritten as it grows), ``{"$rewindTo": id}`` drops that message 
 after it (all of them when the id is unknown), ``{"$set": {"messages": […]}}`` replaces the whole
 list. An older file is one JSON document with a ``messages`` list (``session-….json``).
 
-Messages are Gemini ``Content`` parts: ``user`` (text, inline images), ``gemini`` (text,
-``thought`` parts, ``functionCall`` parts — or, in older files, ``thoughts`` and ``toolCalls``
-beside the text), and the results of a reply's ``toolCalls`` (their ``result`` parts), which
-Gemini CLI sends as the next user turn. ``info``, ``error`` and ``warning`` records are the
-UI's, never sent; nor are user entries that are slash or ``?`` commands or Gemini CLI's own
-``<session_context>`` / ``<hook_context>`` blocks. The system prompt and tools are not stored.
+Messages are rebuilt as Gemini CLI sends them, which the conformance suite checks against the
+real CLI (tests/agents): ``user`` records (text, images; its environment context is a record of
+its own, sent with the first prompt as one user turn: consecutive user records are merged),
+``gemini`` replies (text and function calls — in the content, or in older files in ``toolCalls``
+beside it; their thoughts are not sent back), and the results, which the CLI writes both into the
+reply's ``toolCalls`` and as a user record of ``functionResponse`` parts (sent once; the
+``toolCalls`` copy only where no record holds it). Call ids lose the ``<tool>__`` prefix the file
+gives them. ``info``, ``error`` and ``warning`` records are the UI's, never sent, nor are slash
+and ``?`` commands. The system prompt and tools are not stored.
 
 Gemini CLI speaks the Gemini API, not chat completions: against llama-server it runs through a
 translating proxy, which is what the rebuilt chat body stands for (a note says so).
@@ -25,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.errors import ImportFailed
-from replayer.core.session.model import ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part
+from replayer.core.session.model import EarlierHistory, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part
 from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, read_doc
 
 FORMAT = "gemini-cli"
 TYPES = {"user", "gemini", "info", "error", "warning"}
-#: user entries Gemini CLI does not send again on resume (``isIgnoredUserContent``)
-_IGNORED_PREFIXES = ("/", "?", "<session_context>", "<hook_context>")
+#: user entries that are Gemini CLI's commands, never sent to the model
+_COMMANDS = ("/", "?")
 
 
 def _is_metadata(o: Any) -> bool:
@@ -94,61 +97,97 @@ def _response_text(resp: Any) -> str:
     return json_args(resp) if resp is not None else ""
 
 
-def _results(msg: dict, ts: float | None) -> list[Message]:
-    """The next user turn Gemini CLI sends after a reply with ``toolCalls``: each call's result
-    (a string, a list of parts, or one part), as tool messages."""
+def _call_id(call_id: Any, name: Any) -> str:
+    """A call id as Gemini CLI sends it: the file keeps ``<tool>__<id>``, the wire ``<id>``
+    (measured with 0.61.0 against the scripted model: calls and responses alike)."""
+    cid, prefix = str(call_id or ""), f"{name}__"
+    return cid[len(prefix):] if name and cid.startswith(prefix) else cid
+
+
+def _response(fr: dict, ts: float | None, tc: dict | None = None) -> Message:
+    name = fr.get("name") or (tc or {}).get("name") or ""
+    return Message(role="tool", content=_response_text(fr.get("response")), name=str(name), timestamp=ts,
+                   tool_call_id=_call_id(fr.get("id") or (tc or {}).get("id"), name))
+
+
+def _results(msg: dict, ts: float | None, answered: set[str]) -> list[Message]:
+    """The results of a reply's ``toolCalls`` (a string, a list of parts, or one part), for the
+    calls no user record of the file answers (an older file keeps them only here)."""
     out: list[Message] = []
     for tc in msg.get("toolCalls") or []:
-        if not isinstance(tc, dict) or not tc.get("result"):
+        if not isinstance(tc, dict) or not tc.get("result") or _call_id(tc.get("id"), tc.get("name")) in answered:
             continue
         result = tc["result"]
         if isinstance(result, str):
             result = [{"functionResponse": {"id": tc.get("id"), "name": tc.get("name"), "response": {"output": result}}}]
         for p in _parts(result):
-            if not isinstance(p, dict):
-                continue
-            fr = p.get("functionResponse")
-            if isinstance(fr, dict):
-                out.append(Message(role="tool", content=_response_text(fr.get("response")),
-                                   tool_call_id=str(fr.get("id") or tc.get("id") or ""),
-                                   name=str(fr.get("name") or tc.get("name") or ""), timestamp=ts))
-            elif isinstance(p.get("text"), str):
+            if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict):
+                out.append(_response(p["functionResponse"], ts, tc))
+            elif isinstance(p, dict) and isinstance(p.get("text"), str):
                 out.append(Message(role="user", content=p["text"], timestamp=ts))
     return out
 
 
-def _reply(msg: dict, ts: float | None) -> list[Message]:
+def _reply(msg: dict, ts: float | None, answered: set[str]) -> list[Message]:
+    """A reply as Gemini CLI sends it back: its text and function calls; its thoughts are not
+    sent again (only their signature, which a chat template does not read)."""
     parts = _parts(msg.get("content"))
-    modern = any(isinstance(p, dict) and (p.get("functionCall") or p.get("thought")) for p in parts)
-    thoughts: list[str] = []
-    calls: list[ToolCall] = []
-    if modern:  # the content is every part of the reply
-        thoughts = [p["text"] for p in parts if isinstance(p, dict) and p.get("thought") and isinstance(p.get("text"), str)]
-        calls = [ToolCall(id=str(fc.get("id") or ""), name=str(fc.get("name") or ""), arguments=json_args(fc.get("args") or {}))
+    if any(isinstance(p, dict) and p.get("functionCall") for p in parts):  # the content is every part
+        calls = [ToolCall(id=_call_id(fc.get("id"), fc.get("name")), name=str(fc.get("name") or ""),
+                          arguments=json_args(fc.get("args") or {}))
                  for fc in (p.get("functionCall") for p in parts if isinstance(p, dict)) if isinstance(fc, dict)]
-    else:  # older files: thoughts and tool calls stored beside the text
-        for t in msg.get("thoughts") or []:
-            if isinstance(t, dict) and isinstance(t.get("description"), str):
-                thoughts.append(f"**{t['subject']}** {t['description']}" if t.get("subject") else t["description"])
-        calls = [ToolCall(id=str(tc.get("id") or ""), name=str(tc.get("name") or ""), arguments=json_args(tc.get("args") or {}))
+    else:  # tool calls stored beside the text
+        calls = [ToolCall(id=_call_id(tc.get("id"), tc.get("name")), name=str(tc.get("name") or ""),
+                          arguments=json_args(tc.get("args") or {}))
                  for tc in msg.get("toolCalls") or [] if isinstance(tc, dict)]
     text = _text(parts)
+    out = [Message(role="assistant", content=text or None, tool_calls=calls, timestamp=ts)] if text or calls else []
+    return out + _results(msg, ts, answered)
+
+
+def _user(msg: dict, ts: float | None, images: str, stats: ImportStats) -> list[Message]:
+    """A user record: its function responses as tool messages, its text and images as one user message."""
+    parts = _parts(msg.get("content"))
+    out = [_response(p["functionResponse"], ts) for p in parts
+           if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)]
+    rest = [p for p in parts if not (isinstance(p, dict) and "functionResponse" in p)]
+    if rest:
+        out.append(Message(role="user", content=_user_content(rest, images, stats), timestamp=ts))
+    return out
+
+
+def _merged(messages: list[Message]) -> list[Message]:
+    """Consecutive user messages as one: Gemini CLI sends one ``Content`` of their parts (its
+    environment context and the first prompt are two records, one user turn on the wire)."""
     out: list[Message] = []
-    if text or calls or thoughts:
-        out.append(Message(role="assistant", content=text or None, reasoning="\n".join(thoughts) or None,
-                           tool_calls=calls, timestamp=ts))
-    return out + _results(msg, ts)
+    for m in messages:
+        prev = out[-1] if out else None
+        if m.role == "user" and prev is not None and prev.role == "user":
+            parts = [*(_as_parts(prev.content)), *(_as_parts(m.content))]
+            out[-1] = prev.model_copy(update={"content": parts})
+        else:
+            out.append(m)
+    return out
 
 
-def _records(path: Path) -> tuple[dict, list[dict], ImportStats, list[str]]:
-    """The metadata and the message list as Gemini CLI's loader leaves them."""
+def _as_parts(content: Any) -> list:
+    return [TextPart(text=content)] if isinstance(content, str) else list(content or [])
+
+
+def _records(path: Path) -> tuple[dict, list[dict], ImportStats, list[str], list[tuple[list[dict], int]]]:
+    """The metadata and the message list as Gemini CLI's loader leaves them, and for each process
+    that wrote the file before the last (each writes its metadata line when it starts: a
+    ``--resume``), the message list as it left it and how many of those messages it started from
+    (the history it loaded, rewritten into the file at its start)."""
     if path.suffix == ".json" or _whole(path):
         doc = read_doc(path, detect_doc, "a Gemini CLI chat")
         msgs = [m for m in doc.get("messages") or [] if _is_message(m)]
-        return doc, msgs, ImportStats(entries_total=len(doc.get("messages") or [])), []
+        return doc, msgs, ImportStats(entries_total=len(doc.get("messages") or [])), [], []
     records, stats, warnings = read_records(path, "Gemini CLI")
     meta: dict = {}
     by_id: dict[str, dict] = {}  # insertion order kept when an id is written again, as a JS Map's
+    processes: list[tuple[list[dict], int]] = []
+    start: int | None = 0  # messages the current process loaded; None until its first own message
     for r in records:
         if isinstance(r.get("$rewindTo"), str):
             ids = list(by_id)
@@ -156,12 +195,17 @@ def _records(path: Path) -> tuple[dict, list[dict], ImportStats, list[str]]:
             for i in ids[cut:]:
                 del by_id[i]
         elif _is_message(r):
+            if start is None:  # the first message this process writes: what it loaded is before it
+                start = len(by_id)
             by_id[r["id"]] = r
         elif isinstance(r.get("$set"), dict):
             if isinstance(r["$set"].get("messages"), list):
                 by_id = {m["id"]: m for m in r["$set"]["messages"] if _is_message(m)}
             meta.update({k: v for k, v in r["$set"].items() if k != "messages"})
         elif _is_metadata(r):
+            if by_id:  # a process started on a file that holds messages: a resume
+                processes.append((list(by_id.values()), start or 0))
+                start = None
             meta.update({k: v for k, v in r.items() if k != "messages"})
             if isinstance(r.get("messages"), list):
                 by_id.update({m["id"]: m for m in r["messages"] if _is_message(m)})
@@ -169,7 +213,9 @@ def _records(path: Path) -> tuple[dict, list[dict], ImportStats, list[str]]:
             stats.count_unknown(r.get("type"))
     if not _is_metadata(meta):
         raise ImportFailed(f"{path} has no Gemini CLI metadata line (sessionId, projectHash)")
-    return meta, list(by_id.values()), stats, warnings
+    if processes and start is None:  # the last process wrote nothing of its own
+        start = len(by_id)
+    return meta, list(by_id.values()), stats, warnings, processes + [(list(by_id.values()), start or 0)]
 
 
 def _whole(path: Path) -> bool:
@@ -180,25 +226,46 @@ def _whole(path: Path) -> bool:
     return len(objs) == 1 and detect_doc(objs[0])
 
 
-def load(path: Path, images: str = "omit") -> Session:
-    meta, msgs, stats, warnings = _records(path)
-    stats.lines = stats.lines or len(msgs)
+def _history(msgs: list[dict], images: str, stats: ImportStats) -> tuple[list[Message], Usage]:
+    """The messages one process sent, from the records it held."""
     messages: list[Message] = []
     usage = Usage()
+    answered = {_call_id(p["functionResponse"].get("id"), p["functionResponse"].get("name"))
+                for m in msgs if m["type"] == "user" for p in _parts(m.get("content"))
+                if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)}
     for m in msgs:
         ts = iso_to_s(m.get("timestamp"))
         if m["type"] == "user":
-            parts = _parts(m.get("content"))
-            text = "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-            if not text.strip() or text.strip().startswith(_IGNORED_PREFIXES):
-                continue  # a command or Gemini CLI's own context block: never sent
-            messages.append(Message(role="user", content=_user_content(parts, images, stats), timestamp=ts))
+            text = _text(_parts(m.get("content"))).strip()
+            if text.startswith(_COMMANDS):
+                continue  # a slash or ? command: run by Gemini CLI, never sent
+            messages.extend(_user(m, ts, images, stats))
         elif m["type"] == "gemini":
-            messages.extend(_reply(m, ts))
+            messages.extend(_reply(m, ts, answered))
             tok = m.get("tokens")
             if isinstance(tok, dict):
                 usage = Usage(input_tokens=tok.get("input"), output_tokens=tok.get("output"),
                               cache_read_tokens=tok.get("cached"), context_tokens=tok.get("input"))
+    return _merged(messages), usage
+
+
+def load(path: Path, images: str = "omit") -> Session:
+    meta, msgs, stats, warnings, processes = _records(path)
+    stats.lines = stats.lines or len(msgs)
+    # each process sent the history it held: the last one's is the session's, those before it
+    # are its earlier requests (a resumed process rewrites the history it loads, and sends it so)
+    earlier: list[EarlierHistory] = []
+    for held, loaded in processes[:-1]:
+        history, _ = _history(held, images, stats)
+        earlier.append(EarlierHistory(messages=history, compacted_prefix=_sent_before(held, loaded, images)))
+    messages, usage = _history(msgs, images, stats)
+    kept = _sent_before(msgs, processes[-1][1], images) if earlier else 0
+    if earlier:
+        calls = [m.tool_call_id for m in messages if m.role == "tool"]
+        warnings.append(f"Gemini CLI was resumed {len(earlier)} time(s): each process's requests are rebuilt from "
+                        "the history it held" + ("; after a resume it sends each earlier tool result twice "
+                                                 "(from the reply's tool calls and from the result's own record)"
+                                                 if len(calls) != len(set(calls)) else ""))
     if not messages:
         raise ImportFailed(f"{path}: no Gemini CLI messages that are sent to the model")
     stats.branch_length = len(msgs)
@@ -214,7 +281,13 @@ def load(path: Path, images: str = "omit") -> Session:
                    created=iso_to_s(meta.get("startTime")) or (min(times) if times else None),
                    updated=iso_to_s(meta.get("lastUpdated")) or (max(times) if times else None),
                    title=meta.get("summary") if isinstance(meta.get("summary"), str) else None,
-                   messages=messages, usage=usage, stats=stats, warnings=warnings)
+                   messages=messages, earlier=earlier, compacted_prefix=kept, usage=usage, stats=stats,
+                   warnings=warnings)
+
+
+def _sent_before(held: list[dict], loaded: int, images: str) -> int:
+    """How many of a process's messages it loaded (sent by the process before it): its turns start after them."""
+    return len(_history(held[:loaded], images, ImportStats())[0]) if loaded else 0
 
 
 def detect_head(head: Head) -> float:
