@@ -112,7 +112,8 @@ def test_as_the_cli_writes_it_each_process_sends_the_history_it_held(tmp_path):
     loaded rewritten (``$set``), with the result twice (once as ``<reply id>_response``)."""
     cid = "run_shell_command__run_shell_command_1796354961627_0"
     result = [{"functionResponse": {"id": cid, "name": "run_shell_command", "response": {"output": "hello.txt"}}}]
-    ctx = _user("ctx", "<session_context>\nThis is the Gemini CLI.\n</session_context>", 1)
+    ctx = _user("ctx", "<session_context>\nThis is the Gemini CLI.\n- **Workspace Directories:**\n  - /work/demo\n"
+                       "</session_context>", 1)
     prompt = _user("p1", "TOOL: list the files here", 2)
     call = {"id": "r1", "timestamp": _t(3), "type": "gemini", "content": "",
             "thoughts": [{"subject": "", "description": "The user wants a tool run.", "timestamp": _t(3)}],
@@ -131,7 +132,8 @@ def test_as_the_cli_writes_it_each_process_sends_the_history_it_held(tmp_path):
     s = load_session(path)
     assert [m.role for m in s.earlier[0].messages] == ["user", "assistant", "tool", "assistant"]  # as first sent
     assert [m.role for m in s.messages] == ["user", "assistant", "tool", "tool", "assistant", "user", "assistant"]
-    assert s.messages[0].text() == "<session_context>\nThis is the Gemini CLI.\n</session_context>\nTOOL: list the files here"
+    assert s.messages[0].text().endswith("</session_context>\nTOOL: list the files here")
+    assert s.cwd == "/work/demo"
     assert s.messages[1].tool_calls[0].id == s.messages[2].tool_call_id == "run_shell_command_1796354961627_0"
     assert s.compacted_prefix == 5  # the resumed process's own requests start at its prompt
     assert any("resumed 1 time" in w and "twice" in w for w in s.warnings)

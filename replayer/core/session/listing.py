@@ -24,8 +24,8 @@ HEAD_BYTES = 64 * 1024  # the first prompt and the session's folder are in the f
 
 _COMMAND = re.compile(r"<command-name>(.*?)</command-name>", re.S)
 _ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
-# blocks whose content is the agent's, not the user's words
-_DROPPED = re.compile(r"<(system-reminder|local-command-stdout|local-command-stderr|command-message)>.*?</\1>", re.S)
+# blocks whose content is the agent's, not the user's words (Gemini CLI's environment context too)
+_DROPPED = re.compile(r"<(system-reminder|local-command-stdout|local-command-stderr|command-message|session_context|hook_context)>.*?</\1>", re.S)
 _TAG = re.compile(r"</?[A-Za-z][\w-]*(\s[^<>]*)?>")
 
 

@@ -24,6 +24,7 @@ translating proxy, which is what the rebuilt chat body stands for (a note says s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -276,13 +277,24 @@ def load(path: Path, images: str = "omit") -> Session:
     if meta.get("kind") == "subagent":
         warnings.append("a Gemini CLI subagent's chat: its own system prompt and tools are not stored")
     return Session(format=FORMAT, format_version="subagent" if meta.get("kind") == "subagent" else None,
-                   path=str(path), session_id=meta.get("sessionId"), provider="gemini",
+                   path=str(path), session_id=meta.get("sessionId"), provider="gemini", cwd=_workspace(messages),
                    model=next((m.get("model") for m in reversed(msgs) if isinstance(m.get("model"), str)), None),
                    created=iso_to_s(meta.get("startTime")) or (min(times) if times else None),
                    updated=iso_to_s(meta.get("lastUpdated")) or (max(times) if times else None),
                    title=meta.get("summary") if isinstance(meta.get("summary"), str) else None,
                    messages=messages, earlier=earlier, compacted_prefix=kept, usage=usage, stats=stats,
                    warnings=warnings)
+
+
+def _workspace(messages: list[Message]) -> str | None:
+    """The project folder, from the environment context Gemini CLI sends with the first prompt
+    ("- **Workspace Directories:**" then one folder a line); the file stores it nowhere else."""
+    first = next((m for m in messages if m.role == "user"), None)
+    m = _WORKSPACE.search(first.text() or "") if first is not None else None
+    return m.group(1).strip() if m else None
+
+
+_WORKSPACE = re.compile(r"<session_context>.*?Workspace Directories:\*\*\s*\n\s*- ([^\n]+)", re.S)
 
 
 def _sent_before(held: list[dict], loaded: int, images: str) -> int:
