@@ -142,6 +142,19 @@ def test_as_the_cli_writes_it_each_process_sends_the_history_it_held(tmp_path):
         ["user"], ["user", "assistant", "tool"], ["user", "assistant", "tool", "tool", "assistant", "user"]]
 
 
+def test_two_replies_around_a_command_are_one_model_turn(tmp_path):
+    """Measured with 0.61.0: ``-p /compress`` then ``--resume``: the command is not sent again,
+    and the two replies around it go out as one model turn of two text parts."""
+    path = tmp_path / "c.jsonl"
+    path.write_text(_lines(META, _user("m1", "hi", 1),
+                           {"id": "r1", "timestamp": _t(2), "type": "gemini", "content": "Done."},
+                           _user("m2", "/compress", 3),
+                           {"id": "r2", "timestamp": _t(4), "type": "gemini", "content": "Hello."},
+                           _user("m3", "after", 5)))
+    s = load_session(path)
+    assert [(m.role, m.text()) for m in s.messages] == [("user", "hi"), ("assistant", "Done.Hello."), ("user", "after")]
+
+
 def test_a_rewind_to_an_unknown_id_drops_everything_before_it(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text(_lines(META, _user("m1", "first", 1), {"$rewindTo": "nope"}, _user("m2", "second", 2)))

@@ -158,14 +158,17 @@ def _user(msg: dict, ts: float | None, images: str, stats: ImportStats) -> list[
 
 
 def _merged(messages: list[Message]) -> list[Message]:
-    """Consecutive user messages as one: Gemini CLI sends one ``Content`` of their parts (its
-    environment context and the first prompt are two records, one user turn on the wire)."""
+    """Consecutive messages of one role as one: Gemini CLI sends one ``Content`` of their parts
+    (its environment context and the first prompt are two records, one user turn on the wire;
+    two replies with a command between them that is not sent again, one model turn)."""
     out: list[Message] = []
     for m in messages:
         prev = out[-1] if out else None
         if m.role == "user" and prev is not None and prev.role == "user":
-            parts = [*(_as_parts(prev.content)), *(_as_parts(m.content))]
-            out[-1] = prev.model_copy(update={"content": parts})
+            out[-1] = prev.model_copy(update={"content": [*_as_parts(prev.content), *_as_parts(m.content)]})
+        elif m.role == "assistant" and prev is not None and prev.role == "assistant" and not prev.tool_calls:
+            text = "".join(x for x in (prev.content, m.content) if isinstance(x, str))
+            out[-1] = prev.model_copy(update={"content": text or None, "tool_calls": m.tool_calls})
         else:
             out.append(m)
     return out
