@@ -194,7 +194,7 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           subagent_tools=_CLINE_SUBAGENT_TOOLS),
     Agent("gemini", "Gemini CLI", "@google/gemini-cli", "0.61.0", "gemini", "gemini-cli", "gemini", _gemini_setup,
           lambda t: ["-p", t, "--yolo", "-m", MODEL], lambda t: ["-p", t, "--resume", "latest", "--yolo", "-m", MODEL],
-          ".gemini/tmp/*/chats/session-*.jsonl"),
+          ".gemini/tmp/*/chats/session-*.jsonl", subagents_own=".gemini/tmp/*/chats/*/*.jsonl"),
     # ``cn -p --auto``: headless, every tool allowed; its sessions are ``<uuid>.json`` beside a
     # ``sessions.json`` index
     Agent("continue", "Continue", "@continuedev/cli", "1.5.47", "cn", "continue", "chat", _continue_setup,

@@ -26,7 +26,9 @@ SHELL_TOOLS = ("bash", "Bash", "shell", "shell_command", "exec_command", "run_sh
                "execute_command", "run_terminal_cmd", "run_commands")
 READ_TOOLS = ("read", "Read", "read_file", "view")
 #: the agents' subagent tools, for a prompt holding ``SUBAGENT``
-AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent", "agent")
+AGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent", "agent", "invoke_agent")
+#: the tool a Gemini CLI subagent must end with (its answer), called on its first plain prompt
+FINISH_TOOL = "complete_task"
 SHELL_COMMAND = "ls"
 #: the system prompt a subagent tool that asks for one is given (Cline's ``spawn_agent``)
 SUBAGENT_SYSTEM_PROMPT = "You are a helper subagent. Answer in one line."
@@ -77,6 +79,8 @@ def _value(key: str, schema: dict[str, Any], file_path: str) -> Any:
         return schema["enum"][0]
     if k in ("subagent_type", "agent_type"):
         return "general-purpose"
+    if k == "agent_name":  # Gemini CLI's invoke_agent: its general-purpose subagent
+        return "generalist"
     if k in ("systemprompt", "system_prompt"):  # Cline's spawn_agent: the subagent's whole prompt
         return SUBAGENT_SYSTEM_PROMPT
     if kind == "array":
@@ -85,8 +89,9 @@ def _value(key: str, schema: dict[str, Any], file_path: str) -> Any:
         return 1
     if kind == "boolean":
         return False
-    if kind == "object":
-        return {}
+    if kind == "object":  # its required fields filled too (Gemini CLI's complete_task: result.response)
+        props = schema.get("properties") or {}
+        return {k: _value(k, props.get(k) or {}, file_path) for k in schema.get("required") or []}
     if "command" in k or k == "cmd":
         return SHELL_COMMAND
     if "path" in k or "file" in k:
@@ -211,6 +216,11 @@ def script(api: str, body: dict[str, Any], file_path: str) -> Reply:
             return Reply(reasoning="The user wants a tool run.", call=call)
         if "SUBAGENT" in text and (nc := namespace_call(api, body)) is not None:
             return Reply(reasoning="The user wants a tool run.", call=nc[1], namespace=nc[0])
+    if api == "gemini" and kind == "user" and FINISH_TOOL in (tools := _tools(api, body)):
+        schema = tools[FINISH_TOOL]
+        props = schema.get("properties") or {}
+        args = {k: _value(k, props.get(k) or {}, file_path) for k in schema.get("required") or list(props)[:1]}
+        return Reply(reasoning="Report back.", call=(FINISH_TOOL, json.dumps(args)))
     if kind == "tool" and agent_id_waited(api, body) is None and (wc := wait_call(api, body)) is not None:
         return Reply(reasoning="Wait for the helper.", call=wc[1], namespace=wc[0])
     if kind == "user" and "<state_snapshot>" in text and "TOOL" not in text:

@@ -11,6 +11,8 @@ Where each agent keeps them:
   that its task tool starts; a thread per descendant session, named by its id.
 * Qwen Code: ``<project>/subagents/<session>/agent-*.jsonl`` (``qwen_code.subagent_files``), a
   thread per file, named by its stem.
+* Gemini CLI: ``chats/<session id>/<subagent session>.jsonl`` (``gemini_cli.subagent_files``), a
+  thread per file, named by its stem.
 * Codex: a rollout per subagent that its ``spawn_agent`` tool starts (``codex.children``); a
   thread per rollout, named by the subagent's thread id.
 * Cline (the CLI): ``agent_<id>.messages.json`` beside the session for each subagent its
@@ -31,7 +33,7 @@ from typing import Any, Callable
 
 from replayer.core.errors import ReplayerError
 from replayer.core.session import load_session
-from replayer.core.session.formats import claude_code, claude_wire, cline, codex, opencode, qwen_code
+from replayer.core.session.formats import claude_code, claude_wire, cline, codex, gemini_cli, opencode, qwen_code
 from replayer.core.session.model import Session
 from replayer.core.session.reader import JsonlFile, iso_to_s, read_records
 
@@ -79,6 +81,9 @@ def sub_threads(s: Session, path: Path, images: str = "omit", once: JsonlFile | 
     if s.format == "qwen-code":
         return [SubThread(f.stem, "file", _loader(f, "qwen-code", images), message_times)
                 for f in qwen_code.subagent_files(path, s.session_id)]
+    if s.format == "gemini-cli":
+        return [SubThread(f.stem, "file", _loader(f, "gemini-cli", images), message_times)
+                for f in gemini_cli.subagent_files(path, s.session_id)]
     if s.format == "cline":
         return [SubThread(f.name.removesuffix(".messages.json"), "file", _loader(f, "cline", images), message_times)
                 for f in cline.subagent_files(path, s.session_id)]

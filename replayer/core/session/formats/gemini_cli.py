@@ -278,9 +278,11 @@ def load(path: Path, images: str = "omit") -> Session:
     warnings.append("Gemini CLI sends the Gemini API (generateContent): the rebuilt requests are the chat "
                     "bodies a translating proxy in front of llama-server sends")
     if meta.get("kind") == "subagent":
-        warnings.append("a Gemini CLI subagent's chat: its own system prompt and tools are not stored")
+        warnings.append("a Gemini CLI subagent's chat: its own system prompt and tools are not stored (`replayer "
+                        "agents capture gemini` runs a subagent too and keeps them)")
     return Session(format=FORMAT, format_version="subagent" if meta.get("kind") == "subagent" else None,
-                   path=str(path), session_id=meta.get("sessionId"), provider="gemini", cwd=_workspace(messages),
+                   path=str(path), session_id=meta.get("sessionId"), provider="gemini",
+                   cwd=_workspace(messages) or next((d for d in meta.get("directories") or [] if isinstance(d, str)), None),
                    model=next((m.get("model") for m in reversed(msgs) if isinstance(m.get("model"), str)), None),
                    created=iso_to_s(meta.get("startTime")) or (min(times) if times else None),
                    updated=iso_to_s(meta.get("lastUpdated")) or (max(times) if times else None),
@@ -303,6 +305,14 @@ _WORKSPACE = re.compile(r"<session_context>.*?Workspace Directories:\*\*\s*\n\s*
 def _sent_before(held: list[dict], loaded: int, images: str) -> int:
     """How many of a process's messages it loaded (sent by the process before it): its turns start after them."""
     return len(_history(held[:loaded], images, ImportStats())[0]) if loaded else 0
+
+
+def subagent_files(path: Path, session_id: str | None) -> list[Path]:
+    """The chats of the subagents the chat at ``path`` started (its ``invoke_agent`` tool): Gemini
+    CLI writes each as ``chats/<parent session id>/<subagent session id>.jsonl``, in name order."""
+    if not session_id or path.parent.name != "chats" or "/" in session_id or session_id in (".", ".."):
+        return []
+    return sorted((path.parent / session_id).glob("*.jsonl"))
 
 
 def detect_head(head: Head) -> float:
