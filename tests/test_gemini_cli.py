@@ -204,3 +204,20 @@ def test_the_picker_lists_gemini_cli_chats(tmp_path, monkeypatch, env):
     found = [(f.agent, f.path) for f in discover()]
     assert ("gemini-cli", path) in found
     assert ("gemini-cli", sub / "3f2e.jsonl") not in found  # a subagent's chat is its parent's thread
+
+
+def test_a_subagents_chat_is_a_thread_of_its_parent_and_ids_stay_in_the_folder(tmp_path):
+    from replayer.core.session.formats.gemini_cli import subagent_files
+    from replayer.core.session.turns import MAIN, thread_of
+
+    path = _chat(tmp_path)
+    sub = path.parent / META["sessionId"] / "3f2e.jsonl"
+    sub.parent.mkdir()
+    sub.write_text(_lines(dict(META, sessionId="3f2e", kind="subagent"), _user("s1", "list the files", 16),
+                          {"id": "s2", "timestamp": _t(17), "type": "gemini", "content": "two files"}))
+    assert subagent_files(path, META["sessionId"]) == [sub]
+    st = load_turns(path)
+    assert [thread_of(t) for t in st.turns[:-1]].count("3f2e") == 1 and thread_of(st.turns[0]) == MAIN
+    assert load_session(sub).format_version == "subagent"
+    for hostile in ("../x", "/etc", "..", "a/b"):
+        assert subagent_files(path, hostile) == []
