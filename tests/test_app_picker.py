@@ -152,3 +152,38 @@ def test_picker_snapshot_with_a_filter(snap_compare, home, size):
         await pilot.pause()
 
     assert snap_compare(ReplayerApp(deterministic=True), terminal_size=size, run_before=run_before)
+
+
+async def test_the_picker_lists_clines_sessions_and_its_forks_tasks(tmp_path, monkeypatch):
+    """Cline's CLI session (its subagent's file hidden), and the VS Code task folders of Cline,
+    Roo Code and Kilo Code, each read for its first prompt and size like any other session."""
+    import sys
+
+    from cline_home import cli_session, vscode_task
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", "linux")
+    for var in ("PI_CODING_AGENT_SESSION_DIR", "PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME",
+                "XDG_DATA_HOME", "XDG_CONFIG_HOME", "CLINE_SESSION_DATA_DIR", "CLINE_DATA_DIR", "CLINE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    info = [{"tokensIn": 900, "cacheReads": 0, "apiProtocol": "openai"}] * 2
+    storage = tmp_path / ".config" / "Code" / "User" / "globalStorage"
+    rows = {str(cli_session(tmp_path, [None] * 3)): ("cline", "list the files"),
+            str(vscode_task(storage / "saoudrizwan.claude-dev", "t1", info)): ("cline", "list the files"),
+            str(vscode_task(storage / "rooveterinaryinc.roo-cline", "t2", info)): ("roo-code", "list the files"),
+            str(vscode_task(tmp_path / ".kilocode" / "cli" / "global", "t3", info)): ("kilo-code", "list the files")}
+    app = ReplayerApp()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        t = screen.query_one("#sessions", DataTable)
+        await wait_for(pilot, lambda: bool(screen.hidden))
+        assert sorted(_keys(t)[1:]) == sorted(rows)  # the demo, then the four: no subagent file
+        assert "1 hidden: 1 subagent" in str(screen.query_one("#picker-status", Static).render())
+        await wait_for(pilot, lambda: all(t.get_cell(k, "messages") != "…" for k in rows))
+        for key, (agent, title) in rows.items():
+            assert t.get_cell(key, "agent") == agent
+            assert t.get_cell(key, "title") == title
+            assert int(t.get_cell(key, "tokens").replace(",", "")) > 0
+        await pilot.press("slash", *"roo-code")
+        assert _keys(t) == [k for k, (agent, _) in rows.items() if agent == "roo-code"]

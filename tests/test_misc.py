@@ -40,6 +40,55 @@ def test_discover_default_folders_newest_first(tmp_path, monkeypatch):
     assert "pi" in [f.agent for f in discover()] and any(f.path.parent.name == "custom" for f in discover())
 
 
+CLINE_VARS = ("CLINE_SESSION_DATA_DIR", "CLINE_DATA_DIR", "CLINE_DIR", "XDG_CONFIG_HOME", "APPDATA")
+
+
+def test_discover_clines_folders_the_cli_and_each_editors_extensions(tmp_path, monkeypatch):
+    from cline_home import SUB_FILE, cli_session, vscode_task
+    from replayer.core.session.listing import listing
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(sys, "platform", "linux")
+    for var in CLINE_VARS + ("PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME",
+                             "XDG_DATA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    info = [{"tokensIn": 900, "cacheReads": 0, "apiProtocol": "openai"}] * 2
+    storage = home / ".config"
+    made = {
+        cli_session(home, [None] * 3): "cline",
+        vscode_task(storage / "Code/User/globalStorage/saoudrizwan.claude-dev", "1796354000001", info): "cline",
+        vscode_task(storage / "Cursor/User/globalStorage/rooveterinaryinc.roo-cline", "t-roo", info): "roo-code",
+        vscode_task(storage / "VSCodium/User/globalStorage/kilocode.kilo-code", "t-kilo", info): "kilo-code",
+        vscode_task(home / ".vscode-server/data/User/globalStorage/saoudrizwan.claude-dev", "t-ssh", info): "cline",
+        vscode_task(home / ".kilocode/cli/global", "t-kilo-cli", info): "kilo-code",
+    }
+    # not Cline's: another extension's tasks, a task folder without its history
+    vscode_task(storage / "Code/User/globalStorage/someone.else", "t-x", info)
+    (storage / "Code/User/globalStorage/saoudrizwan.claude-dev/tasks/empty").mkdir()
+    found = {f.path: f.agent for f in discover()}
+    sub = next(iter(made)).with_name(SUB_FILE)
+    assert found == {**made, sub: "cline"}
+    # the subagent's file is a thread of its session, hidden like Claude Code's
+    assert [x.kind for x in listing([f for f in discover() if f.path == sub])] == ["subagent"]
+    assert {x.kind for x in listing([f for f in discover() if f.path != sub])} == {"session"}
+    # the CLI's overrides, as its resolveSessionDataDir reads them
+    monkeypatch.setenv("CLINE_DIR", str(tmp_path / "cdir"))
+    assert not any(f.path.is_relative_to(home / ".cline") for f in discover())
+    cli_session(tmp_path / "cdir", [None] * 3, "s2")
+    moved = tmp_path / "cdir" / ".cline"  # cli_session writes <base>/.cline/data/sessions: CLINE_DIR is that .cline
+    monkeypatch.setenv("CLINE_DIR", str(moved))
+    assert any(f.path.name == "s2.messages.json" for f in discover())
+    monkeypatch.setenv("CLINE_SESSION_DATA_DIR", str(home / ".cline/data/sessions"))
+    assert any(f.path == next(iter(made)) for f in discover())
+    # macOS keeps the editors' folders under Library/Application Support
+    monkeypatch.setattr(sys, "platform", "darwin")
+    mac = vscode_task(home / "Library/Application Support/Code - Insiders/User/globalStorage/saoudrizwan.claude-dev",
+                      "t-mac", info)
+    assert found.keys() - {f.path for f in discover()} == {p for p in made if ".config" in str(p)}
+    assert mac in {f.path for f in discover()}
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "replayer.cli", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=120)

@@ -304,6 +304,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.usage_by_size or self.server.prompt_tokens:
             n = self.server.prompt_tokens(body) if self.server.prompt_tokens else len(json.dumps(body)) // 4
             usage = {"prompt_tokens": n, "completion_tokens": 10, "total_tokens": n + 10}
+        if self.server.cached_tokens:  # as llama-server reports its cache_n (``timings`` aside)
+            usage["prompt_tokens_details"] = {"cached_tokens": self.server.cached_tokens(body)}
         calls = [{"index": 0, "id": f"call_{self.server.next_id()}", "type": "function",
                   "function": {"name": r.call[0], "arguments": r.call[1]}}] if r.call else []
         finish = "tool_calls" if calls else "stop"
@@ -449,6 +451,9 @@ class _Server(ThreadingHTTPServer):
         #: the last response's tokens pass the model's limit: they must drop after the compaction,
         #: as a real model's do, or it compacts again after every reply)
         self.prompt_tokens: Callable[[dict[str, Any]], int] | None = None
+        #: a chat request's cached prompt tokens as the test scripts them (``prompt_tokens_details``,
+        #: where llama-server reports the tokens it reused): what an agent that records them keeps
+        self.cached_tokens: Callable[[dict[str, Any]], int] | None = None
 
     def next_id(self) -> int:
         with self.lock:
@@ -463,12 +468,14 @@ class ModelServer:
     file_path: str = "/tmp/hello.txt"
     usage_by_size: bool = False  # see ``_Server.usage_by_size``
     prompt_tokens: Callable[[dict[str, Any]], int] | None = None  # see ``_Server.prompt_tokens``
+    cached_tokens: Callable[[dict[str, Any]], int] | None = None  # see ``_Server.cached_tokens``
     _srv: _Server | None = field(default=None, init=False)
 
     def __enter__(self) -> "ModelServer":
         self._srv = _Server(self.file_path)
         self._srv.usage_by_size = self.usage_by_size
         self._srv.prompt_tokens = self.prompt_tokens
+        self._srv.cached_tokens = self.cached_tokens
         threading.Thread(target=self._srv.serve_forever, daemon=True).start()
         return self
 

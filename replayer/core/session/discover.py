@@ -1,11 +1,29 @@
-"""Sessions in the agents' default folders, newest first (the app's start screen)."""
+"""Sessions in the agents' default folders, newest first (the app's start screen).
+
+Cline's folders, read from its sources (``cline/cline``): the CLI, and since the SDK the VS Code
+extension too, keep each session in ``~/.cline/data/sessions/<id>/<id>.messages.json``
+(``resolveSessionDataDir``: ``CLINE_SESSION_DATA_DIR``, else ``CLINE_DATA_DIR``/sessions, else
+``CLINE_DIR`` or ``~/.cline``, then ``data/sessions``); a subagent's file sits beside its parent's
+under another name. The VS Code extensions before it — Cline, and its forks Roo Code and Kilo
+Code — keep a task in the editor's ``globalStorage/<extension id>/tasks/<id>/
+api_conversation_history.json``; the globalStorage folder is the editor's (VS Code, Insiders,
+VSCodium, Cursor) under the user's config folder of each OS, or VS Code Server's. Kilo Code's CLI before 1.0 ran the
+extension with ``~/.kilocode/cli/global`` as its globalStorage.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+#: the VS Code extensions that write Cline's task folders: (agent, extension id as globalStorage names it)
+CLINE_EXTENSIONS = (("cline", "saoudrizwan.claude-dev"), ("roo-code", "rooveterinaryinc.roo-cline"),
+                    ("kilo-code", "kilocode.kilo-code"))
+#: the editors whose ``User/globalStorage`` may hold them (their folder names under the config folder)
+EDITORS = ("Code", "Code - Insiders", "VSCodium", "Cursor")
+CLINE_TASK_GLOB = "tasks/*/api_conversation_history.json"
 
 
 @dataclass(frozen=True)
@@ -46,7 +64,37 @@ def default_roots() -> list[tuple[str, Path, str]]:
         ("qwen-code", home / ".qwen" / "projects", "*/chats/*.jsonl"),
         ("gemini-cli", gemini, "*/chats/session-*.json*"),
         ("continue", cont, "*-*.json"),  # not its sessions.json index
+        ("cline", cline_sessions_dir(), "*/*.messages.json"),
+        *[(agent, storage / ext, CLINE_TASK_GLOB) for storage in global_storage_dirs()
+          for agent, ext in CLINE_EXTENSIONS],
+        ("kilo-code", home / ".kilocode" / "cli" / "global", CLINE_TASK_GLOB),
     ]
+
+
+def cline_sessions_dir() -> Path:
+    """Where the Cline CLI (and the SDK-based extension) writes its sessions, with its overrides."""
+    sessions = os.environ.get("CLINE_SESSION_DATA_DIR", "").strip()
+    if sessions:
+        return Path(sessions).expanduser()
+    data = os.environ.get("CLINE_DATA_DIR", "").strip()
+    if data:
+        return Path(data).expanduser() / "sessions"
+    base = os.environ.get("CLINE_DIR", "").strip()
+    return (Path(base).expanduser() if base else _home() / ".cline") / "data" / "sessions"
+
+
+def global_storage_dirs() -> list[Path]:
+    """Each editor's ``User/globalStorage`` folder on this OS (an extension's data lives under it),
+    and VS Code Server's (an editor connected over SSH, a container or WSL keeps it there)."""
+    home = _home()
+    if sys.platform == "darwin":
+        config = home / "Library" / "Application Support"
+    elif sys.platform == "win32":
+        config = Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming")
+    else:
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    return [config / editor / "User" / "globalStorage" for editor in EDITORS] + \
+        [home / ".vscode-server" / "data" / "User" / "globalStorage"]
 
 
 def discover(limit: int = 2000) -> list[Found]:

@@ -8,6 +8,10 @@ ran, so the picker hides them and says how many it hid, instead of listing them 
 "cannot be read". Titles are the user's first prompt, which for a slash command is Claude
 Code's markup (``<command-message>…</command-message><command-name>/init</command-name>``):
 the command and its arguments are what the user typed.
+
+A Cline CLI session's folder (``sessions/<id>/``) holds the session's ``<id>.messages.json`` and
+one file per subagent or teammate it started (``agent_<id>.messages.json``, another stem): those
+are threads of the session, listed with it, not sessions of their own.
 """
 
 from __future__ import annotations
@@ -95,9 +99,18 @@ def claude_code_head(found: Found, head_bytes: int = HEAD_BYTES) -> Listed:
     return Listed(found, "session", title[:80], Path(cwd).name if cwd else "")
 
 
+def cline_kind(found: Found) -> Listed:
+    """A Cline CLI file: the session's own (its folder's name) or one of its subagents'."""
+    p = found.path
+    if p.name.endswith(".messages.json") and p.name != f"{p.parent.name}.messages.json":
+        return Listed(found, "subagent")
+    return Listed(found)
+
+
 def listing(found: list[Found]) -> list[Listed]:
     """Every found file, classified (files of other agents are sessions as found)."""
-    return [claude_code_head(f) if f.agent == "claude-code" else Listed(f) for f in found]
+    return [claude_code_head(f) if f.agent == "claude-code" else cline_kind(f) if f.agent == "cline" else Listed(f)
+            for f in found]
 
 
 def hidden_note(listed: list[Listed]) -> str:

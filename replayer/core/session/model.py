@@ -60,6 +60,19 @@ class ToolCall(BaseModel):
     arguments: str  # the JSON string as sent to the server
 
 
+class RecordedTokens(BaseModel):
+    """What the agent recorded of the request this response answered, as its server reported it
+    (Cline: per API request): the prompt's tokens and how many of them the server read from its
+    cache. That is the server's own reused / re-processed split, the truth a replay's prediction
+    is measured against (``session_observed``)."""
+
+    prompt: int  # the whole prompt: reused + processed
+    reused: int
+    output: int | None = None
+    cache_written: int | None = None
+    source: str = ""  # the fields it was read from, for the report's note
+
+
 class Message(BaseModel):
     role: Role
     content: str | list[Part] | None = None
@@ -70,6 +83,8 @@ class Message(BaseModel):
     name: str | None = None
     timestamp: float | None = None  # unix seconds
     origin: str | None = None  # e.g. compaction_summary, branch_summary, bash, attachment
+    #: an assistant message's: the agent's own counts of the request it answered (never sent, never dumped)
+    recorded: RecordedTokens | None = Field(default=None, exclude=True)
 
     @model_validator(mode="wrap")
     @classmethod

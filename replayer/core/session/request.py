@@ -29,6 +29,8 @@ class ChatRequest:
     plain_messages: list[dict[str, Any]] | None = None
     #: messages[:n] are what a compaction left from the history before it (``Session.compacted_prefix``)
     compacted_prefix: int = 0
+    #: the agent's own counts of a request, by the index of the response that answered it (``Message.recorded``)
+    recorded: dict[int, Any] = field(default_factory=dict)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -134,6 +136,8 @@ def build_request(session: Session, *, system_prompt: str | None = None,
     req.body["messages"] = msgs
     if session.compacted_prefix:
         req.compacted_prefix = session.compacted_prefix + len(msgs) - len(session.messages)
+    req.recorded = {i + len(msgs) - len(session.messages): m.recorded for i, m in enumerate(session.messages)
+                    if m.recorded is not None}
     if tl is not None:
         req.body["tools"] = tl
     elif session.n_tool_calls:

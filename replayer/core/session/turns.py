@@ -49,7 +49,8 @@ class Turn:
     each holding their own list would make a long session quadratic in memory).
     ``messages`` and ``body`` build the turn's own when asked."""
 
-    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire", "thread", "prompt", "times")
+    __slots__ = ("index", "notes", "prefix_of", "n_messages", "_body", "wire", "thread", "prompt", "times",
+                 "recorded")
 
     def __init__(self, index: int, body: dict[str, Any], notes: list[str] | None = None,
                  prefix_of: int | None = None, *, n_messages: int | None = None,
@@ -68,6 +69,9 @@ class Turn:
         # (sent, answered) in unix seconds where the file records them (None each where not): what
         # the server's idle time between requests is read from (``server.lifecycle``)
         self.times: tuple[float | None, float | None] | None = None
+        # what the agent recorded of this request's tokens, as its server reported them (Cline's
+        # per-request counts, ``RecordedTokens``): the report sets the prediction beside it
+        self.recorded: Any = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -142,6 +146,8 @@ def turns_of_request(request: ChatRequest) -> list[Turn]:
         out = _turns_with_run_parts(request, starts)
     else:
         out = [Turn(k, body, prefix_of=len(starts), n_messages=i) for k, i in enumerate(starts)]
+    for t in out:  # each turn's response answered its request: the counts the agent kept of it
+        t.recorded = request.recorded.get(t.n_messages)
     out.append(Turn(len(out), body, notes=["the resume request (whole conversation)"]))
     return out
 
@@ -245,9 +251,17 @@ def chain_turns(groups: list[list[Turn]]) -> list[Turn]:
     out: list[Turn] = []
     for g in groups:
         off = len(out)
-        out += [Turn(off + t.index, t._body, t.notes, None if t.prefix_of is None else off + t.prefix_of,
-                     n_messages=t.n_messages, wire=t.wire, thread=t.thread) for t in g]
+        out += [_carried(Turn(off + t.index, t._body, t.notes, None if t.prefix_of is None else off + t.prefix_of,
+                              n_messages=t.n_messages, wire=t.wire, thread=t.thread), t, times=False) for t in g]
     return out
+
+
+def _carried(new: Turn, old: Turn, times: bool = True) -> Turn:
+    """``new``, a renumbered copy of ``old``, with what was learnt of ``old`` after it was made."""
+    new.recorded = old.recorded
+    if times:
+        new.times = old.times
+    return new
 
 
 def _compaction_note(s: Session, n_earlier: int) -> str:
@@ -299,10 +313,8 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
         return turns
     keyed.sort(key=operator.itemgetter(0, 1))  # stable: each thread keeps its own order
     merged = [k[2] for k in keyed] + [turns[-1]]
-    out = [Turn(k, t._body, t.notes, None if t.thread else len(merged) - 1, n_messages=t.n_messages,
-                thread=t.thread) for k, t in enumerate(merged)]
-    for new_t, t in zip(out, merged):
-        new_t.times = t.times
+    out = [_carried(Turn(k, t._body, t.notes, None if t.thread else len(merged) - 1, n_messages=t.n_messages,
+                         thread=t.thread), t) for k, t in enumerate(merged)]
     n_threads = len({t.thread for t in merged if t.thread})
     notes.append(f"{len(out) - len(turns)} subagent request(s) on {n_threads} thread(s) from "
                  f"{' and '.join(sources)}, placed between the main turns by their times")
@@ -347,6 +359,7 @@ def freeze_system_prompt(turns: list[Turn]) -> list[Turn]:
     for t in turns:
         msgs = t.messages
         if msgs and msgs[0].get("role") in ("system", "developer") and msgs[0] != first:
-            t = Turn(t.index, {**t.body, "messages": [first, *msgs[1:]]}, t.notes + ["system prompt frozen"], t.prefix_of)
+            t = _carried(Turn(t.index, {**t.body, "messages": [first, *msgs[1:]]}, t.notes + ["system prompt frozen"],
+                              t.prefix_of), t, times=False)
         out.append(t)
     return out

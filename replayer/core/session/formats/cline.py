@@ -22,6 +22,22 @@ parent's file (``agent: "subagent"``, ``origin.parentThreadId``), with its task 
 no system prompt: the prompt it was sent with is the call's own ``systemPrompt`` argument (3.0.65:
 ``prompt: Z.systemPrompt``, ``@cline/core`` 0.0.86 ``dist/index.js:209``), read from the parent's
 file, and its task is the call's ``task``.
+
+Cline records what its server reported of every request (``RecordedTokens``, set beside the
+replay's prediction by the session report). The CLI stamps each assistant message with the
+usage of the model call that produced it (``metrics``: ``inputTokens``, ``outputTokens``,
+``cacheReadTokens``, ``cacheWriteTokens``, ``cost``; ``@cline/agents`` ``usageDelta``). Its
+``inputTokens`` is the AI SDK's ``inputTokens.total`` (``@cline/llms`` ``normalizeUsage``): the
+whole prompt, an OpenAI-compatible server's ``prompt_tokens``; ``cacheReadTokens`` is its
+``prompt_tokens_details.cached_tokens``, the tokens llama-server reused. The VS Code extensions
+(Cline before the SDK, Roo Code, Kilo Code) keep it in ``ui_messages.json`` beside the task:
+one ``say: "api_req_started"`` message per API request, its ``text`` the JSON of
+``ClineApiReqInfo`` (``tokensIn``, ``tokensOut``, ``cacheWrites``, ``cacheReads``, and in Roo
+Code and Kilo Code ``apiProtocol``). Their ``tokensIn`` is the provider's own input count: an
+OpenAI-style provider's ``prompt_tokens`` (cached ones included), Anthropic's ``input_tokens``
+(cached ones not: the prompt is ``tokensIn + cacheWrites + cacheReads``). ``apiProtocol`` says
+which; where it is not written (Cline) the task's ``task_metadata.json`` names the provider.
+The requests are matched to the stored responses in order.
 """
 
 from __future__ import annotations
@@ -33,7 +49,7 @@ from typing import Any
 import orjson
 
 from replayer.core.session.formats import cline_wire
-from replayer.core.session.model import EarlierHistory, ImportStats, Message, Session, ToolCall
+from replayer.core.session.model import EarlierHistory, ImportStats, Message, RecordedTokens, Session, ToolCall
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
 
@@ -117,8 +133,88 @@ def _assistant(m: dict, ts: float | None, cut: bool = False) -> Message | None:
                    tool_calls=calls, timestamp=ts)
 
 
-def _converted(msgs: list, cut: bool) -> list[Message]:
-    """Stored messages as Cline sends them (``cut``: as the CLI's message builder cuts long ones)."""
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _tokens(prompt: Any, reused: Any, output: Any, written: Any, source: str) -> RecordedTokens | None:
+    """One request's counts, when they make sense (a whole prompt, no more reused than it)."""
+    p, r = _count(prompt), _count(reused if reused is not None else 0)
+    if p is None or r is None or r > p or p == 0:
+        return None
+    return RecordedTokens(prompt=p, reused=r, output=_count(output), cache_written=_count(written), source=source)
+
+
+def _cli_recorded(m: dict) -> RecordedTokens | None:
+    """The CLI's ``metrics`` of one model call (``inputTokens`` the whole prompt)."""
+    x = m.get("metrics")
+    if not isinstance(x, dict):
+        return None
+    return _tokens(x.get("inputTokens"), x.get("cacheReadTokens"), x.get("outputTokens"), x.get("cacheWriteTokens"),
+                   "the CLI's metrics (inputTokens, cacheReadTokens)")
+
+
+_ANTHROPIC_PROVIDERS = {"anthropic"}  # the handlers whose tokensIn leaves the cached tokens out
+
+
+def _task_provider(task_dir: Path) -> str | None:
+    """The provider a VS Code task last ran with (``task_metadata.json``'s ``model_usage``)."""
+    try:
+        doc = orjson.loads((task_dir / "task_metadata.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    usage = doc.get("model_usage") if isinstance(doc, dict) else None
+    ids = [u.get("model_provider_id") for u in usage if isinstance(u, dict)] if isinstance(usage, list) else []
+    return next((i for i in reversed(ids) if isinstance(i, str)), None)
+
+
+def _ui_recorded(path: Path, msgs: list, warnings: list[str]) -> dict[int, RecordedTokens]:
+    """The VS Code extension's per-request counts (``ui_messages.json``), by ``id`` of the stored
+    assistant message that answered the request; empty when the file is absent or does not fit."""
+    f = path.with_name("ui_messages.json")
+    if not f.is_file():
+        return {}
+    try:
+        ui = orjson.loads(f.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        warnings.append(f"{f.name} could not be read ({exc}): Cline's own token counts are not shown")
+        return {}
+    infos = []
+    for u in ui if isinstance(ui, list) else []:
+        if isinstance(u, dict) and u.get("say") == "api_req_started" and isinstance(u.get("text"), str):
+            try:
+                info = orjson.loads(u["text"])
+            except orjson.JSONDecodeError:
+                info = None
+            infos.append(info if isinstance(info, dict) else {})
+    answers = [m for m in msgs if isinstance(m, dict) and m.get("role") == "assistant"]
+    if len(infos) != len(answers):  # a cancelled or failed request may have left no response
+        infos = [i for i in infos if not (i.get("cancelReason") or i.get("streamingFailedMessage"))]
+    if not infos:
+        return {}
+    if len(infos) != len(answers):
+        warnings.append(f"{f.name} records {len(infos)} API request(s) for {len(answers)} stored response(s): "
+                        "Cline's own token counts are not matched to the turns")
+        return {}
+    provider = None if any("apiProtocol" in i for i in infos) else _task_provider(path.parent)
+    out: dict[int, RecordedTokens] = {}
+    for m, i in zip(answers, infos):
+        anthropic = i.get("apiProtocol") == "anthropic" if "apiProtocol" in i else provider in _ANTHROPIC_PROVIDERS
+        t_in, reads, writes = _count(i.get("tokensIn")), _count(i.get("cacheReads")) or 0, _count(i.get("cacheWrites"))
+        prompt = t_in + reads + (writes or 0) if anthropic and t_in is not None else t_in
+        how = ("tokensIn + cacheWrites + cacheReads, Anthropic-style" if anthropic else
+               "tokensIn (cached tokens included, OpenAI-style" + ("" if "apiProtocol" in i or provider else
+                                                                   ": no apiProtocol or provider recorded") + ")")
+        r = _tokens(prompt, reads, i.get("tokensOut"), writes, f"{f.name}'s api_req_started ({how}; reused: cacheReads)")
+        if r is not None:
+            out[id(m)] = r
+    return out
+
+
+def _converted(msgs: list, cut: bool, recorded: dict[int, RecordedTokens] | None = None) -> list[Message]:
+    """Stored messages as Cline sends them (``cut``: as the CLI's message builder cuts long ones),
+    each response with the counts Cline kept of its request (the CLI's on the message itself, the
+    extension's in ``recorded``, by the stored message's ``id``)."""
     out: list[Message] = []
     for m in msgs:
         if not isinstance(m, dict):
@@ -127,6 +223,7 @@ def _converted(msgs: list, cut: bool) -> list[Message]:
         if m.get("role") == "assistant":
             a = _assistant(m, ts, cut)
             if a is not None:
+                a.recorded = _cli_recorded(m) if recorded is None else recorded.get(id(m))
                 out.append(a)
         else:
             out.extend(_user(m, ts, cut))
@@ -225,15 +322,16 @@ def load(path: Path) -> Session:
     warnings: list[str] = []
     earlier: list[EarlierHistory] = []
     compacted = _compaction(path, msgs, warnings)
+    recorded = None if cli else _ui_recorded(path, msgs, warnings)
     prefix = 0
     if compacted is None:
-        out = _converted(msgs, cli)
+        out = _converted(msgs, cli, recorded)
     else:
         kept, n = compacted
         stats.compactions_total = stats.compactions_applied = 1
-        summary = _converted(kept, cli)
-        out, prefix = summary + _converted(msgs[n:], cli), len(summary)
-        earlier.append(EarlierHistory(messages=_converted(msgs[:n], cli)))
+        summary = _converted(kept, cli, recorded)
+        out, prefix = summary + _converted(msgs[n:], cli, recorded), len(summary)
+        earlier.append(EarlierHistory(messages=_converted(msgs[:n], cli, recorded)))
         stats.branch_length = len(kept) + len(msgs) - n
     origin = header.get("origin") if isinstance(header.get("origin"), dict) else {}
     model = next((m["modelInfo"].get("id") for m in reversed(msgs) if isinstance(m.get("modelInfo"), dict)), None)
