@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from replayer.cli import main
+from helpers import EXIT_S, read_line, reaped
 from tests.record_fakes import TIMINGS, proxy_to, upstream
 
 CHAT = {"model": "m", "messages": [{"role": "system", "content": "You are a coding agent."},
@@ -270,15 +271,11 @@ def test_record_runs_until_interrupted_and_reports_its_lines(tmp_path):
         port = _free_port()
         proc = subprocess.Popen([sys.executable, "-m", "replayer.cli", "record", "--upstream", url, "--listen",
                                  f"127.0.0.1:{port}", "--out", str(out)], stderr=subprocess.PIPE, text=True)
-        try:
-            ready = proc.stderr.readline()
+        with reaped(proc):
+            ready = read_line(proc.stderr)
             assert f"http://127.0.0.1:{port} -> {url}" in ready
             assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT).status_code == 200
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(10) == 0
+            assert proc.wait(EXIT_S) == 0
             assert "1 line(s) logged" in proc.stderr.read()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     assert json.loads(out.read_text())["body"] == CHAT

@@ -33,7 +33,7 @@ from replayer.ui.widgets.turn_strip import TurnStrip
 from replayer.core.record.watch_text import ROW_WIDTH, row_line
 
 from conftest import REPO
-from helpers import agent_conversation
+from helpers import EXIT_S, READY_S, agent_conversation, read_line, reaped
 from test_record_live import BUILD, _binary, _prefixes, anthropic_body, chat_body, responses_body
 
 pytestmark = pytest.mark.live
@@ -141,22 +141,23 @@ def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
                                  f"127.0.0.1:{port}", "--out", str(log), "--b", str(BUILD), "--model", str(model),
                                  "--lines"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         got: queue.Queue[str] = queue.Queue()
-        try:
-            assert "logging to" in proc.stderr.readline()
-            assert proc.stdout.readline().split()[:2] == ["#", "e"]  # the column header
-            reader = threading.Thread(target=lambda: [got.put(line) for line in iter(proc.stdout.readline, "")],
-                                      daemon=True)
-            reader.start()
-            sent = _requests()[:4]
-            rows = []
-            for endpoint, body in sent:
-                assert client.post(f"http://127.0.0.1:{port}{endpoint}", json=body).status_code == 200
-                rows.append(got.get(timeout=120))  # each request's row arrives before the next is sent
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(30)
-            err = proc.stderr.read()
-        reader.join(10)
+        with reaped(proc):
+            try:
+                assert "logging to" in read_line(proc.stderr)
+                assert read_line(proc.stdout).split()[:2] == ["#", "e"]  # the column header
+                reader = threading.Thread(target=lambda: [got.put(line) for line in iter(proc.stdout.readline, "")],
+                                          daemon=True)
+                reader.start()
+                sent = _requests()[:4]
+                rows = []
+                for endpoint, body in sent:
+                    assert client.post(f"http://127.0.0.1:{port}{endpoint}", json=body).status_code == 200
+                    rows.append(got.get(timeout=READY_S))  # each request's row arrives before the next is sent
+            finally:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(EXIT_S)
+                err = proc.stderr.read()
+        reader.join(EXIT_S)
         out = "".join(got.queue)
     assert proc.returncode == 0, err
     lines = [json.loads(x) for x in log.read_text().splitlines()]
