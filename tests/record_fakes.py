@@ -90,6 +90,8 @@ class Upstream1(BaseHTTPRequestHandler):
             return self._send(502, b"<html><body>Bad gateway</body></html>", "text/html")
         if not body.get("stream"):
             doc = {"id_slot": 1, "choices": [{"message": {"content": "hi"}}], "timings": TIMINGS}
+            if body.get("fault") == "no-slot":  # as b9859 answers: no id_slot
+                del doc["id_slot"]
             if self.path == "/v1/responses":
                 doc = {"object": "response", "output": [], "usage": {"input_tokens": 5}}
             return self._send(200, json.dumps(doc).encode())

@@ -185,13 +185,15 @@ def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it
 
     model = make_tiny("llama", tmp_path / "llama.gguf")
     log = tmp_path / "watch.jsonl"
+    server_log = tmp_path / "server.log"
     args = f"-np 2 --cache-ram 0 -c {2 * CTX}"
     cfg = ReplayConfig(b=str(BUILD), model=str(model))
     sent = conversation()[:12]
-    with LiveServer(LiveOptions(binary=_binary(), model=model), Knobs(), 2 * CTX,
-                    setup=parse_server_args(args, help_for(BUILD))) as server, httpx.Client(timeout=120) as client:
+    with LiveServer(LiveOptions(binary=_binary(), model=model, extra_args=["--log-file", str(server_log)]), Knobs(),
+                    2 * CTX, setup=parse_server_args(args, help_for(BUILD))) as server, \
+            httpx.Client(timeout=120) as client:
         server.wait_healthy(client)
-        w = Watch(server.url, cfg, "127.0.0.1:0", log, server_args=args)
+        w = Watch(server.url, cfg, "127.0.0.1:0", log, server_args=args, server_log=server_log)
         url = w.start()
         try:
             rows = []
@@ -221,5 +223,8 @@ def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it
     # answers carry no id_slot), task by task in the order sent: the predicted slot, every time
     observed = [r.slot for r in read_lines(server.all_lines).requests]
     assert observed == [r.predicted_slot for r in rows]
+    # …and the watch, following the server's --log-file (watch --server-log), shows that slot per row
+    assert [r.slot for r in rows] == observed and [r.task for r in rows] == [r.task for r in read_lines(
+        server.all_lines).requests]
     switched = [k for k in range(1, len(lines)) if threads[k] != threads[k - 1] and lines[k]["cache_n"] > 0]
     assert switched and all(on_one_slot[k].predicted.cache_n < lines[k]["cache_n"] for k in switched)
