@@ -189,9 +189,16 @@ def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it
     args = f"-np 2 --cache-ram 0 -c {2 * CTX}"
     cfg = ReplayConfig(b=str(BUILD), model=str(model))
     sent = conversation()[:12]
-    with LiveServer(LiveOptions(binary=_binary(), model=model, extra_args=["--log-file", str(server_log)]), Knobs(),
-                    2 * CTX, setup=parse_server_args(args, help_for(BUILD))) as server, \
-            httpx.Client(timeout=120) as client:
+
+    class LoggingServer(LiveServer):
+        """The server writing its own --log-file, what a user gives ``watch --server-log`` (replayer
+        owns the flag in a server setup, so it is added to the command here)."""
+
+        def command(self) -> list[str]:
+            return [*super().command(), "--log-file", str(server_log)]
+
+    with LoggingServer(LiveOptions(binary=_binary(), model=model), Knobs(), 2 * CTX,
+                       setup=parse_server_args(args, help_for(BUILD))) as server, httpx.Client(timeout=120) as client:
         server.wait_healthy(client)
         w = Watch(server.url, cfg, "127.0.0.1:0", log, server_args=args, server_log=server_log)
         url = w.start()
