@@ -8,6 +8,13 @@ noticed by the event loop while it sits idle; one closed in the instant it was t
 request's answer end before its first byte (``STALE``), and the proxy sends it again once on a
 new connection. Only a connection whose answer ended cleanly goes back: a cut one is closed,
 which is what makes llama-server cancel the task of a client that left.
+
+What an idle pooled connection costs the server: cpp-httplib serves a connection on one thread
+until it closes, but llama-server's pool has ``max(n_parallel + 4, cores - 1)`` fixed threads and
+up to 1,024 more made on demand (tools/server/server-http.cpp:292-303 in 9859, :288-299 in
+10001), so the ``POOL_SIZE`` idle ones starve no other client; the server closes one after 5 s idle
+or 100 requests (``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``, ``…_MAX_COUNT``, vendor/cpp-httplib),
+the latter with ``connection: close``, which the proxy honours by not pooling it.
 """
 
 from __future__ import annotations
