@@ -133,13 +133,16 @@ def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
     passes, the totals on stderr, exit 0 on Ctrl-C, the traffic log complete."""
     model = make_tiny("llama", tmp_path / "llama.gguf")
     log = tmp_path / "watch.jsonl"
+    server_log = tmp_path / "server.log"  # the server's own --log-file, followed by --server-log
     port = free_port()
-    with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX), Knobs(), CTX) as server, \
+    with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX,
+                                extra_args=["--log-file", str(server_log)]), Knobs(), CTX) as server, \
             httpx.Client(timeout=120) as client:
         server.wait_healthy(client)
         proc = subprocess.Popen([sys.executable, "-m", "replayer.cli", "watch", "--upstream", server.url, "--listen",
                                  f"127.0.0.1:{port}", "--out", str(log), "--b", str(BUILD), "--model", str(model),
-                                 "--lines"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 "--server-log", str(server_log), "--lines"],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         got: queue.Queue[str] = queue.Queue()
         with reaped(proc):
             try:
@@ -165,7 +168,10 @@ def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
     for k, (row, x) in enumerate(zip(rows, lines)):
         assert row.split()[0] == str(k) and f"{x['cache_n']:,}+{x['prompt_n']:,}" in row  # the server's numbers
         assert row.count(f"{x['cache_n']:,}+{x['prompt_n']:,}") == 2 and "≠" not in row  # …and the prediction
+        # b9859's answers name no slot: the server's log does (one slot: 0), beside the predicted one
+        assert x.get("id_slot") is None and row.split("│")[0].split()[3] == "0"
     assert f"server: {len(sent)} requests" in err and "Traceback" not in err
+    assert f"slot on 0/{len(sent)}" in err  # every row's slot compared (the log's), none differs
 
 
 def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it_on(tmp_path):
