@@ -8,7 +8,9 @@ real build's log.
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,11 +19,13 @@ from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig
 from replayer.core.record.log_follow import LogFollower, with_task
 from replayer.core.record.predict import observed_of
+from replayer.core.record.server_log import read_server_log
 from replayer.core.record.watch import Watch
 
 from record_fakes import TIMINGS, upstream
 from test_prompt_log import LISTEN, _task
 
+REAL = Path(__file__).parent / "data" / "server-log" / "b9859-np2"  # record_server_log.py
 CHAT = {"model": "m", "messages": [{"role": "system", "content": "You are a coding agent."},
                                    {"role": "user", "content": "hello"}]}
 
@@ -118,3 +122,25 @@ def test_the_watch_shows_the_slot_the_servers_log_names_for_an_answer_without_on
             w.stop()
     assert [(r.slot, r.task) for r in rows] == [(1, 10), (0, 11), (1, 12)]
     assert all(r.to_dict()["server_task"] == r.task for r in rows)
+
+
+def test_a_real_servers_log_gives_each_recorded_request_its_task_and_slot(tmp_path):
+    """A real b9859 with two slots, two agents interleaved (tests/data/server-log): its answers
+    name no slot; its -lv 4 log, followed from empty, gives every recorded request a task whose
+    counts are the answer's own, in order, and the slot: each agent kept on one slot, the two on
+    different ones — as the log read whole says."""
+    recs = [json.loads(line) for line in (REAL / "traffic.jsonl").read_text().splitlines()]
+    log = tmp_path / "server.log"
+    log.write_text("")
+    f = LogFollower(log, wait_s=0.5)
+    log.write_bytes((REAL / "server.log").read_bytes())  # the server's whole run, written after the watch began
+    tasks = [f.task_for(r) for r in recs]
+    assert len(recs) == 28 and all(r["id_slot"] is None for r in recs) and None not in tasks
+    assert [(t.cache_n, t.prompt_n) for t in tasks] == [(r["cache_n"], r["prompt_n"]) for r in recs]
+    assert [t.task for t in tasks] == sorted(t.task for t in tasks) and f.skipped == 0
+    slot_of: dict[str, int] = {}
+    for r, t in zip(recs, tasks):
+        assert slot_of.setdefault(r["thread"], t.slot) == t.slot
+    assert len(slot_of) == 2 and len(set(slot_of.values())) == 2
+    assert [t.slot for t in tasks] == [q.slot for q in read_server_log(REAL / "server.log").requests]
+    f.close()
