@@ -4,6 +4,7 @@ or in the app (``--app``, ``--screenshot``); the run itself is ``core.pipeline.R
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,12 @@ def _calibrate_log(args: argparse.Namespace, cfg) -> int:
     return 0
 
 
-def _prompt_folder_checks(args: argparse.Namespace) -> None:
+def _prompt_folder_checks(args: argparse.Namespace) -> str | None:
     """A ``--log-prompts-dir`` folder is replayed turn by turn (it holds prompts, not a
     conversation to resume), and ``--observed`` reads its server's log: both said in one line
-    before any run, the log read once here so that a bad one is refused first."""
+    before any run, the log read once here so that a bad one is refused first. Without
+    ``--observed``, a server's log that sits with the folder (``server_log.log_beside``) is its
+    observed side, said on stderr. Returns the log to read as the observed side (or None)."""
     from replayer.core.session import registry
 
     try:
@@ -72,13 +75,23 @@ def _prompt_folder_checks(args: argparse.Namespace) -> None:
         raise ReplayerError(f"{args.session} holds llama-server's prompts, not a conversation to resume: "
                             "replay it with --mode session")
     if args.observed is None:
-        return
+        if fmt != "prompt-log":
+            return None
+        from replayer.core.record.server_log import log_beside
+        from replayer.core.session.formats.prompt_log import NAME
+
+        found = log_beside(Path(args.session), NAME.fullmatch)
+        if found is not None:
+            print(f"replayer: observed side: {found}, the server's log beside the folder (--observed FILE to "
+                  "give another)", file=sys.stderr)
+        return None if found is None else str(found)
     if fmt != "prompt-log":
         raise ReplayerError("--observed reads the server log of a --log-prompts-dir folder; "
                             f"{args.session} is not one (a traffic log carries its own observed side)")
     from replayer.core.record.server_log import read_server_log
 
     read_server_log(args.observed)
+    return args.observed
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -99,7 +112,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.mode == "resume" and (args.freeze_system_prompt or args.keep_reasoning):
         flag = "--freeze-system-prompt" if args.freeze_system_prompt else "--keep-reasoning"
         raise ReplayerError(f"{flag} is a what-if of --mode session")
-    _prompt_folder_checks(args)
+    observed = _prompt_folder_checks(args)
+    if observed != cfg.observed:  # the server's log found beside a prompt folder
+        cfg = dataclasses.replace(cfg, observed=observed)
     if args.mode == "resume" and args.server_args is not None:
         raise ReplayerError("--server-args goes with --mode session (the resume is one request on one slot)")
     if args.screenshot and (args.json or args.jsonl or args.markdown):

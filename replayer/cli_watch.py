@@ -21,15 +21,17 @@ def cmd_watch(args: argparse.Namespace) -> int:
         from replayer.core.server.session import check_server_args
 
         server_args = check_server_args(args.server_args, config)
+    server_log = Path(args.server_log).expanduser() if args.server_log else None
     w = Watch(args.upstream, config, args.listen, Path(args.out).expanduser() if args.out else None,
-              server_args=server_args)
+              server_args=server_args, server_log=server_log)
     url = w.start()
     try:
         if args.lines:
             return _lines(w, url)
         from replayer.ui.screens.watch import WatchSpec, run_watch_app
 
-        return run_watch_app(WatchSpec(args.upstream, config, args.listen, w.path, watch=w, server_args=server_args))
+        return run_watch_app(WatchSpec(args.upstream, config, args.listen, w.path, watch=w, server_args=server_args,
+                                       server_log=server_log))
     finally:
         w.stop()
 
@@ -66,7 +68,10 @@ def add_parser(sub: Any) -> None:
                                      "re-processed beside what build B's simulation predicts")
     add_proxy_options(p)
     p.add_argument("--lines", action="store_true", help="no app: print one line a request")
-    add_options(p, ("server_args", "b", *MODEL, *KNOBS),
+    add_options(p, ("server_args", "server_log", "b", *MODEL, *KNOBS),
+                server_log="the upstream llama-server's own log (its --log-file, stderr or --log-jsonl file), "
+                           "followed from now on: the slot it ran each request on (answers of older builds do not "
+                           "say) and whether it re-processed the whole prompt",
                 server_args="the upstream llama-server's command line (slots, --cache-ram, …), or @file holding "
                             "it: build B's simulated server runs it (default: B's own defaults, with the "
                             "upstream's number of slots)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import threading
 import time
@@ -30,6 +31,9 @@ class Script:
         self.release = threading.Event()  # the 'held' stream waits for this after its first chunk
         self.client_gone = threading.Event()  # set when a write to the proxy failed
         self.n_chunks = 20
+        self.peers: list[int] = []  # each request's connection, numbered as accepted (which one was reused)
+        self.accepted = itertools.count()
+        self.drop_reused = False  # close a reused connection on its next request, unanswered (a keep-alive timeout's race)
 
 
 class Upstream1(BaseHTTPRequestHandler):
@@ -38,6 +42,10 @@ class Upstream1(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.conn_no = next(self.script.accepted)
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
         self.send_response(status)
@@ -59,6 +67,11 @@ class Upstream1(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n)
+        self.served = getattr(self, "served", 0) + 1  # one handler a connection: its requests so far
+        self.script.peers.append(self.conn_no)
+        if self.script.drop_reused and self.served > 1:
+            self.close_connection = True
+            return self.connection.shutdown(2)
         self.script.bodies.append(raw)
         self.script.headers.append({k.lower(): v for k, v in self.headers.items()})
         if self.path == "/nonjson":
@@ -71,10 +84,14 @@ class Upstream1(BaseHTTPRequestHandler):
         except ValueError:
             return self._send(500, b'{"error":{"code":500,"message":"[json.exception.parse_error.101] parse error",'
                                    b'"type":"server_error"}}')
+        if body.get("fault") == "close-after":  # answered, then the connection closed (no "connection: close")
+            self.close_connection = True
         if body.get("fault") == "html":
             return self._send(502, b"<html><body>Bad gateway</body></html>", "text/html")
         if not body.get("stream"):
             doc = {"id_slot": 1, "choices": [{"message": {"content": "hi"}}], "timings": TIMINGS}
+            if body.get("fault") == "no-slot":  # as b9859 answers: no id_slot
+                del doc["id_slot"]
             if self.path == "/v1/responses":
                 doc = {"object": "response", "output": [], "usage": {"input_tokens": 5}}
             return self._send(200, json.dumps(doc).encode())

@@ -27,7 +27,7 @@ from replayer.core.prompt.layout import compute_layout
 from replayer.core.tiny_models import make_tiny
 
 from conftest import REPO, SESSION_TAG
-from helpers import agent_conversation, replay_until
+from helpers import EXIT_S, agent_conversation, reaped, replay_until
 
 pytestmark = pytest.mark.live
 BUILDS = (9859, 10001, 11434)  # make LIVE_BUILDS must list them all
@@ -252,14 +252,15 @@ def test_ctrl_c_leaves_no_server(binaries, tiny, tmp_path):
     f.write_bytes(orjson.dumps({"messages": msgs, "tools": tools}))
     p = replay_until(["replay", str(f), "--engine", "live", "--a", "9859", "--b", "10001", "--model",
                       str(tiny["gemma2"]), "--jsonl"], '"batch_done"', REPO)
-    assert _server_pids(binaries.values())
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
-    assert p.returncode == 130
-    deadline = time.monotonic() + 15
-    while _server_pids(binaries.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _server_pids(binaries.values()) == []
+    with reaped(p, strays=lambda: _server_pids(binaries.values())):
+        assert _server_pids(binaries.values())
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=EXIT_S)
+        assert p.returncode == 130
+        deadline = time.monotonic() + 60  # a bound on the wait, not a timing assertion
+        while _server_pids(binaries.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _server_pids(binaries.values()) == []
 
 
 def test_attach_to_running_server_with_log_file(binaries, tiny, conversation, tmp_path):

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import REPO
 from fake_llama_server import FakeServer, write_binary
-from helpers import replay_until
+from helpers import EXIT_S, read_line, reaped, replay_until
 from replayer.core import export
 from replayer.core.builds.catalog import parse_build
 from replayer.core.compare import compare
@@ -304,6 +304,45 @@ def test_stop_reaches_a_child_after_its_parent_is_gone(tmp_path, tag):
     assert processes.members(proc.pid) == []
 
 
+def test_stop_all_signals_every_server_before_it_waits_for_any(tmp_path, tag):
+    """Three "servers" that each finish their SIGINT shutdown only once all three were told (a
+    marker file each): signalled one after the other with a grace each, the first would wait
+    its whole grace for the others and be SIGKILLed; signalled together, all exit on their own.
+    The grace is generous, so the test asserts how they ended, never how long it took."""
+    told = tmp_path / "told"
+    told.mkdir()
+    script = ('trap \'touch "$1/told/$2"; while [ "$(ls "$1/told" | wc -l)" -lt 3 ]; do sleep 0.05; done; exit 0\' INT\n'
+              'touch "$1/ready-$2"\nwhile :; do sleep 0.05; done\n')
+    procs = [subprocess.Popen(["sh", "-c", script, "sh", str(tmp_path), str(k)], start_new_session=True)
+             for k in range(3)]
+    for proc in procs:
+        processes.register(proc)
+    deadline = time.monotonic() + 60  # a bound on the wait for the traps, not a timing assertion
+    while len(list(tmp_path.glob("ready-*"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    processes.stop_all(grace=60)
+    assert [proc.returncode for proc in procs] == [0, 0, 0]  # each ended its own shutdown; none was killed
+    assert sorted(x.name for x in told.iterdir()) == ["0", "1", "2"]
+    assert live_processes() == []
+
+
+def test_a_failing_signal_test_still_reaps_its_child_and_the_servers_it_started(tag):
+    """The finalizer the SIGINT tests run their ``replayer`` child under: an assertion failing
+    inside it still takes the child and the server it started in a session of its own (no
+    longer in the child's group, and not tied to it) down with it."""
+    code = ("import subprocess, sys, time\n"
+            "print(subprocess.Popen(['sleep', '300'], start_new_session=True).pid, flush=True)\n"
+            "time.sleep(300)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    with pytest.raises(AssertionError, match="mid-test"):
+        with reaped(child):
+            server = int(read_line(child.stdout))
+            assert server in _tagged(tag) and os.getsid(server) == server != os.getsid(child.pid)
+            raise AssertionError("mid-test")
+    assert child.returncode == -signal.SIGKILL
+    assert _gone(tag, within=30.0), f"left behind: {_tagged(tag)}"
+
+
 # -- the replayer process itself killed ----------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
@@ -314,15 +353,17 @@ def test_signals_to_the_replayer_stop_its_servers(tmp_path, tag, sig):
     req = tmp_path / "req.json"
     req.write_bytes(orjson.dumps(BODY))
     p = replay_until(["replay", str(req), "--engine", "live", "--a", str(binary), "--b", str(binary), "--model",
-                      str(model), "--jsonl"], '"run_started"', REPO, timeout=60)
-    servers = [pid for pid in _tagged(tag) if pid != p.pid]
-    assert servers, "the fake server should be running"
-    p.send_signal(sig)
-    rc = p.wait(timeout=30)
-    assert rc == 128 + sig, p.stderr.read()
-    name = {signal.SIGINT: "interrupted"}.get(sig, f"terminated by {signal.Signals(sig).name}")
-    assert p.stderr.read().strip().splitlines()[-1] == f"replayer: {name}"
-    assert _gone(tag, within=5.0), f"left behind: {_tagged(tag)}"
+                      str(model), "--jsonl"], '"run_started"', REPO)
+    with reaped(p, strays=lambda: _tagged(tag)):
+        servers = [pid for pid in _tagged(tag) if pid != p.pid]
+        assert servers, "the fake server should be running"
+        p.send_signal(sig)
+        rc = p.wait(timeout=EXIT_S)
+        err = p.stderr.read()
+        assert rc == 128 + sig, err
+        name = {signal.SIGINT: "interrupted"}.get(sig, f"terminated by {signal.Signals(sig).name}")
+        assert err.strip().splitlines()[-1] == f"replayer: {name}"
+        assert _gone(tag, within=30.0), f"left behind: {_tagged(tag)}"
 
 
 def test_a_cancelled_attach_run_leaves_no_reader_thread():

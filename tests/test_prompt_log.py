@@ -134,6 +134,34 @@ def test_the_report_puts_the_logs_numbers_beside_the_runs(folder, tmp_path):
     assert md.returncode == 0 and "**Observed vs simulated**" in md.stdout and "as its log says" in md.stdout
 
 
+def test_the_servers_log_beside_the_folder_is_its_observed_side_without_observed(folder, tmp_path):
+    """``replay D --mode session`` with the server's log next to D (``server.log``, or ``D.log``,
+    or a log inside D): the same observed side as ``--observed`` gives, and stderr says which file
+    it read. A file there that is not a server's log is no observed side; two logs are one error."""
+    d, model = folder
+    from replayer.core.session.formats.prompt_log import read_prompt_log
+
+    n1, n2 = read_prompt_log(d).token_counts(model)
+    lines = "\n".join([LISTEN, *_task(0, 0, n1, 0, 10.0), *_task(1, 0, n2, n1 - 1, 2.0, t0="0.02")]) + "\n"
+    args = (str(d), "--mode", "session", "--model", str(model), "--a", "9859", "--b", "9859", "--json")
+    (tmp_path / "server.log").write_text("a note of mine\n")  # not a server's log: not read as one
+    plain = _replay(*args)
+    assert plain.returncode == 0 and "observed" not in json.loads(plain.stdout) and "observed side" not in plain.stderr
+    (tmp_path / "server.log").write_text(lines)
+    given = _replay(*args, "--observed", str(tmp_path / "server.log"))
+    found = _replay(*args)
+    assert found.returncode == 0, found.stderr
+    assert f"observed side: {tmp_path / 'server.log'}" in found.stderr
+    assert json.loads(found.stdout)["observed"] == json.loads(given.stdout)["observed"]
+    assert [q["task"] for q in json.loads(found.stdout)["observed"]["requests"]] == [0, 1]
+    (d / "llama.log").write_text(lines)  # a second one, inside the folder
+    two = _replay(*args)
+    assert two.returncode != 0 and "2 server logs" in two.stderr and "--observed" in two.stderr
+    assert two.stderr.count("\n") == 1 and "Traceback" not in two.stderr
+    chosen = _replay(*args, "--observed", str(d / "llama.log"))  # the user says which: no question
+    assert chosen.returncode == 0 and json.loads(chosen.stdout)["observed"]["n_requests"] == 2
+
+
 def test_bad_uses_are_one_line_and_non_zero(folder, tmp_path):
     d, model = folder
     resume = _replay(str(d), "--model", str(model))

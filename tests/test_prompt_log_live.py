@@ -97,6 +97,21 @@ def test_the_folder_with_its_log_reports_the_servers_own_numbers(served):
     assert (a["same_cache_n"], a["differ"]) == (N, [])
 
 
+def test_the_servers_log_beside_the_folder_is_read_without_being_named(served):
+    """The fixture's server wrote ``server.log`` next to its ``prompts`` folder, as a user's
+    ``--log-prompts-dir D --log-file server.log`` does: ``replay D --mode session`` finds it and
+    reports the server's own numbers, exactly as with ``--observed``."""
+    assert served["log"].parent == served["prompts"].parent and served["log"].name == "server.log"
+    r = subprocess.run([sys.executable, "-m", "replayer.cli", "replay", str(served["prompts"]), "--mode", "session",
+                        "--a", str(served["build"]), "--b", str(served["build"]), "--model", str(served["model"]),
+                        "--json"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert f"observed side: {served['log']}" in r.stderr
+    obs = json.loads(r.stdout)["observed"]
+    assert [(q["cache_n"], q["prompt_n"]) for q in obs["requests"]] == \
+        [(t["cache_n"], t["prompt_n"]) for t in served["timings"]]
+
+
 def test_the_folder_replays_live_to_the_servers_cache_n(served):
     cfg = ReplayConfig(a=str(served["build"]), b=str(served["build"]), engine="live", model=str(served["model"]),
                        ctx_size=CTX)

@@ -34,7 +34,7 @@ from replayer.core.session.turns import load_turns
 from replayer.core.tiny_models import make_tiny
 
 from conftest import REPO
-from helpers import agent_conversation
+from helpers import EXIT_S, agent_conversation, read_line, reaped
 
 pytestmark = pytest.mark.live
 BUILD = 9859
@@ -156,16 +156,17 @@ def recorded(tmp_path_factory):
         proxy = subprocess.Popen([sys.executable, "-m", "replayer.cli", "record", "--upstream", behind.url,
                                   "--listen", f"127.0.0.1:{port}", "--out", str(log)], cwd=REPO,
                                  stderr=subprocess.PIPE, text=True)
-        try:
-            assert "logging to" in proxy.stderr.readline()
-            pairs = []
-            for endpoint, body in requests():
-                via = c.post(f"http://127.0.0.1:{port}{endpoint}", json=body)
-                ref = c.post(f"{direct.url}{endpoint}", json=body)
-                pairs.append((endpoint, via, ref))
-        finally:
-            proxy.terminate()
-            proxy.wait(10)
+        with reaped(proxy):
+            try:
+                assert "logging to" in read_line(proxy.stderr)
+                pairs = []
+                for endpoint, body in requests():
+                    via = c.post(f"http://127.0.0.1:{port}{endpoint}", json=body)
+                    ref = c.post(f"{direct.url}{endpoint}", json=body)
+                    pairs.append((endpoint, via, ref))
+            finally:
+                proxy.terminate()
+                proxy.wait(EXIT_S)
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     return {"log": log, "model": model, "pairs": pairs, "lines": lines, "prompts": prompts, "binary": binary}
 

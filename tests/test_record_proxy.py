@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from replayer.cli import main
+from helpers import EXIT_S, read_line, reaped
 from tests.record_fakes import TIMINGS, proxy_to, upstream
 
 CHAT = {"model": "m", "messages": [{"role": "system", "content": "You are a coding agent."},
@@ -37,6 +38,34 @@ def test_a_plain_request_is_forwarded_unchanged_and_logged_with_the_servers_timi
     assert line["body"] == CHAT and line["body_bytes"] == len(raw)
     assert line["body_sha256"] == hashlib.sha256(raw).hexdigest()
     assert line["timings"] == TIMINGS and line["id_slot"] == 1 and line["error"] is None
+
+
+def test_requests_one_after_another_reuse_one_upstream_connection(tmp_path):
+    """Each client request comes on a connection of its own; the proxy forwards them all on the
+    one upstream connection the first one opened (keep-alive), streamed or not."""
+    with upstream() as (url, script), proxy_to(url, tmp_path / "log.jsonl") as p:
+        for stream in (False, True, False, True):
+            assert httpx.post(f"{p.url}/v1/chat/completions", json={**CHAT, "stream": stream}).status_code == 200
+        lines = p.wait_lines(4)
+    assert len(script.peers) == 4 and len(set(script.peers)) == 1
+    assert [x["status"] for x in lines] == [200] * 4 and not any(x["error"] for x in lines)
+
+
+def test_a_pooled_connection_the_upstream_closed_is_not_an_error(tmp_path):
+    """The server closes a kept connection (its keep-alive timeout) — after an answer, or on the
+    next request before answering it: the request goes out again on a new connection, the
+    client gets the server's answer, and the log has no error."""
+    with upstream() as (url, script), proxy_to(url, tmp_path / "log.jsonl") as p:
+        first = httpx.post(f"{p.url}/v1/chat/completions", json={**CHAT, "fault": "close-after"})
+        second = httpx.post(f"{p.url}/v1/chat/completions", json=CHAT)
+        script.drop_reused = True
+        third = httpx.post(f"{p.url}/v1/chat/completions", json=CHAT)
+        lines = p.wait_lines(3)
+    assert [r.status_code for r in (first, second, third)] == [200, 200, 200]
+    assert third.json()["timings"] == TIMINGS
+    assert len(script.peers) == 4  # the third was sent twice: dropped on the kept connection, answered on a new one
+    assert script.peers[0] != script.peers[1] == script.peers[2] != script.peers[3]
+    assert [x["status"] for x in lines] == [200] * 3 and not any(x["error"] for x in lines)
 
 
 def test_a_stream_passes_chunk_by_chunk_not_buffered(tmp_path):
@@ -270,15 +299,11 @@ def test_record_runs_until_interrupted_and_reports_its_lines(tmp_path):
         port = _free_port()
         proc = subprocess.Popen([sys.executable, "-m", "replayer.cli", "record", "--upstream", url, "--listen",
                                  f"127.0.0.1:{port}", "--out", str(out)], stderr=subprocess.PIPE, text=True)
-        try:
-            ready = proc.stderr.readline()
+        with reaped(proc):
+            ready = read_line(proc.stderr)
             assert f"http://127.0.0.1:{port} -> {url}" in ready
             assert httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT).status_code == 200
             proc.send_signal(signal.SIGINT)
-            assert proc.wait(10) == 0
+            assert proc.wait(EXIT_S) == 0
             assert "1 line(s) logged" in proc.stderr.read()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     assert json.loads(out.read_text())["body"] == CHAT

@@ -33,7 +33,7 @@ from replayer.ui.widgets.turn_strip import TurnStrip
 from replayer.core.record.watch_text import ROW_WIDTH, row_line
 
 from conftest import REPO
-from helpers import agent_conversation
+from helpers import EXIT_S, READY_S, agent_conversation, read_line, reaped
 from test_record_live import BUILD, _binary, _prefixes, anthropic_body, chat_body, responses_body
 
 pytestmark = pytest.mark.live
@@ -133,30 +133,34 @@ def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
     passes, the totals on stderr, exit 0 on Ctrl-C, the traffic log complete."""
     model = make_tiny("llama", tmp_path / "llama.gguf")
     log = tmp_path / "watch.jsonl"
+    server_log = tmp_path / "server.log"  # the server's own --log-file, followed by --server-log
     port = free_port()
-    with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX), Knobs(), CTX) as server, \
+    with LiveServer(LiveOptions(binary=_binary(), model=model, ctx_size=CTX,
+                                extra_args=["--log-file", str(server_log)]), Knobs(), CTX) as server, \
             httpx.Client(timeout=120) as client:
         server.wait_healthy(client)
         proc = subprocess.Popen([sys.executable, "-m", "replayer.cli", "watch", "--upstream", server.url, "--listen",
                                  f"127.0.0.1:{port}", "--out", str(log), "--b", str(BUILD), "--model", str(model),
-                                 "--lines"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 "--server-log", str(server_log), "--lines"],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         got: queue.Queue[str] = queue.Queue()
-        try:
-            assert "logging to" in proc.stderr.readline()
-            assert proc.stdout.readline().split()[:2] == ["#", "e"]  # the column header
-            reader = threading.Thread(target=lambda: [got.put(line) for line in iter(proc.stdout.readline, "")],
-                                      daemon=True)
-            reader.start()
-            sent = _requests()[:4]
-            rows = []
-            for endpoint, body in sent:
-                assert client.post(f"http://127.0.0.1:{port}{endpoint}", json=body).status_code == 200
-                rows.append(got.get(timeout=120))  # each request's row arrives before the next is sent
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(30)
-            err = proc.stderr.read()
-        reader.join(10)
+        with reaped(proc):
+            try:
+                assert "logging to" in read_line(proc.stderr)
+                assert read_line(proc.stdout).split()[:2] == ["#", "e"]  # the column header
+                reader = threading.Thread(target=lambda: [got.put(line) for line in iter(proc.stdout.readline, "")],
+                                          daemon=True)
+                reader.start()
+                sent = _requests()[:4]
+                rows = []
+                for endpoint, body in sent:
+                    assert client.post(f"http://127.0.0.1:{port}{endpoint}", json=body).status_code == 200
+                    rows.append(got.get(timeout=READY_S))  # each request's row arrives before the next is sent
+            finally:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(EXIT_S)
+                err = proc.stderr.read()
+        reader.join(EXIT_S)
         out = "".join(got.queue)
     assert proc.returncode == 0, err
     lines = [json.loads(x) for x in log.read_text().splitlines()]
@@ -164,7 +168,10 @@ def test_watch_lines_prints_a_row_a_request_and_stops_clean_on_ctrl_c(tmp_path):
     for k, (row, x) in enumerate(zip(rows, lines)):
         assert row.split()[0] == str(k) and f"{x['cache_n']:,}+{x['prompt_n']:,}" in row  # the server's numbers
         assert row.count(f"{x['cache_n']:,}+{x['prompt_n']:,}") == 2 and "≠" not in row  # …and the prediction
+        # b9859's answers name no slot: the server's log does (one slot: 0), beside the predicted one
+        assert x.get("id_slot") is None and row.split("│")[0].split()[3] == "0"
     assert f"server: {len(sent)} requests" in err and "Traceback" not in err
+    assert f"slot on 0/{len(sent)}" in err  # every row's slot compared (the log's), none differs
 
 
 def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it_on(tmp_path):
@@ -184,13 +191,22 @@ def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it
 
     model = make_tiny("llama", tmp_path / "llama.gguf")
     log = tmp_path / "watch.jsonl"
+    server_log = tmp_path / "server.log"
     args = f"-np 2 --cache-ram 0 -c {2 * CTX}"
     cfg = ReplayConfig(b=str(BUILD), model=str(model))
     sent = conversation()[:12]
-    with LiveServer(LiveOptions(binary=_binary(), model=model), Knobs(), 2 * CTX,
-                    setup=parse_server_args(args, help_for(BUILD))) as server, httpx.Client(timeout=120) as client:
+
+    class LoggingServer(LiveServer):
+        """The server writing its own --log-file, what a user gives ``watch --server-log`` (replayer
+        owns the flag in a server setup, so it is added to the command here)."""
+
+        def command(self) -> list[str]:
+            return [*super().command(), "--log-file", str(server_log)]
+
+    with LoggingServer(LiveOptions(binary=_binary(), model=model), Knobs(), 2 * CTX,
+                       setup=parse_server_args(args, help_for(BUILD))) as server, httpx.Client(timeout=120) as client:
         server.wait_healthy(client)
-        w = Watch(server.url, cfg, "127.0.0.1:0", log, server_args=args)
+        w = Watch(server.url, cfg, "127.0.0.1:0", log, server_args=args, server_log=server_log)
         url = w.start()
         try:
             rows = []
@@ -220,5 +236,8 @@ def test_the_simulated_server_puts_each_request_on_the_slot_the_real_one_kept_it
     # answers carry no id_slot), task by task in the order sent: the predicted slot, every time
     observed = [r.slot for r in read_lines(server.all_lines).requests]
     assert observed == [r.predicted_slot for r in rows]
+    # …and the watch, following the server's --log-file (watch --server-log), shows that slot per row
+    assert [r.slot for r in rows] == observed and [r.task for r in rows] == [r.task for r in read_lines(
+        server.all_lines).requests]
     switched = [k for k in range(1, len(lines)) if threads[k] != threads[k - 1] and lines[k]["cache_n"] > 0]
     assert switched and all(on_one_slot[k].predicted.cache_n < lines[k]["cache_n"] for k in switched)

@@ -4,8 +4,9 @@ Each server starts in a session of its own (``start_new_session``: its pid is th
 process group and session), so a stop reaches everything it forked: SIGINT to the group
 (llama-server's clean shutdown), SIGKILL to what is left after a short grace period, and a
 ``/proc`` sweep of the session for a child that moved to a group of its own. ``stop_all``
-runs at interpreter exit, and ``stop_on_signals`` turns SIGTERM and SIGHUP into the same
-unwinding as Ctrl-C, so an exception, a signal or quitting the app all end with no server left.
+(all servers signalled at once, one grace period for all of them) runs at interpreter exit,
+and ``stop_on_signals`` turns SIGTERM and SIGHUP into the same unwinding as Ctrl-C, so an
+exception, a signal or quitting the app all end with no server left.
 
 A death replayer never sees coming (SIGKILL, the OOM killer, a library user's process ending on
 a SIGTERM without ``stop_on_signals``) runs none of that, so ``spawn`` also has the kernel kill
@@ -57,8 +58,7 @@ def stop_started_by(thread_id: int, grace: float = 0.5) -> int:
     the run's own generator then ends with a ``RunFailed``. Returns how many were stopped."""
     with _LIVE_LOCK:
         mine = [p for p in _LIVE if _OWNER.get(p) == thread_id and p.poll() is None]
-    for p in mine:
-        stop(p, grace=grace)
+    stop_many(mine, grace=grace)
     return len(mine)
 
 
@@ -69,7 +69,14 @@ def live_processes() -> list[subprocess.Popen]:
 
 def members(sid: int) -> list[int]:
     """Live processes in the process group or session ``sid`` (a server and all it forked)."""
-    out = []
+    return members_of([sid])[sid]
+
+
+def members_of(sids: list[int]) -> dict[int, list[int]]:
+    """``members`` for several groups/sessions in one pass over ``/proc`` (a stop of N servers
+    polls them together, not N scans a poll)."""
+    wanted = set(sids)
+    out: dict[int, list[int]] = {sid: [] for sid in sids}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -79,8 +86,9 @@ def members(sid: int) -> list[int]:
             continue
         # pid (comm) state ppid pgrp session …; comm may hold spaces and parentheses
         fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 3 and fields[0] != "Z" and sid in (int(fields[2]), int(fields[3])):
-            out.append(int(entry.name))
+        if len(fields) > 3 and fields[0] != "Z":
+            for sid in {int(fields[2]), int(fields[3])} & wanted:
+                out[sid].append(int(entry.name))
     return out
 
 
@@ -94,23 +102,42 @@ def _kill_all(sid: int, sig: int) -> None:
 
 def stop(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
     """Stop a server and everything it started; returns when none of them is left (or ~grace+5 s)."""
-    if proc.poll() is None:
-        _kill_all(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-    # the leader may be gone while a child it forked (say, one that ignores SIGINT) lives on
-    if proc.poll() is None or members(proc.pid):
-        _kill_all(proc.pid, signal.SIGKILL)
+    stop_many([proc], grace)
+
+
+def _wait_all(procs: list[subprocess.Popen], deadline: float) -> None:
+    for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        deadline = time.monotonic() + 5
-        while members(proc.pid) and time.monotonic() < deadline:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def stop_many(procs: list[subprocess.Popen], grace: float = GRACE_S) -> None:
+    """Stop several servers together: SIGINT to all of them first, then one shared grace period,
+    then SIGKILL to all that are left. Stopping them one after the other would make Ctrl-C with
+    N servers wait up to N graces (each one's batch ends while the others have not been told yet);
+    together it is one grace whatever N is."""
+    procs = list(procs)
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        _kill_all(p.pid, signal.SIGINT)
+    _wait_all(running, time.monotonic() + grace)
+    # a leader may be gone while a child it forked (say, one that ignores SIGINT) lives on
+    left = members_of([p.pid for p in procs])
+    stuck = [p for p in procs if p.poll() is None or left[p.pid]]
+    for p in stuck:
+        _kill_all(p.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    _wait_all(stuck, deadline)
+    sids = [p.pid for p in stuck]
+    while sids and time.monotonic() < deadline:
+        left = members_of(sids)
+        sids = [sid for sid in sids if left[sid]]
+        if sids:
             time.sleep(0.02)
     with _LIVE_LOCK:
-        _LIVE.discard(proc)
-        _OWNER.pop(proc, None)
+        for p in procs:
+            _LIVE.discard(p)
+            _OWNER.pop(p, None)
 
 
 def spawn(cmd: list[str], death_signal: int = signal.SIGKILL, **kwargs: Any) -> subprocess.Popen:
@@ -127,8 +154,7 @@ def stop_all(grace: float = GRACE_S) -> None:
     """Stop every server this process started (Ctrl-C, signals, app quit, interpreter exit)."""
     with _LIVE_LOCK:
         procs = list(_LIVE)
-    for p in procs:
-        stop(p, grace)
+    stop_many(procs, grace)
 
 
 atexit.register(stop_all)

@@ -12,7 +12,8 @@ timed by the config's cost model. The simulated server is the user's command lin
 (``watch --server-args``), else build B's defaults with the upstream's number of slots (``/props``
 ``total_slots``). So each request goes to the slot the simulation picks (an explicit ``id_slot`` in
 the body, the most similar idle slot, else the least recently used), which is shown beside the
-slot the server chose (``id_slot`` of its answer; b9859's answers do not say): a request whose
+slot the server chose (``id_slot`` of its answer; b9859's answers do not say, and then the
+server's own log does when the watch follows it, ``watch --server-log``): a request whose
 ``cache_n`` differs from the prediction is flagged, and so is one the server put on another slot.
 """
 
@@ -76,6 +77,7 @@ class WatchRow:
     note: str | None = None  # why there is no prediction
     causes: tuple[dict | None, dict | None] = (None, None)  # why each side re-processed (``misses``)
     predicted_slot: int | None = None  # the slot build B's simulated server put the request on
+    task: int | None = None  # the server's task of the request, from its log (``watch --server-log``)
 
     @property
     def differs(self) -> bool:
@@ -107,6 +109,7 @@ class WatchRow:
                     "full_reprocess": s.full_reprocess}
         return {"request": self.index, "seq": self.seq, "endpoint": self.endpoint, "thread": self.thread,
                 "slot": self.slot, "predicted_slot": self.predicted_slot, "slot_differs": self.slot_differs,
+                "server_task": self.task,
                 "status": self.status, "observed": side(self.observed),
                 "observed_ms_is_first_byte": self.ms_estimated, "predicted": side(self.predicted),
                 "differs": self.differs, "observed_cause": self.causes[0], "predicted_cause": self.causes[1],
@@ -127,9 +130,11 @@ def observed_of(index: int, rec: dict[str, Any]) -> WatchRow:
     if ms is None and rec.get("stream") is True and _ms(rec.get("t_first_byte_ms")) is not None:
         ms, estimated = _ms(rec["t_first_byte_ms"]), True  # an upper bound: prefill + first token + the wire
     cache_n, prompt_n, slot = _count(rec.get("cache_n")), _count(rec.get("prompt_n")), _count(rec.get("id_slot"))
+    # what the server's own log said of the request (``watch --server-log``, ``log_follow.with_task``)
+    logged = rec.get("server_log") if isinstance(rec.get("server_log"), dict) else {}
     return WatchRow(index, _count(rec.get("seq")) or 0, str(rec.get("endpoint")), _text(rec.get("thread")), slot,
-                    _count(rec.get("status")), Side(cache_n, prompt_n, ms), ms_estimated=estimated,
-                    error=_text(rec.get("error")))
+                    _count(rec.get("status")), Side(cache_n, prompt_n, ms, logged.get("full_reprocess") is True),
+                    ms_estimated=estimated, error=_text(rec.get("error")), task=_count(logged.get("task")))
 
 
 def _ms(v: Any) -> float | None:

@@ -137,33 +137,50 @@ def read_server_log(path: str | Path) -> ServerLog:
 def read_lines(lines: Iterable[tuple[str, str] | str], path: Path | None = None) -> ServerLog:
     """The tasks of log lines already read: (shape, line) pairs as ``text_lines`` gives them, or
     plain text lines (a running server's stderr, as the live engine keeps it)."""
-    shapes: dict[str, int] = {}
-    by_task: dict[int, LoggedRequest] = {}
-    starts = 0
-    traced = False
+    reader = TaskReader()
     for item in lines:
+        reader.feed(item)
+    return reader.log(path)
+
+
+class TaskReader:
+    """Completion tasks as the log's lines come, one at a time: a whole file (``read_lines``) or
+    a running server's log followed while it is written (``record.log_follow``)."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, int] = {}
+        self.by_task: dict[int, LoggedRequest] = {}  # the current server run's tasks
+        self.order: list[LoggedRequest] = []  # every task in the order it started, across restarts
+        self.starts = 0
+        self.traced = False
+
+    def feed(self, item: tuple[str, str] | str) -> None:
         shape, line = item if isinstance(item, tuple) else ("text", item)
-        shapes[shape] = shapes.get(shape, 0) + 1
+        self.shapes[shape] = self.shapes.get(shape, 0) + 1
         if _START.search(line):
-            starts += 1
-            by_task, traced = {}, False  # a new run: its task ids start again, the folder is the last run's
-            continue
+            self.starts += 1
+            self.by_task, self.traced = {}, False  # a new run: its task ids start again, the folder is the last run's
+            return
         m = _TASK.search(strip_colour(line))
         if m is None:
-            continue
+            return
         slot, task, text = int(m.group(1)), int(m.group(2)), m.group(3)
-        req = by_task.get(task)
+        req = self.by_task.get(task)
         if req is None:
             if not text.startswith("processing task"):
-                continue  # a line of a task whose start is not in the log (or of no task: id -1)
-            req = by_task[task] = LoggedRequest(task, slot)
+                return  # a line of a task whose start is not in the log (or of no task: id -1)
+            req = self.by_task[task] = LoggedRequest(task, slot)
+            self.order.append(req)
         if FULL_REPROCESS in text:
             req.full_reprocess = True
-        traced = _fact(req, parse_line(line)) or traced
-    log = ServerLog(path or Path("-"), max(shapes, key=lambda k: shapes[k]) if shapes else "text", starts=starts,
-                    traced=traced)
-    log.requests = [by_task[t] for t in sorted(by_task)]
-    return log
+        self.traced = _fact(req, parse_line(line)) or self.traced
+
+    def log(self, path: Path | None = None) -> ServerLog:
+        """The last server run's tasks, in task order."""
+        shape = max(self.shapes, key=lambda k: self.shapes[k]) if self.shapes else "text"
+        log = ServerLog(path or Path("-"), shape, starts=self.starts, traced=self.traced)
+        log.requests = [self.by_task[t] for t in sorted(self.by_task)]
+        return log
 
 
 def _fact(req: LoggedRequest, fact) -> bool:
@@ -187,3 +204,35 @@ def _fact(req: LoggedRequest, fact) -> bool:
     elif fact.kind == "restored":
         req.restored = True
     return False
+
+
+#: the names a server's log beside a ``--log-prompts-dir`` folder D is looked for under, in D's
+#: parent (``{}`` is D's name), besides any file in D that is not one of its prompts
+BESIDE_NAMES = ("{}.log", "{}.jsonl", "{}.log.jsonl", "server.log", "server.jsonl", "llama-server.log",
+                "llama-server.jsonl")
+
+
+def log_beside(folder: str | Path, prompt_name) -> Path | None:
+    """The server's log that sits with a prompt folder, for the observed side without
+    ``--observed``: a file in the folder that is not a prompt (``prompt_name`` tells them), or one
+    of ``BESIDE_NAMES`` next to it, that holds the server's completion tasks. None when there is
+    none; two of them is a one-line error (which one is the folder's is the user's to say)."""
+    d = Path(folder).expanduser()
+    candidates: list[Path] = []
+    try:
+        candidates += sorted(p for p in d.iterdir() if not prompt_name(p.name) and p.is_file())
+    except OSError:
+        return None
+    candidates += [d.parent / n.format(d.name) for n in BESIDE_NAMES if (d.parent / n.format(d.name)).is_file()]
+    found = []
+    for c in dict.fromkeys(candidates):
+        try:
+            read_server_log(c)
+        except ImportFailed:
+            continue  # not a server's log (a note, the user's own file): not the observed side
+        found.append(c)
+    if len(found) > 1:
+        raise ImportFailed(f"{d} has {len(found)} server logs beside it ({', '.join(str(f) for f in found)}): "
+                           "say which one is its server's with --observed FILE")
+    return found[0] if found else None
+

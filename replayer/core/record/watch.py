@@ -12,6 +12,10 @@ Build B can change while the watch runs (``rebuild``): a new predictor is queued
 and the predictor thread feeds it every line this watch logged so far, read back from the log
 (the watch keeps no request bodies), then hands over the new rows as a new ``epoch``: the
 screen starts its strips and table again from them.
+
+With ``server_log`` (``watch --server-log``) the predictor thread also follows the upstream's
+own log (``log_follow``) and completes each record with its task before predicting it: the
+slot the server chose when its answer does not say, and whether it re-processed the whole prompt.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import orjson
 
 from replayer.core.prepare import ReplayConfig
+from replayer.core.record.log_follow import LogFollower, with_task
 from replayer.core.record.predict import Predictor, ServerPrompts, Side, Totals, WatchRow
 from replayer.core.record.proxy import RecordingProxy, Upstream, parse_listen
 from replayer.core.record.run import DEFAULT_LISTEN, default_out, open_log
@@ -40,7 +45,8 @@ class Watch:
     the last call; ``stop()`` closes the proxy, finishes the queued predictions and the log."""
 
     def __init__(self, upstream: str, config: ReplayConfig, listen: str = DEFAULT_LISTEN,
-                 out: Path | None = None, predictor: Predictor | None = None, server_args: str | None = None) -> None:
+                 out: Path | None = None, predictor: Predictor | None = None, server_args: str | None = None,
+                 server_log: Path | None = None) -> None:
         self.upstream = Upstream.parse(upstream)
         self.host, self.port = parse_listen(listen)
         self.path = out or default_out()
@@ -60,6 +66,9 @@ class Watch:
         self._proxy: RecordingProxy | None = None
         self._threads: list[threading.Thread] = []
         self._log = None
+        self.server_log = server_log  # the upstream's own log, followed (``log_follow``): slots, full re-processing
+        self._follower: LogFollower | None = None
+        self._from_log: dict[Any, dict[str, Any]] = {}  # seq → the record as the server's log completed it
 
     @property
     def totals(self) -> Totals:
@@ -75,9 +84,12 @@ class Watch:
         return {"listen": self.url or f"http://{self.host}:{self.port}", "upstream": self.upstream_url,
                 "log": str(self.path), "build": self.build_label, "cost_model": p.cost.name,
                 "layout": "upstream server" if isinstance(p.prompts, ServerPrompts) else p.config.tokenizer_eff,
-                "settings": p.config.settings()}
+                "settings": p.config.settings(),
+                **({"server_log": str(self.server_log)} if self.server_log is not None else {})}
 
     def start(self) -> str:
+        if self.server_log is not None and self._follower is None:  # a bad path: one line, before listening
+            self._follower = LogFollower(self.server_log)
         existed = self.path.exists()
         self._log = open_log(self.path, self._queue.put)
         self._offset = self.path.stat().st_size
@@ -125,9 +137,19 @@ class Watch:
                 self._switch(rec)
                 continue
             self._fed += 1
-            row = self._add(self.predictor, rec)
+            row = self._add(self.predictor, self._observe(rec))
             with self._lock:
                 self.rows.append(row)
+
+    def _observe(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """The record with its task of the server's log, when the watch follows one (matched once:
+        a change of build predicts the same records again, with the same tasks)."""
+        if self._follower is None:
+            return rec
+        seq = rec.get("seq")
+        if seq not in self._from_log:
+            self._from_log[seq] = with_task(rec, self._follower.task_for(rec))
+        return self._from_log[seq]
 
     def _add(self, predictor: Predictor, rec: dict[str, Any]) -> WatchRow:
         try:
@@ -157,7 +179,7 @@ class Watch:
                     rec = orjson.loads(line)
                 except orjson.JSONDecodeError:  # (the log is the user's file: never a crash)
                     rec = {"seq": None, "endpoint": "?"}
-                rows.append(self._add(new, rec))
+                rows.append(self._add(new, self._from_log.get(rec.get("seq"), rec)))
         with self._lock:
             self.predictor = new
             self.rows.clear()
@@ -191,3 +213,5 @@ class Watch:
             self._threads = []
         if self._log is not None:
             self._log.close()
+        if self._follower is not None:
+            self._follower.close()

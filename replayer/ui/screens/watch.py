@@ -47,6 +47,7 @@ class WatchSpec:
     out: Path | None = None
     watch: Watch | None = None  # already listening (the CLI binds before the app opens)
     server_args: str | None = None  # the upstream's command line: build B's simulated server runs it
+    server_log: Path | None = None  # the upstream's own log, followed (``record.log_follow``)
 
     def open_screen(self) -> "WatchScreen":
         return WatchScreen(self, self.watch)
@@ -122,7 +123,7 @@ class WatchScreen(Screen):
         try:
             if self.watch is None:
                 self.watch = Watch(self.spec.upstream, self.spec.config, self.spec.listen, self.spec.out,
-                                   server_args=self.spec.server_args)
+                                   server_args=self.spec.server_args, server_log=self.spec.server_log)
             url = self.watch.url or self.watch.start()
         except ReplayerError as exc:
             self.error = str(exc)
