@@ -73,12 +73,26 @@ def _f_keep(sim: float, n_new: int, n_slot: int) -> float:
 
 
 def lcp(a: TurnPrompt | None, b: TurnPrompt) -> int:
-    """Tokens two prompts share from the start (``server_tokens::get_common_prefix``)."""
+    """Tokens two prompts share from the start (``server_tokens::get_common_prefix``).
+
+    Kept on ``b`` by ``a``'s identity (``TurnPrompt._lcp``): a request's selection compares it
+    with each slot, then the chosen slot's schedule asks the same pair again, and build B's
+    simulation asks every pair A asked (the same prompts: one layout per span rule). The value
+    is a pure function of the two prompts; two threads racing on the memo only compute it twice."""
     if a is None:
         return 0
     if a is b:
         return a.n_tokens
-    return min(compute_shared_prefix(a, b).n_tokens, a.n_tokens, b.n_tokens)
+    memo = b._lcp
+    if memo is None:
+        memo = b._lcp = {}
+    else:
+        hit = memo.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+    n = min(compute_shared_prefix(a, b).n_tokens, a.n_tokens, b.n_tokens)
+    memo[id(a)] = (a, n)
+    return n
 
 
 class ServerSlot(Slot):
