@@ -251,7 +251,13 @@ class ServerSim:
         s.slot.loaded(n)
 
     def _clear(self, s: _SlotState) -> None:
-        """``prompt_clear``: the slot's tokens go (and, from b10865, its checkpoint list)."""
+        """``prompt_clear``: the slot's tokens go (and, from b10865, its checkpoint list). A slot
+        cleared before and not used since is left as it is (with idle slots cached, every request
+        clears every other slot: most of them are already empty)."""
+        slot = s.slot
+        if (s.prompt is None and s.thread == "" and slot.cached == 0 and slot.floor == -1 and slot._walked is None
+                and not (slot.checkpoints and self.rules.clear_drops_checkpoints)):
+            return
         s.prompt, s.thread = None, ""
         s.slot.cached = 0
         s.slot.floor = -1
@@ -265,8 +271,10 @@ class ServerSim:
         events: list[CacheEvent] = []
         s, how = self._select(req, events)
         facts = RequestFacts(index, req.thread, p.n_tokens, s.id, how, s.thread, events)
+        unified = self.setup.kv_unified
+        all_cleared = False  # every other slot cleared at launch: the unified cache holds only the new prompt
         if self.setup.cache_idle_slots and self.cache is not None:
-            unified = self.setup.kv_unified
+            all_cleared = unified
             for o in self.slots:
                 if o is s:
                     continue
@@ -282,7 +290,7 @@ class ServerSim:
             facts.error = f"context full: {p.n_tokens} tokens ≥ n_ctx_slot {self.n_ctx_slot}"
             s.t_last = self.clock
             return facts
-        if self.setup.kv_unified:
+        if unified and not all_cleared:
             while _others(self.slots, s) + p.n_tokens > self.n_ctx:
                 victim = next((o for o in self.slots if o is not s and o.n > 0), None)
                 if victim is None:
