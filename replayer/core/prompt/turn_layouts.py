@@ -63,6 +63,9 @@ class TurnPrompt:
     # slot selection and the host cache compare a thousand requests with other families' prompts
     # and cut at the same few places (the estimate's shared prefix, ``_count_to``)
     counts: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    # the server's common prefix with earlier prompts, by id(old) → (old, tokens): slot selection,
+    # the host cache and the chosen slot ask the same pairs again, and build B asks A's (``slots.lcp``)
+    _lcp: dict[int, tuple[TurnPrompt, int]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def spans(self) -> PromptSpans:

@@ -179,6 +179,33 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
+#: help_for's reads, by (path, its size and mtime): a session replay asks for each build's help
+#: once per run and fix priced, and parsing the ~100 kB file each time was ~3 % of a replay
+_READS: dict[tuple[str, int, int], dict[str, ServerHelp]] = {}
+
+
+def _known(path: Path, key: str, build: int) -> ServerHelp | None:
+    """``ServerHelp.from_json`` of ``path``'s entry for ``key``, parsed once while the file is
+    unchanged (a rewritten file has another size or mtime). The object is shared: read only."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stamp = (str(path), st.st_size, st.st_mtime_ns)
+    helps = _READS.get(stamp)
+    if helps is None:
+        if len(_READS) > 8:
+            _READS.clear()
+        helps = _READS[stamp] = {}
+    h = helps.get(key)
+    if h is None:
+        d = _read(path).get(key)
+        if not d:
+            return None
+        h = helps[key] = ServerHelp.from_json(build, d)
+    return h
+
+
 def run_help(binary: Path, build: int, timeout: float = 30) -> ServerHelp:
     """Ask a binary for its help (reading the model is not needed: ``--help`` exits at once)."""
     try:
@@ -195,9 +222,9 @@ def help_for(build: int | str, *, binary: Path | None = None, shipped: Path = SH
     b = parse_build(build)
     key = str(b.effective_number)
     for path in (shipped, _user_cache()):
-        d = _read(path).get(key)
-        if d:
-            return ServerHelp.from_json(b.effective_number, d)
+        h = _known(path, key, b.effective_number)
+        if h is not None:
+            return h
     if binary is None:
         from replayer.core.builds.manager import find_build
         rec = find_build(b.effective_number)

@@ -56,7 +56,7 @@ def server_context(setup: ServerSetup, n_ctx: int | None, gguf) -> tuple[int | N
 
 
 def _server(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
-            n_ctx: int | None) -> tuple[ServerSetup, ServerLife, list[Request]]:
+            n_ctx: int | None, requests: list[Request] | None = None) -> tuple[ServerSetup, ServerLife, list[Request]]:
     setup = server_setup(server_args, spec)
     gguf = gguf_model.read(model) if model and gguf_model.is_gguf_path(model) else None
     total, _ = server_context(setup, n_ctx, gguf)
@@ -64,17 +64,19 @@ def _server(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: s
     knobs = setup_knobs(setup, spec.knobs, n_ctx=per_slot)
     sizes = from_gguf(gguf) if gguf else None
     life = ServerLife(setup, lambda: ServerSim(setup, spec.build, knobs, sizes, total or NO_LIMIT))
-    return setup, life, requests_of(prompts)
+    return setup, life, requests if requests is not None else requests_of(prompts)
 
 
 def server_slot_turns(server_args: str, spec: RunSpec, prompts: list[TurnPrompt], model: str | None,
-                      n_ctx: int | None, restarts: dict[int, tuple[str, str]] | None = None
+                      n_ctx: int | None, restarts: dict[int, tuple[str, str]] | None = None,
+                      requests: list[Request] | None = None
                       ) -> Iterator[tuple[TurnPrompt, int, Schedule | None, bool, int]]:
     """Every turn through the user's server: (prompt, common prefix with the chosen slot,
     its schedule — None when the prompt does not fit the slot — full re-processing, the slot).
     ``restarts``: filled, turn by turn, with the turns before which the model's server started
-    over (turn index → (``slept`` / ``unloaded``, what happened)) — what ``misses`` names."""
-    _, sim, requests = _server(server_args, spec, prompts, model, n_ctx)
+    over (turn index → (``slept`` / ``unloaded``, what happened)) — what ``misses`` names.
+    ``requests``: ``requests_of(prompts)`` when the caller keeps it (both builds share the prompts)."""
+    _, sim, requests = _server(server_args, spec, prompts, model, n_ctx, requests)
     if restarts is not None:
         restarts.clear()
     for f, r in zip(sim.run(requests), requests):

@@ -73,12 +73,26 @@ def _f_keep(sim: float, n_new: int, n_slot: int) -> float:
 
 
 def lcp(a: TurnPrompt | None, b: TurnPrompt) -> int:
-    """Tokens two prompts share from the start (``server_tokens::get_common_prefix``)."""
+    """Tokens two prompts share from the start (``server_tokens::get_common_prefix``).
+
+    Kept on ``b`` by ``a``'s identity (``TurnPrompt._lcp``): a request's selection compares it
+    with each slot, then the chosen slot's schedule asks the same pair again, and build B's
+    simulation asks every pair A asked (the same prompts: one layout per span rule). The value
+    is a pure function of the two prompts; two threads racing on the memo only compute it twice."""
     if a is None:
         return 0
     if a is b:
         return a.n_tokens
-    return min(compute_shared_prefix(a, b).n_tokens, a.n_tokens, b.n_tokens)
+    memo = b._lcp
+    if memo is None:
+        memo = b._lcp = {}
+    else:
+        hit = memo.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+    n = min(compute_shared_prefix(a, b).n_tokens, a.n_tokens, b.n_tokens)
+    memo[id(a)] = (a, n)
+    return n
 
 
 class ServerSlot(Slot):
@@ -93,14 +107,14 @@ class ServerSlot(Slot):
     floor = -1
 
     def _pos_min(self, n_cached: int) -> int:
-        p = super()._pos_min(n_cached)
+        p = Slot._pos_min(self, n_cached)  # (not super(): a proxy object per checkpoint)
         return max(p, self.floor) if p >= 0 and self.floor >= 0 else p
 
     def loaded(self, n_tokens: int) -> None:
         self.floor = max(0, n_tokens - self._swa) if self._memory == "swa" and self._swa else -1
 
     def run(self, spans, common_prefix=None, **kw):  # type: ignore[override]
-        sched = super().run(spans, common_prefix, **kw)
+        sched = Slot.run(self, spans, common_prefix, **kw)
         if sched.n_past == 0 or sched.restored is not None:
             self.floor = -1
         return sched
@@ -162,6 +176,15 @@ class RequestFacts:
         return d
 
 
+def _others(slots: list[_SlotState], s: _SlotState) -> int:
+    """The tokens every slot but ``s`` holds (a loop: a generator per request cost more than the sum)."""
+    n = 0
+    for o in slots:
+        if o is not s and o.prompt is not None:
+            n += o.slot.cached
+    return n
+
+
 class ServerSim:
     """One build's server in the user's setup."""
 
@@ -192,15 +215,16 @@ class ServerSim:
             for s in self.slots:
                 if req.id_slot != -1 and s.id != req.id_slot:
                     continue
-                if s.n == 0:
+                if s.prompt is None or s.slot.cached == 0:  # s.n == 0 (the property read ~17 times a request)
                     continue
                 sim = _similarity(lcp(s.prompt, p), n_new)
                 if sim > best and sim > self.sps:
                     best, ret = sim, s
                     how = "lcp" if req.id_slot == -1 else "id"
             if ret is not None:
-                if ret.n > 0:
-                    update = _f_keep(best, n_new, ret.n) < 0.5
+                n_ret = ret.n
+                if n_ret > 0:
+                    update = _f_keep(best, n_new, n_ret) < 0.5
         if ret is None:
             t_last = -1
             for s in self.slots:
@@ -210,9 +234,10 @@ class ServerSim:
             update = True
         assert ret is not None
         if update and self.cache is not None:
-            if ret.n > 0:
-                self.cache.save(ret.prompt, ret.n, ret.slot.checkpoints, ret.thread, out)
-            e = self.cache.load(ret.prompt, ret.n, p, out)
+            n_ret = ret.n  # the save does not change the slot
+            if n_ret > 0:
+                self.cache.save(ret.prompt, n_ret, ret.slot.checkpoints, ret.thread, out)
+            e = self.cache.load(ret.prompt, n_ret, p, out)
             if e is not None:
                 self._take(ret, e.prompt, e.n_tokens, e.checkpoints, e.thread)
             self.cache.update(out)
@@ -226,7 +251,13 @@ class ServerSim:
         s.slot.loaded(n)
 
     def _clear(self, s: _SlotState) -> None:
-        """``prompt_clear``: the slot's tokens go (and, from b10865, its checkpoint list)."""
+        """``prompt_clear``: the slot's tokens go (and, from b10865, its checkpoint list). A slot
+        cleared before and not used since is left as it is (with idle slots cached, every request
+        clears every other slot: most of them are already empty)."""
+        slot = s.slot
+        if (s.prompt is None and s.thread == "" and slot.cached == 0 and slot.floor == -1 and slot._walked is None
+                and not (slot.checkpoints and self.rules.clear_drops_checkpoints)):
+            return
         s.prompt, s.thread = None, ""
         s.slot.cached = 0
         s.slot.floor = -1
@@ -240,14 +271,18 @@ class ServerSim:
         events: list[CacheEvent] = []
         s, how = self._select(req, events)
         facts = RequestFacts(index, req.thread, p.n_tokens, s.id, how, s.thread, events)
+        unified = self.setup.kv_unified
+        all_cleared = False  # every other slot cleared at launch: the unified cache holds only the new prompt
         if self.setup.cache_idle_slots and self.cache is not None:
+            all_cleared = unified
             for o in self.slots:
                 if o is s:
                     continue
-                if o.n > 0 and self.cache.save(o.prompt, o.n, o.slot.checkpoints, o.thread, events):
+                n_o = o.n  # the save does not change the slot
+                if n_o > 0 and self.cache.save(o.prompt, n_o, o.slot.checkpoints, o.thread, events):
                     self.cache.update(events)
-                if self.setup.kv_unified:
-                    if o.n > 0:
+                if unified:
+                    if n_o > 0:
                         facts.cleared.append(o.id)
                     self._clear(o)
         self.clock += 1
@@ -255,15 +290,16 @@ class ServerSim:
             facts.error = f"context full: {p.n_tokens} tokens ≥ n_ctx_slot {self.n_ctx_slot}"
             s.t_last = self.clock
             return facts
-        if self.setup.kv_unified:
-            while sum(o.n for o in self.slots if o is not s) + p.n_tokens > self.n_ctx:
+        if unified and not all_cleared:
+            while _others(self.slots, s) + p.n_tokens > self.n_ctx:
                 victim = next((o for o in self.slots if o is not s and o.n > 0), None)
                 if victim is None:
                     break
                 self._clear(victim)
                 facts.purged.append(victim.id)
-        common = lcp(s.prompt, p) if s.n > 0 else 0
-        reusable = min(common, s.n)
+        n_s = s.n
+        common = lcp(s.prompt, p) if n_s > 0 else 0
+        reusable = common if common < n_s else n_s
         self.task += 1
         s.slot.task = self.task - 1  # one task counter for the server: checkpoints move between slots
         sched = slot_schedule(s.slot, p, common, reusable)
