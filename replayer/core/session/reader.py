@@ -363,6 +363,16 @@ def json_args(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def function_response_text(resp: Any) -> str:
+    """A Gemini ``functionResponse.response`` as the tool message's text (Gemini CLI and its fork
+    Qwen Code): its ``output`` (or ``content``, ``result``, ``error``) string, else the object as JSON."""
+    if isinstance(resp, dict):
+        for k in ("output", "content", "result", "error"):
+            if isinstance(resp.get(k), str):
+                return resp[k]
+    return json_args(resp) if resp is not None else ""
+
+
 def ms_to_s(value: Any) -> float | None:
     if isinstance(value, (int, float)):
         return value / 1000.0 if value > 1e11 else float(value)

@@ -30,7 +30,7 @@ from typing import Any
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.model import EarlierHistory, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part
-from replayer.core.session.reader import blob_size, iso_to_s, json_args, read_records
+from replayer.core.session.reader import blob_size, function_response_text, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, read_doc
 
 FORMAT = "gemini-cli"
@@ -90,13 +90,6 @@ def _user_content(parts: list[Any], images: str, stats: ImportStats) -> str | li
     return out
 
 
-def _response_text(resp: Any) -> str:
-    if isinstance(resp, dict):
-        for k in ("output", "content", "result", "error"):
-            if isinstance(resp.get(k), str):
-                return resp[k]
-    return json_args(resp) if resp is not None else ""
-
 
 def _call_id(call_id: Any, name: Any) -> str:
     """A call id as Gemini CLI sends it: the file keeps ``<tool>__<id>``, the wire ``<id>``
@@ -107,7 +100,7 @@ def _call_id(call_id: Any, name: Any) -> str:
 
 def _response(fr: dict, ts: float | None, tc: dict | None = None) -> Message:
     name = fr.get("name") or (tc or {}).get("name") or ""
-    return Message(role="tool", content=_response_text(fr.get("response")), name=str(name), timestamp=ts,
+    return Message(role="tool", content=function_response_text(fr.get("response")), name=str(name), timestamp=ts,
                    tool_call_id=_call_id(fr.get("id") or (tc or {}).get("id"), name))
 
 

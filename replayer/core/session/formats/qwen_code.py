@@ -26,7 +26,7 @@ from typing import Any
 
 from replayer.core.session.branch import path_to_root
 from replayer.core.session.model import EarlierHistory, Message, Session, ToolCall, Usage
-from replayer.core.session.reader import iso_to_s, json_args, read_records
+from replayer.core.session.reader import function_response_text, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
 FORMAT = "qwen-code"
@@ -45,13 +45,6 @@ def detect(objs: list[dict[str, Any]]) -> bool:
                and (_parts(o) or "systemPayload" in o or o.get("type") == "tool_result") for o in objs)
 
 
-def _response_text(resp: Any) -> str:
-    if isinstance(resp, dict):
-        for k in ("output", "content", "result", "error"):
-            if isinstance(resp.get(k), str):
-                return resp[k]
-    return json_args(resp) if resp is not None else ""
-
 
 def _messages(r: dict, ts: float | None) -> list[Message]:
     t = r.get("type")
@@ -65,7 +58,7 @@ def _messages(r: dict, ts: float | None) -> list[Message]:
             return []
         return [Message(role="assistant", content="".join(texts) or None, reasoning="".join(thoughts) or None,
                         tool_calls=calls, timestamp=ts)]
-    out = [Message(role="tool", content=_response_text(fr.get("response")), tool_call_id=str(fr.get("id", "")),
+    out = [Message(role="tool", content=function_response_text(fr.get("response")), tool_call_id=str(fr.get("id", "")),
                    name=fr.get("name"), timestamp=ts)
            for fr in (p.get("functionResponse") for p in parts) if isinstance(fr, dict)]
     texts = [p["text"] for p in parts if isinstance(p.get("text"), str)]
