@@ -64,6 +64,14 @@ def test_a_session_imports_as_cn_sends_it(tmp_path):
     assert s.system_prompt is None  # built at send time, never saved
 
 
+def test_an_unnamed_session_is_titled_by_its_first_prompt(tmp_path):
+    import orjson
+    f = _session(tmp_path)
+    doc = orjson.loads(f.read_bytes())
+    f.write_bytes(orjson.dumps({**doc, "title": "Untitled Session"}))
+    assert load_session(f).title is None
+
+
 def test_the_index_file_is_no_session_and_the_picker_lists_sessions(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CONTINUE_GLOBAL_DIR", raising=False)

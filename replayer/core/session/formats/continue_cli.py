@@ -29,6 +29,8 @@ FORMAT = "continue"
 ROLES = {"user", "assistant", "thinking", "tool", "system"}
 #: what ``cn`` sends for a call whose state holds no output
 CANCELLED = "Tool cancelled"
+#: the title of a session Continue has not named yet
+UNTITLED = "Untitled Session"
 
 
 def _is_item(item: Any) -> bool:
@@ -125,7 +127,8 @@ def load(path: Path, doc: dict, images: str = "omit") -> Session:
                   and isinstance(m["message"].get("usage"), dict)
                   and isinstance(m["message"]["usage"].get("model"), str)), None)
     return Session(format=FORMAT, path=str(path), session_id=doc.get("sessionId"),
-                   title=doc.get("title") if isinstance(doc.get("title"), str) else None,
+                   # "Untitled Session" is Continue's placeholder until it names one: the first prompt then
+                   title=doc["title"] if isinstance(doc.get("title"), str) and doc["title"] != UNTITLED else None,
                    cwd=doc.get("workspaceDirectory") if isinstance(doc.get("workspaceDirectory"), str) else None,
                    provider="openai", model=model, messages=messages, system_prompt=system_prompt,
                    usage=Usage(input_tokens=u.get("promptTokens"), output_tokens=u.get("completionTokens"),
