@@ -265,6 +265,7 @@ def run_fuzz(n: int, kinds: tuple[str, ...] = KINDS, work: Path | None = None, p
                 if fmt is not None:
                     guard("load", name, fuzzing.check_loading, f, fmt)
                     guard("note", name, fuzzing.check_incomplete_note, f, fmt)
+                    guard("replay", name, fuzzing.replay_report, f, fmt)  # a whole JSON document too
         trivial = work / "trivial.jsonl"
         trivial.write_bytes(b"x")
         meter.measure_refusal("sessions", session_case, "trivial", trivial)

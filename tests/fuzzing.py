@@ -248,6 +248,19 @@ def check_template(source: str) -> None:
         pass
 
 
+def replay_report(path: Path, fmt: str) -> None:
+    """A replay of the file and its text report, whole or not (the fuzz run's warm-up: a format's
+    first replay imports the replay's modules and fills its caches, the process's cost)."""
+    from replayer.core.compare import compare
+    from replayer.core.replay import ReplayConfig, all_simulated, prepare, report
+
+    try:
+        prep = prepare(str(path), ReplayConfig(format=fmt))
+    except ReplayerError:
+        return
+    report(prep, compare(all_simulated(prep)), "text")
+
+
 def check_incomplete_note(path: Path, fmt: str) -> bool | None:
     """For a loaded session read in part: does the replay's text report carry the caveat?
     None when the session loads whole (or not at all)."""
