@@ -14,7 +14,9 @@ exception other than one ``ReplayerError``:
 - templates: the bundled templates mutated or with hostile constructs inserted, rendered as
   untrusted (sandbox worker, render budget).
 
-Each case is measured on its own (``CaseMeter``): its wall time (a hang is a case over 20 s),
+Each case is measured on its own (``CaseMeter``): its wall time (a hang is a case over 20 s)
+and CPU time (on a loaded machine a case can wait longer than it works: a case over 20 s of wall
+with a few seconds of CPU was starved, not hung),
 the peak of the Python heap during it above the heap before it (``tracemalloc``, reset per
 case; numpy's buffers are traced too), and the growth of the process's resident high-water mark
 over its resident size before the case (``/proc/self/clear_refs`` resets the mark), and for
@@ -105,7 +107,8 @@ class CaseMeter:
     def __init__(self, every: int = 0, on_every=None) -> None:
         tracemalloc.start()
         self.rss = _reset_hwm("self")
-        self.rows: list[tuple[str, int, int, int, int, float, str]] = []  # kind, input, heap, rss, worker, s, name
+        # kind, input, heap, rss, worker, wall s, name, CPU s (this process's: a template's render is the worker's)
+        self.rows: list[tuple[str, int, int, int, int, float, str, float]] = []
         self.noop: list[tuple[int, int]] = []  # (heap, rss) of each no-op case
         self.refusal: dict[str, int] = {}  # kind -> the largest peak of its refusal of a trivial input
         self.every, self.on_every = every, on_every
@@ -152,11 +155,11 @@ class CaseMeter:
         tracemalloc.reset_peak()
         heap0 = tracemalloc.get_traced_memory()[0]
         _reset_hwm("self")
-        t = time.monotonic()
+        t, c = time.monotonic(), time.process_time()
         try:
             return fn(*args)
         finally:
-            dt = time.monotonic() - t
+            dt, cpu = time.monotonic() - t, time.process_time() - c
             heap = tracemalloc.get_traced_memory()[1] - heap0
             rss = max(_status("self", "VmHWM") - rss0, 0) if self.rss else 0
             worker = 0
@@ -166,7 +169,7 @@ class CaseMeter:
                     worker = max(_status(now, "VmHWM") - w0, 0)
                 elif now is None or wpid is None:
                     worker = -1  # killed by its budget (or started by this case): not measured
-            self.rows.append((kind, size, heap, rss, worker, dt, name))
+            self.rows.append((kind, size, heap, rss, worker, dt, name, cpu))
 
     def summary(self) -> dict:
         """Largest peaks and ratios per kind, the cases over the goal, hangs."""
@@ -193,6 +196,8 @@ class CaseMeter:
                 "refusal": fixed, "over_4x_refusal": len(over_refusal), "over_4x_1mib": len(over_slack),
                 "worst_over": sorted(over_slack, key=peak, reverse=True)[:5],
                 "hangs": sum(r[5] > HANG_S for r in rows), "slowest_s": max(r[5] for r in rows),
+                "cpu_max_s": max(r[7] for r in rows),
+                "hang_cpu_s": [round(r[7], 2) for r in rows if r[5] > HANG_S],
             }
         return out
 
@@ -356,9 +361,12 @@ def print_report(res: dict, dt: float, kinds: tuple[str, ...], partial: bool = F
               + f"; largest ratio {max(w[2], w[3], w[4]) / max(w[1], 1):.1f}× ({w[1]:,} B in, {w[6]}); "
               f"over 4×: {m['over_4x']:,}, over 4× + floor: {m['over_4x_floor']:,}, "
               f"over 4× + refusal ({m['refusal']:,} B): {m['over_4x_refusal']:,}, "
-              f"over 4× + 1 MiB: {m['over_4x_1mib']:,}; slowest {m['slowest_s']:.2f} s")
+              f"over 4× + 1 MiB: {m['over_4x_1mib']:,}; slowest {m['slowest_s']:.2f} s wall, "
+              f"most CPU {m['cpu_max_s']:.2f} s" + (f"; CPU of the cases over {HANG_S:g} s wall: {m['hang_cpu_s']}"
+                                                      if m["hang_cpu_s"] else ""))
         for r in m["worst_over"]:
-            print(f"      {r[1]:>10,} B in: heap {r[2]:,}, RSS {r[3]:,}, worker {r[4]:,} B, {r[5]:.2f} s  {r[6]}")
+            print(f"      {r[1]:>10,} B in: heap {r[2]:,}, RSS {r[3]:,}, worker {r[4]:,} B, {r[5]:.2f} s "
+                  f"({r[7]:.2f} s CPU)  {r[6]}")
     sys.stdout.flush()
 
 
