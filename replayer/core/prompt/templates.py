@@ -30,7 +30,7 @@ from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
 from replayer.core.prompt import handlers, output_pieces, reasoning_analysis, sandbox
 from replayer.core.prompt.jinja_env import RaiseException, trusted_environment
-from replayer.core.prompt.template_inputs import Caps
+from replayer.core.prompt.template_inputs import Caps, TemplateInputs
 from replayer.core.prompt.template_probe import caps_of
 from replayer.core.textfile import read_text
 
@@ -215,7 +215,7 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     assistant message continued. ``allow_media``: the server has a multimodal projector (a
     text-only server refuses image parts). Every failure is a ``TemplateError`` with the reason.
     """
-    from replayer.core.prompt.template_inputs import extra_context, render_content, template_inputs
+    from replayer.core.prompt.template_inputs import extra_context, template_inputs
 
     tpl = _compile(template.source, template.trusted)
     prep = template_inputs(template.source, template_caps(template), messages, tools,
@@ -241,36 +241,46 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     # the chunks are joined once, at the end: a continued message's tail or a stripped BOS
     # made a second whole copy of the prompt beside the first (issue 24)
     chunks = list(_chunks(tpl, ctx))
-    gpt_oss = "<|channel|>" in template.source
     if prep.continuation is not None:
-        prompt = "".join(chunks)
-        if gpt_oss and prompt.rfind("<|return|>") >= 0:  # is_inference without a generation prompt
-            i = prompt.rfind("<|return|>")
-            prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
-            chunks = [prompt]
-        cont = prep.continuation
-        if gpt_oss:
-            tail = "<|start|>assistant<|channel|>analysis<|message|>" + cont["reasoning_content"]
-            if not prep.continue_reasoning_only:
-                tail += "<|end|><|start|>assistant<|channel|>final<|message|>" + render_content(cont)
-        else:
-            tail = _suffix_after_common_prefix(prompt, _chunks(tpl, dict(ctx, add_generation_prompt=True)))
-            start, end = reasoning_markers(template)
-            if start:
-                i = tail.find(start)
-                tail = (tail if i < 0 else tail[:i]) + start + cont["reasoning_content"]
-                if not prep.continue_reasoning_only:
-                    tail += end
-            if not prep.continue_reasoning_only:
-                tail += render_content(cont)
-        del prompt
-        chunks.append(tail)
+        chunks = _continued(chunks, tpl, ctx, template, prep)
     bos, eos = template.bos_token, template.eos_token
     if template.add_bos and bos and _ends(chunks, len(bos), head=True) == bos:
         _drop(chunks, len(bos), head=True)
     if template.add_eos and eos and _ends(chunks, len(eos), head=False) == eos:
         _drop(chunks, len(eos), head=False)
     return "".join(chunks)
+
+
+def _continued(chunks: list[str], tpl: jinja2.Template, ctx: dict[str, Any], template: Template,
+               prep: TemplateInputs) -> list[str]:
+    """The chunks of a prompt that continues its trailing assistant message (``prefill_assistant``):
+    the rendered conversation, then the server's generation prompt and what the message holds."""
+    from replayer.core.prompt.template_inputs import render_content
+
+    gpt_oss = "<|channel|>" in template.source
+    prompt = "".join(chunks)
+    if gpt_oss and prompt.rfind("<|return|>") >= 0:  # is_inference without a generation prompt
+        i = prompt.rfind("<|return|>")
+        prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
+        chunks = [prompt]
+    cont = prep.continuation
+    if gpt_oss:
+        tail = "<|start|>assistant<|channel|>analysis<|message|>" + cont["reasoning_content"]
+        if not prep.continue_reasoning_only:
+            tail += "<|end|><|start|>assistant<|channel|>final<|message|>" + render_content(cont)
+    else:
+        tail = _suffix_after_common_prefix(prompt, _chunks(tpl, dict(ctx, add_generation_prompt=True)))
+        start, end = reasoning_markers(template)
+        if start:
+            i = tail.find(start)
+            tail = (tail if i < 0 else tail[:i]) + start + cont["reasoning_content"]
+            if not prep.continue_reasoning_only:
+                tail += end
+        if not prep.continue_reasoning_only:
+            tail += render_content(cont)
+    del prompt
+    chunks.append(tail)
+    return chunks
 
 
 def _ends(chunks: list[str], n: int, *, head: bool) -> str:
