@@ -137,6 +137,7 @@ class ResumeEvaluator:
         self._prepared: dict[str, Prepared] = {}
         # one layout per span rule (most builds share one): the prompt is laid out once or twice, not per build
         self._layouts: dict[tuple, PromptLayout] = {}
+        self._known = known if known is not None and known.session is session else None
         if known is not None:  # a replay's own layouts: no second layout of the same prompt
             for run, build in zip(("A", "B"), known.config.builds()):
                 self._layouts.setdefault(span_rule(build, known.config.template_obj()), known.layouts[run])
@@ -144,8 +145,10 @@ class ResumeEvaluator:
     def _prep(self, cfg: ReplayConfig) -> Prepared:
         key = cfg.a
         if key not in self._prepared:
+            k = self._known  # the replay's request, when this setting rebuilds the same one
+            same = k is not None and (cfg.system_prompt, cfg.tools) == (k.config.system_prompt, k.config.tools)
             self._prepared[key] = prepare(self.path, dataclasses.replace(cfg, b=cfg.a), session=self.session,
-                                          layouts=self._layouts)
+                                          layouts=self._layouts, request=k.request if same else None)
         return dataclasses.replace(self._prepared[key], config=dataclasses.replace(cfg, b=cfg.a))
 
     def evaluate(self, s: Settings) -> Outcome:

@@ -243,15 +243,17 @@ def span_rule(build: Build, template: templates.Template | None) -> tuple:
 
 
 def prepare(path: str | Path, config: ReplayConfig, session: Session | None = None,
-            layouts: dict[tuple, PromptLayout] | None = None) -> Prepared:
+            layouts: dict[tuple, PromptLayout] | None = None, request: ChatRequest | None = None) -> Prepared:
     """Import, rebuild the request and lay it out once per distinct span rule of the two builds.
 
     ``layouts``: layouts by ``span_rule`` already made for this session, request, template
     and tokenizer (and filled in here) — the advice prices dozens of builds and flags on one
-    prompt and must not lay it out again for each."""
+    prompt and must not lay it out again for each. ``request``: the request already rebuilt
+    from ``session`` with this config's system prompt and tools (the replay's, which the advice
+    holds while it prices): a second copy of every message would be held beside it."""
     config.check()
     s = session or load_session(path, config.format, images=config.images)
-    req = request_from_files(s, config.system_prompt, config.tools)
+    req = request if request is not None else request_from_files(s, config.system_prompt, config.tools)
     prep = Prepared(config, s, req)
     tpl = config.template_obj()
     cache: dict[tuple, PromptLayout] = {} if layouts is None else layouts

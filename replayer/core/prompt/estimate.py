@@ -57,7 +57,7 @@ PRICE_CLASSES = "ldpwu"
 LONG_RATE = {"l": 4.3, "d": 1.0, "p": 3.2, "w": 12.0, "u": 1.4}
 _MAX_LEN = 512  # longer pieces are priced by LONG_RATE directly
 #: price class (index into PRICE_CLASSES) of a piece led by a character of class L, D, P, S, N
-_PRICE_CLASS = np.array([0, 1, 2, 3, 3], dtype=np.int64)
+_PRICE_CLASS = np.array([0, 1, 2, 3, 3], dtype=np.int8)
 
 
 def _class_of(ch: str) -> int:
@@ -234,30 +234,35 @@ def _contractions(start: np.ndarray, cps: np.ndarray, cls: np.ndarray, pc: np.nd
     start[j[rest]] = True
 
 
-_SPECIAL_SPLIT = re.compile(f"({SPECIAL.pattern})")
-
-
 def _specials(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end offsets of the special markers (``split`` is faster than match objects)."""
-    lens = np.fromiter(map(len, _SPECIAL_SPLIT.split(text)), dtype=np.int64)
-    ends = np.cumsum(lens)
-    return ends[1::2] - lens[1::2], ends[1::2]
+    """Start and end offsets of the special markers: the spans of their matches (markers are
+    few; ``split`` was as fast but copied the whole text into its pieces)."""
+    spans = np.fromiter((x for m in SPECIAL.finditer(text) for x in m.span()), dtype=np.int64)
+    return spans[0::2], spans[1::2]
 
 
 def _prices(starts: np.ndarray, cps: np.ndarray, cls: np.ndarray, nbytes: np.ndarray | None, wide: np.ndarray | None, n: int) -> np.ndarray:
-    ends = np.append(starts[1:], n)
+    # offsets and lengths in int32 when they fit (a block's do: half the bytes of int64)
+    idx = np.int32 if 4 * n < np.iinfo(np.int32).max else np.int64
+    starts = starts.astype(idx)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1] = n
     length = ends - starts
     if nbytes is None:
         ln = length
     else:
-        cb = np.empty(n + 1, dtype=np.int64)  # the running sum written in place, not copied
+        cb = np.empty(n + 1, dtype=idx)  # the running sum written in place, not copied
         cb[0] = 0
-        np.cumsum(nbytes, dtype=np.int64, out=cb[1:])
-        ln = cb[ends] - cb[starts]
+        np.cumsum(nbytes, dtype=idx, out=cb[1:])
+        ln = cb[ends]
+        ln -= cb[starts]
+        del cb
     # a piece led by one space is classed by what follows the space (" foo" is letters)
     second = cls[np.minimum(starts + 1, n - 1)]
     led = (cps[starts] == 32) & (length > 1) & (second < S)
     head = np.where(led, second, cls[starts])
+    del second, led
     pclass = _PRICE_CLASS[head]
     white = pclass == 3
     white &= cls[ends - 1] >= S  # whitespace to the end; "\tfoo" is priced as punctuation
@@ -274,10 +279,16 @@ def _prices(starts: np.ndarray, cps: np.ndarray, cls: np.ndarray, nbytes: np.nda
 
 
 #: characters per scan: parts are scanned in blocks of about this size, cut where a part
-#: ends, so the arrays stay in cache and below malloc's mmap threshold (whole-prompt arrays
-#: cost more in page faults than in work), and memory stays a few MB whatever the prompt
-BLOCK = 131072
-#: how far past a block's nominal end a safe cut inside a long part is looked for
+#: ends, so the arrays stay in cache (whole-prompt arrays cost more in page faults than in
+#: work), and memory stays small whatever the prompt: 32K characters peak at ~1.9 MB on
+#: 4-byte text (131,072: 5.6 MB) for ~10 % more CPU (docs/benchmarks.md, issue 24)
+BLOCK = 32768
+#: a shorter text is scanned in ~16 blocks of at least this size: the scan's arrays (~50 B a
+#: character of a block) stay near 3 B a character of the text whatever its length (a 70K-
+#: character prompt: 0.9 MB in one block, ~0.16 MB in 16), for a few ms
+MIN_BLOCK = 4096
+#: a part longer than a block by this much is cut inside at a safe place (the first after
+#: the block's nominal end)
 _SAFE_CUT_WINDOW = 4096
 #: a letter, a space, a letter: the space always starts a piece (" word") and the piece
 #: before always ends at the letter, so scanning the two sides apart gives the same pieces
@@ -299,6 +310,7 @@ def counts_between(text: str, cuts: list[int]) -> list[int]:
     so nothing proportional to the prompt is kept beyond the text itself — and the sums are
     the very floats a cumulative sum over the whole prompt gives (ties at .5 round alike)."""
     n = len(text)
+    block = min(BLOCK, max(MIN_BLOCK, n // 16))
     bounds = np.asarray([0, *cuts, n], dtype=np.int64)
     at_bound = np.zeros(len(bounds))  # running price sum before each bound's first piece
     inner = [c for c in cuts if 0 < c < n]
@@ -307,15 +319,15 @@ def counts_between(text: str, cuts: list[int]) -> list[int]:
     tail = False  # the rest of a long part: its block ends where the part ends
     while a < n:
         # the first cut at least BLOCK characters on ends this block; parts are independent
-        j = k if tail else bisect.bisect_left(inner, a + BLOCK, lo=k)
+        j = k if tail else bisect.bisect_left(inner, a + block, lo=k)
         b = inner[j] if j < len(inner) else n
         nxt = j + 1 if j < len(inner) else j
         tail = False
-        if b - a > BLOCK + _SAFE_CUT_WINDOW:  # one long part: end the block inside it
-            c = _safe_cut(text, a + BLOCK, a + BLOCK + _SAFE_CUT_WINDOW)
+        if b - a > block + _SAFE_CUT_WINDOW:  # one long part: end the block inside it
+            c = _safe_cut(text, a + block, b)  # the first safe cut on, however far
             if c is not None:
                 b, nxt, tail = c, j, True
-        local = np.asarray(inner[k:j], dtype=np.int64) - a  # all before a + BLOCK ≤ b
+        local = np.asarray(inner[k:j], dtype=np.int64) - a  # all before a + block ≤ b
         st, pr = scan(text[a:b], local)
         csum = np.cumsum(np.concatenate(([carry], pr)))
         lo, hi = np.searchsorted(bounds, [a, b])  # the bounds this block places
@@ -332,6 +344,8 @@ class EstimateTokenizer:
     name = "estimate"
 
     def count(self, text: str) -> int:
+        """The text's estimated tokens, through the blocked scan: a few MB whatever the text (a
+        scan of the whole text held ~57 B a character; G0 counts the prompt up to its last user)."""
         if not text:
             return 0
-        return round(float(scan(text)[1].sum()))
+        return counts_between(text, [])[0]

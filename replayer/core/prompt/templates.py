@@ -15,6 +15,7 @@ in ``template_probe`` (``caps_of`` is re-exported here for callers).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -29,7 +30,7 @@ from replayer.core.builds.catalog import Build
 from replayer.core.errors import ReplayerError, TemplateError, did_you_mean
 from replayer.core.prompt import handlers, output_pieces, reasoning_analysis, sandbox
 from replayer.core.prompt.jinja_env import RaiseException, trusted_environment
-from replayer.core.prompt.template_inputs import Caps
+from replayer.core.prompt.template_inputs import Caps, TemplateInputs
 from replayer.core.prompt.template_probe import caps_of
 from replayer.core.textfile import read_text
 
@@ -99,8 +100,17 @@ def _untrusted_caps(source: str) -> Caps:
 # -- rendering ------------------------------------------------------------------------------
 
 def _run(tpl: jinja2.Template, ctx: dict[str, Any]) -> str:
+    return "".join(_chunks(tpl, ctx))
+
+
+def _chunks(tpl: jinja2.Template, ctx: dict[str, Any]) -> Iterator[str]:
+    """The rendered prompt in the template's own chunks (``generate``: what ``render`` joins; a
+    sandboxed template's in one piece); every failure a ``TemplateError``."""
     try:
-        return tpl.render(**ctx)
+        if isinstance(tpl, jinja2.Template):
+            yield from tpl.generate(**ctx)
+        else:
+            yield tpl.render(**ctx)
     except RaiseException as exc:
         raise TemplateError(f"chat template refused the conversation: {exc}") from None
     except SecurityError as exc:
@@ -109,6 +119,25 @@ def _run(tpl: jinja2.Template, ctx: dict[str, Any]) -> str:
         raise TemplateError(f"chat template failed: {exc}") from None
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError, ArithmeticError) as exc:
         raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
+
+
+def _suffix_after_common_prefix(a: str, chunks: Iterable[str]) -> str:
+    """``_common_suffix_after_prefix(a, "".join(chunks))`` without joining ``chunks``: a
+    continued assistant message's second render is compared chunk by chunk as it comes, so only
+    its generation prompt is kept, not a second copy of the whole prompt."""
+    n = 0
+    tail: list[str] = []
+    for c in chunks:
+        if tail:
+            tail.append(c)
+        elif a.startswith(c, n):
+            n += len(c)
+        else:
+            k = 0
+            while k < len(c) and n + k < len(a) and a[n + k] == c[k]:
+                k += 1
+            tail.append(c[k:])
+    return "".join(tail)
 
 
 def _common_suffix_after_prefix(a: str, b: str) -> str:
@@ -186,7 +215,7 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     assistant message continued. ``allow_media``: the server has a multimodal projector (a
     text-only server refuses image parts). Every failure is a ``TemplateError`` with the reason.
     """
-    from replayer.core.prompt.template_inputs import extra_context, render_content, template_inputs
+    from replayer.core.prompt.template_inputs import extra_context, template_inputs
 
     tpl = _compile(template.source, template.trusted)
     prep = template_inputs(template.source, template_caps(template), messages, tools,
@@ -209,33 +238,75 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
     gen = add_generation_prompt and prep.continuation is None
     if gen:
         ctx["add_generation_prompt"] = True
-    prompt = _run(tpl, ctx)
-    gpt_oss = "<|channel|>" in template.source
+    # the chunks are joined once, at the end: a continued message's tail or a stripped BOS
+    # made a second whole copy of the prompt beside the first (issue 24)
+    chunks = list(_chunks(tpl, ctx))
     if prep.continuation is not None:
-        if gpt_oss and prompt.rfind("<|return|>") >= 0:  # is_inference without a generation prompt
-            i = prompt.rfind("<|return|>")
-            prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
-        cont = prep.continuation
-        if gpt_oss:
-            tail = "<|start|>assistant<|channel|>analysis<|message|>" + cont["reasoning_content"]
+        chunks = _continued(chunks, tpl, ctx, template, prep)
+    bos, eos = template.bos_token, template.eos_token
+    if template.add_bos and bos and _ends(chunks, len(bos), head=True) == bos:
+        _drop(chunks, len(bos), head=True)
+    if template.add_eos and eos and _ends(chunks, len(eos), head=False) == eos:
+        _drop(chunks, len(eos), head=False)
+    return "".join(chunks)
+
+
+def _continued(chunks: list[str], tpl: jinja2.Template, ctx: dict[str, Any], template: Template,
+               prep: TemplateInputs) -> list[str]:
+    """The chunks of a prompt that continues its trailing assistant message (``prefill_assistant``):
+    the rendered conversation, then the server's generation prompt and what the message holds."""
+    from replayer.core.prompt.template_inputs import render_content
+
+    gpt_oss = "<|channel|>" in template.source
+    prompt = "".join(chunks)
+    if gpt_oss and prompt.rfind("<|return|>") >= 0:  # is_inference without a generation prompt
+        i = prompt.rfind("<|return|>")
+        prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
+        chunks = [prompt]
+    cont = prep.continuation
+    if gpt_oss:
+        tail = "<|start|>assistant<|channel|>analysis<|message|>" + cont["reasoning_content"]
+        if not prep.continue_reasoning_only:
+            tail += "<|end|><|start|>assistant<|channel|>final<|message|>" + render_content(cont)
+    else:
+        tail = _suffix_after_common_prefix(prompt, _chunks(tpl, dict(ctx, add_generation_prompt=True)))
+        start, end = reasoning_markers(template)
+        if start:
+            i = tail.find(start)
+            tail = (tail if i < 0 else tail[:i]) + start + cont["reasoning_content"]
             if not prep.continue_reasoning_only:
-                tail += "<|end|><|start|>assistant<|channel|>final<|message|>" + render_content(cont)
+                tail += end
+        if not prep.continue_reasoning_only:
+            tail += render_content(cont)
+    del prompt
+    chunks.append(tail)
+    return chunks
+
+
+def _ends(chunks: list[str], n: int, *, head: bool) -> str:
+    """The first (``head``) or last ``n`` characters of ``"".join(chunks)``, without joining."""
+    out: list[str] = []
+    k = 0
+    for c in (chunks if head else reversed(chunks)):
+        if k >= n:
+            break
+        piece = c[:n - k] if head else c[max(0, len(c) - (n - k)):]
+        out.append(piece)
+        k += len(piece)
+    return "".join(out if head else reversed(out))
+
+
+def _drop(chunks: list[str], n: int, *, head: bool) -> None:
+    """Drop the first (``head``) or last ``n`` characters of the chunks' concatenation, in place."""
+    order = range(len(chunks)) if head else range(len(chunks) - 1, -1, -1)
+    for i in order:
+        if n <= 0:
+            return
+        c = chunks[i]
+        if len(c) <= n:
+            chunks[i], n = "", n - len(c)
         else:
-            tail = _common_suffix_after_prefix(prompt, _run(tpl, dict(ctx, add_generation_prompt=True)))
-            start, end = reasoning_markers(template)
-            if start:
-                i = tail.find(start)
-                tail = (tail if i < 0 else tail[:i]) + start + cont["reasoning_content"]
-                if not prep.continue_reasoning_only:
-                    tail += end
-            if not prep.continue_reasoning_only:
-                tail += render_content(cont)
-        prompt += tail
-    if template.add_bos and template.bos_token and prompt.startswith(template.bos_token):
-        prompt = prompt[len(template.bos_token):]
-    if template.add_eos and template.eos_token and prompt.endswith(template.eos_token):
-        prompt = prompt[:-len(template.eos_token)]
-    return prompt
+            chunks[i], n = (c[n:] if head else c[:len(c) - n]), 0
 
 
 def bundled(name: str) -> Template:
