@@ -16,7 +16,11 @@ beside it; their thoughts are not sent back), and the results, which the CLI wri
 reply's ``toolCalls`` and as a user record of ``functionResponse`` parts (sent once; the
 ``toolCalls`` copy only where no record holds it). Call ids lose the ``<tool>__`` prefix the file
 gives them. ``info``, ``error`` and ``warning`` records are the UI's, never sent, nor are slash
-and ``?`` commands. The system prompt and tools are not stored.
+and ``?`` commands (the two replies around one go out as one model turn). The system prompt and
+tools are not stored. Each process that wrote the file sent the history it held: a ``--resume``
+writes the metadata line again and rewrites the history it loaded (each tool result twice), so
+the processes before the last are ``Session.earlier`` and ``compacted_prefix`` marks where the
+last one's own requests start. A subagent's chat is ``chats/<session id>/<its id>.jsonl``.
 
 Gemini CLI speaks the Gemini API, not chat completions: against llama-server it runs through a
 translating proxy, which is what the rebuilt chat body stands for (a note says so).
