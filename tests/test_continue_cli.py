@@ -86,3 +86,15 @@ def test_continue_global_dir_moves_the_sessions(tmp_path, monkeypatch):
     monkeypatch.setenv("CONTINUE_GLOBAL_DIR", str(tmp_path / "elsewhere"))
     f = _session(tmp_path, root=tmp_path / "elsewhere")
     assert ("continue", f) in [(x.agent, x.path) for x in discover()]
+
+
+def test_a_call_whose_function_is_no_object_keeps_its_call_and_result(tmp_path):
+    f = tmp_path / "a-b.json"
+    f.write_text(json.dumps({"sessionId": "s", "history": [
+        {"message": {"role": "user", "content": "hi"}},
+        {"message": {"role": "assistant", "content": "", "toolCalls": [{"id": "c1", "function": "oops"}]},
+         "toolCallStates": [{"toolCallId": "c1", "toolCall": {"function": [1]}, "output": [{"content": "x"}]}]},
+        {"message": {"role": "user", "content": "ok"}}]}))
+    s = load_session(f)
+    assert [m.role for m in s.messages] == ["user", "assistant", "tool", "user"]
+    assert s.messages[1].tool_calls[0].id == "c1" and s.messages[2].content == "x"

@@ -66,6 +66,12 @@ def _context(items: Any) -> str:
                    for c in items if isinstance(c, dict)) if isinstance(items, list) else ""
 
 
+def _function(call: Any) -> dict:
+    """A stored tool call's ``function`` object, or an empty one where the file holds none."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    return fn if isinstance(fn, dict) else {}
+
+
 def _tool_messages(states: Any) -> list[Message]:
     out: list[Message] = []
     for st in states if isinstance(states, list) else []:
@@ -73,7 +79,7 @@ def _tool_messages(states: Any) -> list[Message]:
             continue
         outputs = st.get("output") if isinstance(st.get("output"), list) else []
         text = "\n".join(str(o.get("content", "")) for o in outputs if isinstance(o, dict)) if outputs else CANCELLED
-        name = (st.get("toolCall") or {}).get("function", {}).get("name") if isinstance(st.get("toolCall"), dict) else None
+        name = _function(st.get("toolCall")).get("name")
         out.append(Message(role="tool", content=text, tool_call_id=str(st.get("toolCallId") or ""),
                            name=name if isinstance(name, str) else None))
     return out
@@ -112,8 +118,8 @@ def load(path: Path, doc: dict, images: str = "omit") -> Session:
                 content = ctx + content
             messages.append(Message(role="user", content=content))
         elif role in ("assistant", "thinking"):
-            calls = [ToolCall(id=str(tc.get("id") or ""), name=str((tc.get("function") or {}).get("name") or ""),
-                              arguments=str((tc.get("function") or {}).get("arguments") or ""))
+            calls = [ToolCall(id=str(tc.get("id") or ""), name=str(_function(tc).get("name") or ""),
+                              arguments=str(_function(tc).get("arguments") or ""))
                      for tc in m.get("toolCalls") or [] if isinstance(tc, dict)] if role == "assistant" else []
             messages.append(Message(role="assistant", content=content, tool_calls=calls))
         elif role == "tool":
