@@ -221,3 +221,15 @@ def test_a_subagents_chat_is_a_thread_of_its_parent_and_ids_stay_in_the_folder(t
     assert load_session(sub).format_version == "subagent"
     for hostile in ("../x", "/etc", "..", "a/b"):
         assert subagent_files(path, hostile) == []
+
+
+def test_directories_that_are_no_list_give_no_folder_and_images_count_once_over_a_resume(tmp_path):
+    image = {"id": "u1", "timestamp": _t(1), "type": "user",
+             "content": [{"text": "see"}, {"inlineData": {"mimeType": "image/png", "data": "aGk="}}]}
+    reply = {"id": "r1", "timestamp": _t(2), "type": "gemini", "content": "ok"}
+    path = tmp_path / "c.jsonl"
+    path.write_text(_lines(dict(META, directories="abc"), image, reply, META, _user("u2", "more", 3),
+                           {"id": "r2", "timestamp": _t(4), "type": "gemini", "content": "fine"}))
+    s = load_session(path)
+    assert s.cwd is None and len(s.earlier) == 1
+    assert s.stats.image_placeholders == 1

@@ -131,13 +131,11 @@ def _reply(msg: dict, ts: float | None, answered: set[str]) -> list[Message]:
     sent again (only their signature, which a chat template does not read)."""
     parts = _parts(msg.get("content"))
     if any(isinstance(p, dict) and p.get("functionCall") for p in parts):  # the content is every part
-        calls = [ToolCall(id=_call_id(fc.get("id"), fc.get("name")), name=str(fc.get("name") or ""),
-                          arguments=json_args(fc.get("args") or {}))
-                 for fc in (p.get("functionCall") for p in parts if isinstance(p, dict)) if isinstance(fc, dict)]
+        stored = [p.get("functionCall") for p in parts if isinstance(p, dict)]
     else:  # tool calls stored beside the text
-        calls = [ToolCall(id=_call_id(tc.get("id"), tc.get("name")), name=str(tc.get("name") or ""),
-                          arguments=json_args(tc.get("args") or {}))
-                 for tc in msg.get("toolCalls") or [] if isinstance(tc, dict)]
+        stored = msg.get("toolCalls") or []
+    calls = [ToolCall(id=_call_id(c.get("id"), c.get("name")), name=str(c.get("name") or ""),
+                      arguments=json_args(c.get("args") or {})) for c in stored if isinstance(c, dict)]
     text = _text(parts)
     out = [Message(role="assistant", content=text or None, tool_calls=calls, timestamp=ts)] if text or calls else []
     return out + _results(msg, ts, answered)
@@ -257,7 +255,7 @@ def load(path: Path, images: str = "omit") -> Session:
     # are its earlier requests (a resumed process rewrites the history it loads, and sends it so)
     earlier: list[EarlierHistory] = []
     for held, loaded in processes[:-1]:
-        history, _ = _history(held, images, stats)
+        history, _ = _history(held, images, ImportStats())  # the same images the session's own history counts
         earlier.append(EarlierHistory(messages=history, compacted_prefix=_sent_before(held, loaded, images)))
     messages, usage = _history(msgs, images, stats)
     kept = _sent_before(msgs, processes[-1][1], images) if earlier else 0
@@ -279,7 +277,7 @@ def load(path: Path, images: str = "omit") -> Session:
                         "agents capture gemini` runs a subagent too and keeps them)")
     return Session(format=FORMAT, format_version="subagent" if meta.get("kind") == "subagent" else None,
                    path=str(path), session_id=meta.get("sessionId"), provider="gemini",
-                   cwd=_workspace(messages) or next((d for d in meta.get("directories") or [] if isinstance(d, str)), None),
+                   cwd=_workspace(messages) or _first_directory(meta.get("directories")),
                    model=next((m.get("model") for m in reversed(msgs) if isinstance(m.get("model"), str)), None),
                    created=iso_to_s(meta.get("startTime")) or (min(times) if times else None),
                    updated=iso_to_s(meta.get("lastUpdated")) or (max(times) if times else None),
@@ -294,6 +292,11 @@ def _workspace(messages: list[Message]) -> str | None:
     first = next((m for m in messages if m.role == "user"), None)
     m = _WORKSPACE.search(first.text() or "") if first is not None else None
     return m.group(1).strip() if m else None
+
+
+def _first_directory(dirs: Any) -> str | None:
+    """A subagent's folder, from the ``directories`` list its metadata line records."""
+    return next((d for d in dirs if isinstance(d, str)), None) if isinstance(dirs, list) else None
 
 
 _WORKSPACE = re.compile(r"<session_context>.*?Workspace Directories:\*\*\s*\n\s*- ([^\n]+)", re.S)
