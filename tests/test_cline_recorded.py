@@ -72,6 +72,19 @@ def test_a_cancelled_request_without_a_response_is_skipped_and_a_mismatch_matche
     assert any("records 3 API request(s) for 2 stored response(s)" in w for w in s.warnings)
 
 
+def test_a_ui_messages_file_over_the_limit_is_not_read_and_says_so(tmp_path):
+    import os
+
+    from replayer.core.session.registry import WHOLE_JSON_LIMIT
+
+    ok = {"tokensIn": 900, "cacheReads": 0, "apiProtocol": "openai"}
+    path = vscode_task(tmp_path / "a", "t1", [ok, ok])
+    os.truncate(path.with_name("ui_messages.json"), WHOLE_JSON_LIMIT + 1)  # sparse: nothing is written
+    s = cline.load(path)
+    assert not any(m.recorded for m in s.messages) and len(s.messages) >= 2
+    assert any("ui_messages.json could not be read" in w and "too large" in w for w in s.warnings)
+
+
 def test_the_session_report_sets_clines_counts_beside_the_prediction(tmp_path):
     base = cli_session(tmp_path / "first", [None, None, None])
     plain = orjson.loads(_cli("replay", str(base), "--mode", "session", "--json").stdout)

@@ -48,10 +48,12 @@ from typing import Any
 
 import orjson
 
+from replayer.core.errors import ReplayerError
 from replayer.core.session.formats import cline_wire
 from replayer.core.session.model import EarlierHistory, ImportStats, Message, RecordedTokens, Session, ToolCall
 from replayer.core.session.reader import json_args, ms_to_s
-from replayer.core.session.registry import Head, Importer, doc_confidence, read_doc
+from replayer.core.session.registry import WHOLE_JSON_LIMIT, Head, Importer, doc_confidence, read_doc
+from replayer.core.textfile import read_bytes
 
 FORMAT = "cline"
 _USER_INPUT = re.compile(r'\A<user_input(?: mode="[^"]*")?>(.*)</user_input>\Z', re.S)
@@ -133,6 +135,13 @@ def _assistant(m: dict, ts: float | None, cut: bool = False) -> Message | None:
                    tool_calls=calls, timestamp=ts)
 
 
+def _sidecar(f: Path) -> Any:
+    """A file beside the session (its compaction, a subagent's or the parent's messages, the
+    extension's ``ui_messages.json`` and ``task_metadata.json``), read as the session is: a
+    regular file, bounded."""
+    return orjson.loads(read_bytes(f, "Cline file", WHOLE_JSON_LIMIT))
+
+
 def _count(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
@@ -160,8 +169,8 @@ _ANTHROPIC_PROVIDERS = {"anthropic"}  # the handlers whose tokensIn leaves the c
 def _task_provider(task_dir: Path) -> str | None:
     """The provider a VS Code task last ran with (``task_metadata.json``'s ``model_usage``)."""
     try:
-        doc = orjson.loads((task_dir / "task_metadata.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        doc = _sidecar(task_dir / "task_metadata.json")
+    except (ReplayerError, orjson.JSONDecodeError):
         return None
     usage = doc.get("model_usage") if isinstance(doc, dict) else None
     ids = [u.get("model_provider_id") for u in usage if isinstance(u, dict)] if isinstance(usage, list) else []
@@ -175,8 +184,8 @@ def _ui_recorded(path: Path, msgs: list, warnings: list[str]) -> dict[int, Recor
     if not f.is_file():
         return {}
     try:
-        ui = orjson.loads(f.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        ui = _sidecar(f)
+    except (ReplayerError, orjson.JSONDecodeError) as exc:
         warnings.append(f"{f.name} could not be read ({exc}): Cline's own token counts are not shown")
         return {}
     infos = []
@@ -237,8 +246,8 @@ def _compaction(path: Path, msgs: list, warnings: list[str]) -> tuple[list, int]
     if not path.name.endswith(".messages.json") or not f.is_file():
         return None
     try:
-        doc = orjson.loads(f.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        doc = _sidecar(f)
+    except (ReplayerError, orjson.JSONDecodeError) as exc:
         warnings.append(f"{f.name} could not be read ({exc}): the compaction is not applied")
         return None
     kept, n = (doc.get("messages"), doc.get("source_message_count")) if isinstance(doc, dict) else (None, None)
@@ -276,8 +285,8 @@ def _spawned_with(path: Path, header: dict, msgs: list, warnings: list[str]) -> 
     task, started = _first_prompt(msgs)
     f = path.with_name(f"{parent}.messages.json") if isinstance(parent, str) and "/" not in parent else None
     try:
-        doc = orjson.loads(f.read_bytes()) if f is not None else None
-    except (OSError, orjson.JSONDecodeError):
+        doc = _sidecar(f) if f is not None else None
+    except (ReplayerError, orjson.JSONDecodeError):
         doc = None
     found = None
     for m in _messages_of(doc) or []:
@@ -302,8 +311,8 @@ def subagent_files(path: Path, session_id: str | None) -> list[Path]:
     out = []
     for f in sorted(path.parent.glob("agent_*.messages.json")):
         try:
-            doc = orjson.loads(f.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
+            doc = _sidecar(f)
+        except (ReplayerError, orjson.JSONDecodeError):
             continue
         origin = doc.get("origin") if isinstance(doc, dict) and isinstance(doc.get("origin"), dict) else {}
         if origin.get("parentThreadId") == session_id:
