@@ -102,17 +102,11 @@ def read_line(stream: IO[str], timeout: float = READY_S) -> str:
 
 
 def _children_map() -> dict[int, list[int]]:
+    from replayer.core.processes import proc_stats
+
     kids: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()  # state ppid pgrp session …
-        if fields and fields[0] != "Z":
-            kids.setdefault(int(fields[1]), []).append(int(entry.name))
+    for pid, ppid, _, _ in proc_stats():
+        kids.setdefault(ppid, []).append(pid)
     return kids
 
 

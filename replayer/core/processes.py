@@ -72,11 +72,8 @@ def members(sid: int) -> list[int]:
     return members_of([sid])[sid]
 
 
-def members_of(sids: list[int]) -> dict[int, list[int]]:
-    """``members`` for several groups/sessions in one pass over ``/proc`` (a stop of N servers
-    polls them together, not N scans a poll)."""
-    wanted = set(sids)
-    out: dict[int, list[int]] = {sid: [] for sid in sids}
+def proc_stats() -> Iterator[tuple[int, int, int, int]]:
+    """(pid, ppid, process group, session) of every process in ``/proc`` that is not a zombie."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -87,8 +84,17 @@ def members_of(sids: list[int]) -> dict[int, list[int]]:
         # pid (comm) state ppid pgrp session …; comm may hold spaces and parentheses
         fields = stat[stat.rfind(")") + 2:].split()
         if len(fields) > 3 and fields[0] != "Z":
-            for sid in {int(fields[2]), int(fields[3])} & wanted:
-                out[sid].append(int(entry.name))
+            yield int(entry.name), int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def members_of(sids: list[int]) -> dict[int, list[int]]:
+    """``members`` for several groups/sessions in one pass over ``/proc`` (a stop of N servers
+    polls them together, not N scans a poll)."""
+    wanted = set(sids)
+    out: dict[int, list[int]] = {sid: [] for sid in sids}
+    for pid, _, pgrp, session in proc_stats():
+        for sid in {pgrp, session} & wanted:
+            out[sid].append(pid)
     return out
 
 
