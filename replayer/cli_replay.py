@@ -77,10 +77,9 @@ def _prompt_folder_checks(args: argparse.Namespace) -> str | None:
     if args.observed is None:
         if fmt != "prompt-log":
             return None
-        from replayer.core.record.server_log import log_beside
-        from replayer.core.session.formats.prompt_log import NAME
+        from replayer.core.session_observed import log_beside_folder
 
-        found = log_beside(Path(args.session), NAME.fullmatch)
+        found = log_beside_folder(args.session)
         if found is not None:
             print(f"replayer: observed side: {found}, the server's log beside the folder (--observed FILE to "
                   "give another)", file=sys.stderr)

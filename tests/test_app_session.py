@@ -381,3 +381,39 @@ def test_the_turn_detail_counts_read_as_words():
     assert [counted(1, "checkpoint"), counted(2, "checkpoint"), counted(1, "batch"), counted(3, "batch"),
             counted(0, "batch"), counted(1200, "checkpoint"), counted(1, "turn"), counted(2, "turn")] == \
         ["1 checkpoint", "2 checkpoints", "1 batch", "3 batches", "0 batches", "1,200 checkpoints", "1 turn", "2 turns"]
+
+
+async def test_a_prompt_folder_opened_in_the_app_has_the_servers_log_beside_it_as_observed(tmp_path):
+    """``replayer FOLDER`` (a ``--log-prompts-dir`` folder with the server's log next to it): the
+    app finds the log as ``replay FOLDER --mode session`` does, says so, and the session replay's
+    report has the observed side; a session opened after it has none."""
+    from test_prompt_log import LISTEN, _task
+    d = tmp_path / "prompts"
+    d.mkdir()
+    p1 = "<|start_header_id|>user<|end_header_id|>\n\nHello there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    (d / "000000001000.txt").write_text(p1)
+    (d / "000000002500.txt").write_text(p1 + "Hi!<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nMore<|eot_id|>")
+    n1, n2 = 40, 60  # the server's counts: any, the report shows them beside the simulated ones
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([LISTEN, *_task(0, 0, n1, 0, 10.0), *_task(1, 0, n2, n1 - 1, 2.0, t0="0.02")]) + "\n")
+    app = ReplayerApp(session=d, default_speed=0.0, deterministic=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        setup = app.screen
+        assert setup.config.observed == str(log)
+        assert any(f"observed side: {log}" in n.message for n in app._notifications)
+        setup.query_one("#mode", Select).value = "session"
+        await pilot.pause()
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen))
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        assert screen.doc["observed"]["n_requests"] == 2
+        assert [q["task"] for q in screen.doc["observed"]["requests"]] == [0, 1]
+        assert "observed (the server, as its log says)" in str(screen.query_one("#session-report", Static).render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        app.open_session(demo_session_path())
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen) and app.screen is not setup)
+        assert app.screen.config.observed is None
+        await pilot.pause()

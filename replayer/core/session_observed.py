@@ -48,6 +48,16 @@ def observed_section(path: str | Path, fmt: str, runs: tuple[SessionRun, Session
     return _section("the server's answers, as recorded by replayer record", obs, runs, turns)
 
 
+def log_beside_folder(folder: str | Path) -> Path | None:
+    """The server's log that sits with a ``--log-prompts-dir`` folder (``server_log.log_beside``):
+    its observed side when none is given, for the CLI's ``replay FOLDER --mode session`` and for
+    the app's ``replayer FOLDER`` alike. None when there is none; two is an ``ImportFailed``."""
+    from replayer.core.record.server_log import log_beside
+    from replayer.core.session.formats.prompt_log import NAME
+
+    return log_beside(Path(folder), NAME.fullmatch)
+
+
 def observed_of_log(server_log: str | Path) -> tuple[list[Any], Any]:
     """Each completion task of a server's log as an observed request (the traffic log's shape),
     and the log itself (its batches, checkpoints and warnings)."""

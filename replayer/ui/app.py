@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -159,8 +160,26 @@ class ReplayerApp(App):
             return
         for w in session.warnings:
             self.notify(w, severity="warning")
-        self.push_screen(self.setup_screen(session, self.config, mode=self.settings.mode,
+        self.push_screen(self.setup_screen(session, self._observed_config(session), mode=self.settings.mode,
                                            server_args=self.settings.server_args))
+
+    def _observed_config(self, session) -> ReplayConfig:
+        """The config for ``session``: a ``--log-prompts-dir`` folder's observed side is the
+        server's log beside it, as ``replay FOLDER --mode session`` finds it (said in a notice);
+        any other session has none (the last folder's log must not follow the next session)."""
+        from replayer.core.session_observed import PROMPT_FORMAT, log_beside_folder
+
+        if session.format != PROMPT_FORMAT:
+            return replace(self.config, observed=None) if self.config.observed else self.config
+        try:
+            found = log_beside_folder(session.path)
+        except ReplayerError as exc:  # two logs beside it: which one is the user's to say
+            self.notify(str(exc).replace(" with --observed FILE", " (replayer replay --observed FILE)"),
+                        title="no observed side", severity="warning", timeout=10, markup=False)
+            found = None
+        if found is not None:
+            self.notify(f"observed side: {found}, the server's log beside the folder", timeout=8, markup=False)
+        return replace(self.config, observed=str(found) if found is not None else None)
 
     def _show_open_error(self, path: Path, text: str) -> None:
         from textual.widgets import Input
