@@ -56,6 +56,22 @@ def test_the_follower_hands_each_request_its_task_from_when_the_watch_started(tm
     f.close()
 
 
+def test_another_clients_task_of_the_same_new_token_count_is_told_apart_by_its_reuse(tmp_path):
+    """Two clients on one server, each request re-processing 15 tokens: with ``-lv 4`` the log
+    says each task's ``cache_n`` too, and the answer's own ``cache_n`` picks its task, not the
+    first of the same size (another client's, skipped)."""
+    log = tmp_path / "server.log"
+    log.write_text(LISTEN + "\n")
+    f = LogFollower(log, wait_s=0.2)
+    _append(log, [*_task(4, 0, 515, 500, 2.0), *_task(5, 1, 95, 80, 1.0, t0="0.02")])
+    rec = {**_rec(1, 15), "cache_n": 80}
+    got = f.task_for(rec)
+    assert (got.task, got.slot, got.cache_n) == (5, 1, 80) and f.skipped == 1
+    _append(log, _task(6, 0, 40, 0, 1.0, t0="0.03"))
+    assert f.task_for({**_rec(2, 40), "cache_n": None}).task == 6  # an answer without cache_n: by size alone
+    f.close()
+
+
 def test_a_line_still_being_written_is_read_once_it_is_whole(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(LISTEN + "\n")
@@ -144,3 +160,57 @@ def test_a_real_servers_log_gives_each_recorded_request_its_task_and_slot(tmp_pa
     assert len(slot_of) == 2 and len(set(slot_of.values())) == 2
     assert [t.slot for t in tasks] == [q.slot for q in read_server_log(REAL / "server.log").requests]
     f.close()
+
+
+@pytest.mark.asyncio
+async def test_l_on_the_watch_screen_follows_the_servers_log_from_then_on(tmp_path):
+    """A watch started without ``--server-log``: ``l`` takes the log's path (a wrong one is said
+    and changes nothing), the head line names it, and the requests from then on get the slot
+    the log names; the one before keeps what its answer said (none)."""
+    import asyncio
+
+    from textual.widgets import Input
+
+    from replayer.core.engine.live import free_port
+    from replayer.ui.app import ReplayerApp
+    from replayer.ui.screens.watch import ServerLogPath, WatchScreen, WatchSpec
+
+    from test_watch_build_b import _until
+
+    log = tmp_path / "server.log"
+    _append(log, [LISTEN])
+    cfg = ReplayConfig(b="9859", tokenizer="estimate")
+    port = free_port()
+    with upstream() as (url, _), httpx.Client(timeout=30) as client:
+        app = ReplayerApp(config=cfg, replay=WatchSpec(url, cfg, f"127.0.0.1:{port}", tmp_path / "w.jsonl"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, WatchScreen) and app.screen.watch is not None
+                         and app.screen.watch.url is not None, "the watch is listening")
+            screen = app.screen
+            head = screen.query_one("#watch-head")
+            assert "l: the server's log" in str(head.render())
+
+            async def post(k: int) -> None:
+                r = await asyncio.to_thread(client.post, f"http://127.0.0.1:{port}/v1/chat/completions",
+                                            json={**CHAT, "fault": "no-slot"})
+                assert r.status_code == 200
+                await _until(pilot, lambda: len(screen.rows) == k, f"row {k}")
+
+            async def give(path: str) -> None:
+                await pilot.press("l")
+                await _until(pilot, lambda: isinstance(app.screen, ServerLogPath), "the path field")
+                app.screen.query_one(Input).value = path
+                await pilot.press("enter")
+                await _until(pilot, lambda: app.screen is screen, "back on the watch")
+
+            _append(log, _task(10, 1, 7 + TIMINGS["prompt_n"], TIMINGS["cache_n"], 1.5))
+            await post(1)  # not followed yet: its answer says no slot, and nothing else does
+            await give(str(tmp_path / "nope.log"))
+            assert any("is not a file" in n.message for n in app._notifications)
+            assert screen.watch.server_log is None and "l: the server's log" in str(head.render())
+            await give(str(log))
+            assert "server log server.log" in str(head.render())
+            _append(log, _task(11, 2, 7 + TIMINGS["prompt_n"], TIMINGS["cache_n"], 1.5))
+            await post(2)
+            assert [(r.slot, r.task) for r in screen.rows] == [(None, None), (2, 11)]
+            assert screen.watch.meta()["server_log"] == str(log)

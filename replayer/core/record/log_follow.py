@@ -12,7 +12,9 @@ the order they arrived, and the proxy logs its requests in the same order, so th
 of the log is the next request's. A task started by a request that did not pass the proxy
 (another client on the same server) is told apart by its size: when both the answer and the
 task have a ``prompt_n``, the first task from here (within ``WINDOW``) whose ``prompt_n`` is
-the answer's is the one, and the tasks before it are skipped. The file is read from where it
+the answer's — and whose ``cache_n`` is too, when both say one (``-lv 4``): two clients' requests
+of the same new-token count are still told apart by what each reused — is the one, and the tasks
+before it are skipped. The file is read from where it
 ended when the watch started: the tasks of the server's earlier requests are not this watch's.
 
 The server writes its log from a thread of its own (common/log.cpp's worker), so a task's last
@@ -70,18 +72,20 @@ class LogFollower:
         if rec.get("endpoint") not in LOGGED_ENDPOINTS or rec.get("status") != 200:
             return None
         want = rec.get("prompt_n") if isinstance(rec.get("prompt_n"), int) else None
+        cached = rec.get("cache_n") if isinstance(rec.get("cache_n"), int) else None
         deadline = time.monotonic() + self.wait_s
         while True:
             self._read()
-            found = self._match(want, final=time.monotonic() >= deadline)
+            found = self._match(want, final=time.monotonic() >= deadline, cached=cached)
             if found is not None or time.monotonic() >= deadline:
                 return found
             time.sleep(0.02)
 
-    def _match(self, want: int | None, final: bool) -> LoggedRequest | None:
+    def _match(self, want: int | None, final: bool, cached: int | None = None) -> LoggedRequest | None:
         tasks = self.reader.order[self.used:self.used + WINDOW]
         for k, task in enumerate(tasks):
-            if want is None or task.prompt_n == want:
+            if want is None or (task.prompt_n == want and (cached is None or task.cache_n is None
+                                                           or task.cache_n == cached)):
                 self.skipped += k
                 self.used += k + 1
                 return task

@@ -13,9 +13,10 @@ and the predictor thread feeds it every line this watch logged so far, read back
 (the watch keeps no request bodies), then hands over the new rows as a new ``epoch``: the
 screen starts its strips and table again from them.
 
-With ``server_log`` (``watch --server-log``) the predictor thread also follows the upstream's
-own log (``log_follow``) and completes each record with its task before predicting it: the
-slot the server chose when its answer does not say, and whether it re-processed the whole prompt.
+With ``server_log`` (``watch --server-log``, or ``follow`` later: the screen's ``l``) the
+predictor thread also follows the upstream's own log (``log_follow``) and completes each record
+with its task before predicting it: the slot the server chose when its answer does not say, and
+whether it re-processed the whole prompt.
 """
 
 from __future__ import annotations
@@ -136,6 +137,9 @@ class Watch:
             if isinstance(rec, Predictor):
                 self._switch(rec)
                 continue
+            if isinstance(rec, LogFollower):
+                self._follow(rec)
+                continue
             self._fed += 1
             row = self._add(self.predictor, self._observe(rec))
             with self._lock:
@@ -167,6 +171,20 @@ class Watch:
         config = replace(self.predictor.config, b=b)
         config.check()
         self._queue.put(Predictor.for_upstream(config, self.upstream_url, self.server_args))
+
+    def follow(self, server_log: Path) -> None:
+        """Follow the upstream's own log from now on (the watch screen's ``l``, for a watch started
+        without ``--server-log``, or another file): the requests logged from here on get its facts;
+        those before keep what their answers said. A path that is no readable file is refused here
+        (``ReplayerError``), before anything changes. The follower is handed to the predictor
+        thread through the same queue as the records, so no record is matched half by one log."""
+        self._queue.put(LogFollower(server_log))
+
+    def _follow(self, follower: LogFollower) -> None:
+        old, self._follower = self._follower, follower
+        self.server_log = follower.path
+        if old is not None:
+            old.close()
 
     def _switch(self, new: Predictor) -> None:
         rows = []

@@ -65,6 +65,7 @@ the whole session.
 prediction, one cell a request as it passes the proxy (T: another thread held the server); one
 line a request — the server's cached+new tokens, prompt time (~ the first byte's, when the answer
 had no timings) and tok/s beside the prediction, ≠ where the predicted reuse is not the server's.
+b chooses build B; l follows the server's own log (its slots, full re-processing) from then on;
 e · j export Markdown · JSON; q quits (the proxy stops with the app).
 """
 

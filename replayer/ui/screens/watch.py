@@ -9,7 +9,9 @@ with ``≠`` where the predicted reuse is not the server's. Nothing here compute
 
 ``b`` chooses build B among the setup's builds (the presets and what is installed, ✓): the
 watch predicts every request logged so far again on it (``Watch.rebuild``) and the strips and
-table start again from the new rows.
+table start again from the new rows. ``l`` gives the upstream's own log to follow from then on
+(``watch --server-log`` from the app: ``Watch.follow``), for the slot and full re-processing its
+answers do not say; the head line names the log followed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import ModalScreen, Screen
-from textual.widgets import OptionList, RichLog, Static
+from textual.widgets import Input, OptionList, RichLog, Static
 from textual.widgets.option_list import Option
 
 from replayer.core.engine.slot_turns import TurnRecord
@@ -85,6 +87,30 @@ class ChooseBuild(ModalScreen[str | None]):
         self.dismiss(event.option.id)
 
 
+class ServerLogPath(ModalScreen[str | None]):
+    """The upstream server's log file to follow (``watch --server-log``), typed: its
+    ``--log-file``, or the file its stderr or ``--log-jsonl`` goes to."""
+
+    DEFAULT_CSS = """
+    ServerLogPath { align: center middle; }
+    ServerLogPath > Input { width: 70; max-width: 95%; border: round $accent; }
+    """
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def __init__(self, current: Path | None) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        field = Input(str(self.current or ""), placeholder="/path/to/llama-server.log", id="server-log-path")
+        field.border_title = "the server's own log, followed from now on (⏎ follows, esc cancels)"
+        yield field
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value.strip() or None)
+
+
 class WatchScreen(Screen):
     DEFAULT_CSS = """
     WatchScreen { layout: vertical; }
@@ -95,7 +121,8 @@ class WatchScreen(Screen):
     WatchScreen #watch-cols { height: 1; color: $text-muted; }
     WatchScreen #watch-rows { height: 1fr; scrollbar-size-vertical: 1; }
     """
-    BINDINGS = [Binding("b", "choose_build", "build B"), Binding("e", "export('md')", "export md"),
+    BINDINGS = [Binding("b", "choose_build", "build B"), Binding("l", "server_log", "server log"),
+                Binding("e", "export('md')", "export md"),
                 Binding("j", "export('json')", "export json"), Binding("q", "app.quit", "quit")]
 
     def __init__(self, spec: WatchSpec, watch: Watch | None = None) -> None:
@@ -130,12 +157,37 @@ class WatchScreen(Screen):
             self.query_one("#watch-head", Static).update(Text(f"cannot watch: {exc}", style="bold red"))
             self.notify(str(exc), title="cannot watch", severity="error", timeout=15, markup=False)
             return
-        w = self.watch
-        self.query_one("#watch-head", Static).update(
-            f"watch {url} → {w.upstream_url} · log {w.path.name}")
+        self._show_head()
         self._show_label()
         self._show_totals()
         self.set_interval(DRAIN_S, self.drain)
+
+    def _show_head(self, server_log: Path | None = None) -> None:
+        assert self.watch is not None
+        w = self.watch
+        followed = server_log or w.server_log
+        self.query_one("#watch-head", Static).update(
+            f"watch {w.url} → {w.upstream_url} · log {w.path.name}"
+            + (f" · server log {followed.name}" if followed is not None else " · l: the server's log"))
+
+    def action_server_log(self) -> None:
+        if self.watch is None or self.error:
+            self.notify("the watch did not start", severity="warning")
+            return
+        self.app.push_screen(ServerLogPath(self.watch.server_log), self._follow)
+
+    def _follow(self, path: str | None) -> None:
+        if path is None or self.watch is None:
+            return
+        log = Path(path).expanduser()
+        try:
+            self.watch.follow(log)
+        except ReplayerError as exc:
+            self.notify(str(exc), title="cannot follow this log", severity="error", markup=False)
+            return
+        self._show_head(log)
+        self.notify(f"following {log}: the requests from now on get its slot and full re-processing",
+                    markup=False)
 
     def _show_label(self) -> None:
         assert self.watch is not None
