@@ -103,7 +103,7 @@ class ServerLogPath(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         field = Input(str(self.current or ""), placeholder="/path/to/llama-server.log", id="server-log-path")
-        field.border_title = "the server's own log, followed from now on (⏎ follows, esc cancels)"
+        field.border_title = "the server's own log, to follow from now on (esc: cancel)"
         yield field
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -166,9 +166,10 @@ class WatchScreen(Screen):
         assert self.watch is not None
         w = self.watch
         followed = server_log or w.server_log
+        # without the scheme: the line fits 80 columns with a log name and the server log's
         self.query_one("#watch-head", Static).update(
-            f"watch {w.url} → {w.upstream_url} · log {w.path.name}"
-            + (f" · server log {followed.name}" if followed is not None else " · l: the server's log"))
+            f"watch {_bare(w.url)} → {_bare(w.upstream_url)} · log {w.path.name}"
+            + (f" · server log {followed.name}" if followed is not None else " · l: server log"))
 
     def action_server_log(self) -> None:
         if self.watch is None or self.error:
@@ -278,6 +279,10 @@ class WatchScreen(Screen):
     def on_unmount(self) -> None:
         if self.watch is not None:
             self.watch.stop()
+
+
+def _bare(url: str | None) -> str:
+    return (url or "").removeprefix("http://")
 
 
 def run_watch_app(spec: WatchSpec) -> int:
