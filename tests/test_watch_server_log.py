@@ -72,6 +72,23 @@ def test_another_clients_task_of_the_same_new_token_count_is_told_apart_by_its_r
     f.close()
 
 
+def test_a_task_the_server_cancelled_is_no_answers_even_of_the_same_size(tmp_path):
+    """A request whose answer failed after its prefill (b9859 answered a tiny model's output with
+    a 500: "does not match the expected peg-native format") leaves a task in the log of the same
+    size as the next request's; the server's ``cancel task`` line (server-queue.cpp:449) says it
+    answered nothing, so the next 200 takes its own task, not that one."""
+    log = tmp_path / "server.log"
+    log.write_text(LISTEN + "\n")
+    f = LogFollower(log, wait_s=0.2)
+    _append(log, [*_task(16, 0, 58, 35, 1.1), "0.01.043.876 W srv          stop: cancel task, id_task = 16",
+                  *_task(22, 0, 58, 35, 1.1, t0="0.02")])
+    assert f.task_for({**_rec(4, None, status=500)}) is None
+    got = f.task_for({**_rec(5, 23), "cache_n": 35})
+    assert got.task == 22 and f.skipped == 1
+    f.close()
+    assert [r.cancelled for r in read_server_log(log).requests] == [True, False]
+
+
 def test_a_line_still_being_written_is_read_once_it_is_whole(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(LISTEN + "\n")
@@ -188,7 +205,11 @@ async def test_l_on_the_watch_screen_follows_the_servers_log_from_then_on(tmp_pa
                          and app.screen.watch.url is not None, "the watch is listening")
             screen = app.screen
             head = screen.query_one("#watch-head")
-            assert "l: the server's log" in str(head.render())
+            assert "l: server log" in str(head.render())
+            await pilot.pause()
+            shown = {k.description for k in app.screen.query("FooterKey") if 0 < k.region.right <= 80}
+            # the watch's own keys, on screen at 80 columns (not the strip's: it takes no focus)
+            assert {"build B", "server log", "export md", "quit"} <= shown, shown
 
             async def post(k: int) -> None:
                 r = await asyncio.to_thread(client.post, f"http://127.0.0.1:{port}/v1/chat/completions",
@@ -207,7 +228,7 @@ async def test_l_on_the_watch_screen_follows_the_servers_log_from_then_on(tmp_pa
             await post(1)  # not followed yet: its answer says no slot, and nothing else does
             await give(str(tmp_path / "nope.log"))
             assert any("is not a file" in n.message for n in app._notifications)
-            assert screen.watch.server_log is None and "l: the server's log" in str(head.render())
+            assert screen.watch.server_log is None and "l: server log" in str(head.render())
             await give(str(log))
             assert "server log server.log" in str(head.render())
             _append(log, _task(11, 2, 7 + TIMINGS["prompt_n"], TIMINGS["cache_n"], 1.5))

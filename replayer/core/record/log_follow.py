@@ -14,7 +14,8 @@ of the log is the next request's. A task started by a request that did not pass 
 task have a ``prompt_n``, the first task from here (within ``WINDOW``) whose ``prompt_n`` is
 the answer's — and whose ``cache_n`` is too, when both say one (``-lv 4``): two clients' requests
 of the same new-token count are still told apart by what each reused — is the one, and the tasks
-before it are skipped. The file is read from where it
+before it are skipped. A task the server cancelled before its answer (``cancel task``: an
+answer that failed after the prefill, a client that went away) is no 200's. The file is read from where it
 ended when the watch started: the tasks of the server's earlier requests are not this watch's.
 
 The server writes its log from a thread of its own (common/log.cpp's worker), so a task's last
@@ -84,6 +85,8 @@ class LogFollower:
     def _match(self, want: int | None, final: bool, cached: int | None = None) -> LoggedRequest | None:
         tasks = self.reader.order[self.used:self.used + WINDOW]
         for k, task in enumerate(tasks):
+            if task.cancelled:
+                continue  # it answered no 200 (a 500 after its prefill, a client gone): not this request's
             if want is None or (task.prompt_n == want and (cached is None or task.cache_n is None
                                                            or task.cache_n == cached)):
                 self.skipped += k

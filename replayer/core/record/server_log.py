@@ -43,6 +43,10 @@ MAX_LOG_BYTES = 4 * 1024 * 1024 * 1024
 _TASK = re.compile(r"slot\s+.{1,12}?:\s+id\s+(\d+)\s+\|\s+task\s+(\d+)\s+\|\s+(.*)$")
 #: one line per server start: ``SRV_INF("listening on %s")`` (9859 tools/server/server.cpp:429, 11434 :526)
 _START = re.compile(r"srv\s+.{1,12}?:\s+listening on ")
+#: a task the server stopped before it answered it: its reader went away (the client disconnected,
+#: or the answer failed, e.g. a 500 on output the chat parser refused) — ``SRV_WRN("cancel task,
+#: id_task = %d")``, server_response_reader::stop (9859 and 10001 tools/server/server-queue.cpp:449)
+_CANCEL = re.compile(r"srv\s+.{1,12}?:\s+cancel task, id_task = (\d+)")
 
 
 @dataclass
@@ -60,6 +64,7 @@ class LoggedRequest:
     checkpoints_erased: int = 0
     restored: bool = False
     full_reprocess: bool = False
+    cancelled: bool = False  # stopped before its answer: no 200 of the proxy's is this task's
 
     @property
     def timings(self) -> dict[str, float | int] | None:
@@ -163,6 +168,9 @@ class TaskReader:
             return
         m = _TASK.search(strip_colour(line))
         if m is None:
+            c = _CANCEL.search(line)
+            if c is not None and int(c.group(1)) in self.by_task:
+                self.by_task[int(c.group(1))].cancelled = True
             return
         slot, task, text = int(m.group(1)), int(m.group(2)), m.group(3)
         req = self.by_task.get(task)
