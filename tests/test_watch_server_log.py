@@ -76,15 +76,18 @@ def test_a_task_the_server_cancelled_is_no_answers_even_of_the_same_size(tmp_pat
     """A request whose answer failed after its prefill (b9859 answered a tiny model's output with
     a 500: "does not match the expected peg-native format") leaves a task in the log of the same
     size as the next request's; the server's ``cancel task`` line (server-queue.cpp:449) says it
-    answered nothing, so the next 200 takes its own task, not that one."""
+    answered nothing, so it is the failed request's task (its prefill happened) and the next 200
+    takes its own; a stream cut short takes only a cancelled task."""
     log = tmp_path / "server.log"
     log.write_text(LISTEN + "\n")
     f = LogFollower(log, wait_s=0.2)
     _append(log, [*_task(16, 0, 58, 35, 1.1), "0.01.043.876 W srv          stop: cancel task, id_task = 16",
                   *_task(22, 0, 58, 35, 1.1, t0="0.02")])
-    assert f.task_for({**_rec(4, None, status=500)}) is None
+    failed = f.task_for({**_rec(4, None, status=500)})  # its prefill is in the log: the server did process it
+    assert (failed.task, failed.cache_n, failed.prompt_n) == (16, 35, 23)
     got = f.task_for({**_rec(5, 23), "cache_n": 35})
-    assert got.task == 22 and f.skipped == 1
+    assert got.task == 22 and f.skipped == 0
+    assert f.task_for({**_rec(6, 9), "error": "client disconnected before the response ended"}) is None
     f.close()
     assert [r.cancelled for r in read_server_log(log).requests] == [True, False]
 

@@ -15,7 +15,9 @@ task have a ``prompt_n``, the first task from here (within ``WINDOW``) whose ``p
 the answer's — and whose ``cache_n`` is too, when both say one (``-lv 4``): two clients' requests
 of the same new-token count are still told apart by what each reused — is the one, and the tasks
 before it are skipped. A task the server cancelled before its answer (``cancel task``: an
-answer that failed after the prefill, a client that went away) is no 200's. The file is read from where it
+answer that failed after the prefill, a client that went away) is no whole answer's, and is the
+task of the next failed one (a 500, or a stream cut short): its prefill still changed the
+server's slot, so the prediction simulates it too. The file is read from where it
 ended when the watch started: the tasks of the server's earlier requests are not this watch's.
 
 The server writes its log from a thread of its own (common/log.cpp's worker), so a task's last
@@ -70,23 +72,25 @@ class LogFollower:
     def task_for(self, rec: dict[str, Any]) -> LoggedRequest | None:
         """The task of one traffic-log record, or None: the request started no task (not a
         completion, refused before one), or none of the log's next tasks is its (yet)."""
-        if rec.get("endpoint") not in LOGGED_ENDPOINTS or rec.get("status") != 200:
-            return None
+        if rec.get("endpoint") not in LOGGED_ENDPOINTS or rec.get("status") not in (200, 500):
+            return None  # refused before a task (4xx), or the proxy's own answer (the upstream down)
+        failed = rec.get("status") != 200 or bool(rec.get("error"))  # a 500, or a stream cut short
         want = rec.get("prompt_n") if isinstance(rec.get("prompt_n"), int) else None
         cached = rec.get("cache_n") if isinstance(rec.get("cache_n"), int) else None
         deadline = time.monotonic() + self.wait_s
         while True:
             self._read()
-            found = self._match(want, final=time.monotonic() >= deadline, cached=cached)
+            found = self._match(want, final=time.monotonic() >= deadline, cached=cached, failed=failed)
             if found is not None or time.monotonic() >= deadline:
                 return found
             time.sleep(0.02)
 
-    def _match(self, want: int | None, final: bool, cached: int | None = None) -> LoggedRequest | None:
+    def _match(self, want: int | None, final: bool, cached: int | None = None,
+               failed: bool = False) -> LoggedRequest | None:
         tasks = self.reader.order[self.used:self.used + WINDOW]
         for k, task in enumerate(tasks):
-            if task.cancelled:
-                continue  # it answered no 200 (a 500 after its prefill, a client gone): not this request's
+            if task.cancelled != failed:
+                continue  # a whole answer's task was not cancelled, a failed one's was
             if want is None or (task.prompt_n == want and (cached is None or task.cache_n is None
                                                            or task.cache_n == cached)):
                 self.skipped += k

@@ -67,10 +67,11 @@ def totals_lines(t: Totals, build: str) -> list[str]:
     if t.observed_timed < t.requests:  # Anthropic and Responses answers carry no timings
         server += f" ({t.observed_timed} timed)"
     pred = f"{build}: re-processed {t.predicted_prompt_n:,} tokens in {t.predicted_ms / 1000:.2f} s"
-    if t.compared:
-        pred += f" · reuse differs on {t.differ}/{t.compared}"
-    if t.slots_compared:
-        pred += f" · slot on {t.slots_differ}/{t.slots_compared}"
+    # "differs on" said once for both: "slot on 0/5" alone read as "on slot 0"
+    differs = ([f"reuse on {t.differ}/{t.compared}"] if t.compared else []) + \
+        ([f"slot on {t.slots_differ}/{t.slots_compared}"] if t.slots_compared else [])
+    if differs:
+        pred += " · differs: " + ", ".join(differs)
     return [server, pred]
 
 
