@@ -65,17 +65,17 @@ def _prompt_folder_checks(args: argparse.Namespace) -> str | None:
     before any run, the log read once here so that a bad one is refused first. Without
     ``--observed``, a server's log that sits with the folder (``server_log.log_beside``) is its
     observed side, said on stderr. Returns the log to read as the observed side (or None)."""
+    from replayer.core.prepare import PROMPT_LOG, not_a_resume
     from replayer.core.session import registry
 
     try:
         fmt = args.format or registry.detect(Path(args.session).expanduser())
     except ReplayerError:
         fmt = None  # the replay itself says what is wrong with the file
-    if fmt == "prompt-log" and args.mode != "session":
-        raise ReplayerError(f"{args.session} holds llama-server's prompts, not a conversation to resume: "
-                            "replay it with --mode session")
+    if fmt == PROMPT_LOG and args.mode != "session":
+        raise ReplayerError(not_a_resume(args.session))
     if args.observed is None:
-        if fmt != "prompt-log":
+        if fmt != PROMPT_LOG:
             return None
         from replayer.core.session_observed import log_beside_folder
 
@@ -84,7 +84,7 @@ def _prompt_folder_checks(args: argparse.Namespace) -> str | None:
             print(f"replayer: observed side: {found}, the server's log beside the folder (--observed FILE to "
                   "give another)", file=sys.stderr)
         return None if found is None else str(found)
-    if fmt != "prompt-log":
+    if fmt != PROMPT_LOG:
         raise ReplayerError("--observed reads the server log of a --log-prompts-dir folder; "
                             f"{args.session} is not one (a traffic log carries its own observed side)")
     from replayer.core.record.server_log import read_server_log

@@ -402,7 +402,14 @@ async def test_a_prompt_folder_opened_in_the_app_has_the_servers_log_beside_it_a
         setup = app.screen
         assert setup.config.observed == str(log)
         assert any(f"observed side: {log}" in n.message for n in app._notifications)
-        setup.query_one("#mode", Select).value = "session"
+        mode = setup.query_one("#mode", Select)
+        assert mode.value == "session", "a prompt folder has no resume: its setup opens on the session mode"
+        mode.value = "resume"
+        await pilot.pause()
+        await pilot.press("ctrl+r")  # the CLI's one line, on the setup
+        await wait_for(pilot, lambda: "not a conversation to resume" in str(setup.query_one("#setup-error").render()))
+        assert app.screen is setup
+        mode.value = "session"
         await pilot.pause()
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, SessionScreen))

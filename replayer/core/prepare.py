@@ -21,6 +21,7 @@ from replayer.core.prompt.layout import PromptLayout, compute_layout
 from replayer.core.prompt.template_inputs import STEPFUN_TRIM_FROM, trims_for
 from replayer.core.runspec import DEFAULT_KNOBS, DEFAULT_TIMEOUT_S, Knobs, LiveTarget, RunSpec
 from replayer.core.session import ChatRequest, Session, load_session
+from replayer.core.session.formats.prompt_log import FORMAT as PROMPT_LOG  # the server's prompts, each a request
 from replayer.core.session.request import request_from_files
 
 #: the chat template family each model preset uses, for estimate layouts
@@ -253,6 +254,8 @@ def prepare(path: str | Path, config: ReplayConfig, session: Session | None = No
     holds while it prices): a second copy of every message would be held beside it."""
     config.check()
     s = session or load_session(path, config.format, images=config.images)
+    if s.format == PROMPT_LOG:
+        raise ReplayerError(not_a_resume(s.path))
     req = request if request is not None else request_from_files(s, config.system_prompt, config.tools)
     prep = Prepared(config, s, req)
     tpl = config.template_obj()
@@ -264,6 +267,11 @@ def prepare(path: str | Path, config: ReplayConfig, session: Session | None = No
                                         tokenizer=config.tokenizer_eff, build=build)
         prep.layouts[run] = cache[key]
     return prep
+
+
+def not_a_resume(path: str | Path) -> str:
+    """Why a prompt folder has no resume replay (the CLI's and the app's one line)."""
+    return f"{path} holds llama-server's prompts, not a conversation to resume: replay it with --mode session"
 
 
 def demo_session_path() -> Path:

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.engine.slot_turns import SessionRun
+from replayer.core.session.formats.prompt_log import FORMAT as PROMPT_LOG
 
 SOURCE_FORMAT = "traffic-log"
-PROMPT_FORMAT = "prompt-log"  # a --log-prompts-dir folder: observed only with its server's log
+PROMPT_FORMAT = PROMPT_LOG  # a --log-prompts-dir folder: observed only with its server's log
 MAX_LISTED = 20  # differing requests named in the text report (30 in Markdown)
 
 

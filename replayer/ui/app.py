@@ -14,6 +14,7 @@ from textual.screen import Screen
 
 from replayer.core import options, settings as settings_mod
 from replayer.core.errors import ReplayerError
+from replayer.core.prepare import PROMPT_LOG
 from replayer.core.replay import Prepared, ReplayConfig, demo_session_path
 from replayer.core.session import load_session
 from replayer.ui import themes as theme_files
@@ -160,16 +161,18 @@ class ReplayerApp(App):
             return
         for w in session.warnings:
             self.notify(w, severity="warning")
-        self.push_screen(self.setup_screen(session, self._observed_config(session), mode=self.settings.mode,
+        # a prompt folder's requests have no resume replay: its setup opens on the session mode
+        mode = "session" if session.format == PROMPT_LOG else self.settings.mode
+        self.push_screen(self.setup_screen(session, self._observed_config(session), mode=mode,
                                            server_args=self.settings.server_args))
 
     def _observed_config(self, session) -> ReplayConfig:
         """The config for ``session``: a ``--log-prompts-dir`` folder's observed side is the
         server's log beside it, as ``replay FOLDER --mode session`` finds it (said in a notice);
         any other session has none (the last folder's log must not follow the next session)."""
-        from replayer.core.session_observed import PROMPT_FORMAT, log_beside_folder
+        from replayer.core.session_observed import log_beside_folder
 
-        if session.format != PROMPT_FORMAT:
+        if session.format != PROMPT_LOG:
             return replace(self.config, observed=None) if self.config.observed else self.config
         try:
             found = log_beside_folder(session.path)
