@@ -18,9 +18,13 @@ import bisect
 import re
 from functools import lru_cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from replayer.core.prompt.chunked_text import ChunkedText
 
 #: special markers, one token each
 SPECIAL = re.compile(
@@ -280,9 +284,11 @@ def _prices(starts: np.ndarray, cps: np.ndarray, cls: np.ndarray, nbytes: np.nda
 
 #: characters per scan: parts are scanned in blocks of about this size, cut where a part
 #: ends, so the arrays stay in cache (whole-prompt arrays cost more in page faults than in
-#: work), and memory stays small whatever the prompt: 32K characters peak at ~1.9 MB on
-#: 4-byte text (131,072: 5.6 MB) for ~10 % more CPU (docs/benchmarks.md, issue 24)
-BLOCK = 32768
+#: work), and memory stays small whatever the prompt: 8K characters peak at ~0.6 MB on a
+#: 2.36 M-character 4-byte text (32K: 1.9 MB, 131,072: 5.6 MB) for ~40 % more CPU than 32K,
+#: ~6 ms on a 460K-character prompt; the advice lays a prompt out beside the replay's, so the
+#: scan's arrays were 0.5 MB of a 951 KB pi session's 5.2 MB peak (docs/benchmarks.md, issue 24)
+BLOCK = 8192
 #: a shorter text is scanned in ~16 blocks of at least this size: the scan's arrays (~50 B a
 #: character of a block) stay near 3 B a character of the text whatever its length (a 70K-
 #: character prompt: 0.9 MB in one block, ~0.16 MB in 16), for a few ms
@@ -295,21 +301,25 @@ _SAFE_CUT_WINDOW = 4096
 _SAFE_CUT = re.compile(r"(?<=[A-Za-z]) (?=[A-Za-z])")
 
 
-def _safe_cut(text: str, lo: int, hi: int) -> int | None:
+def _safe_cut(text: str | ChunkedText, lo: int, hi: int) -> int | None:
+    if not isinstance(text, str):
+        return text.search_start(_SAFE_CUT, lo, hi)
     m = _SAFE_CUT.search(text, lo, hi)
     return m.start() if m else None
 
 
-def counts_between(text: str, cuts: list[int]) -> list[int]:
+def counts_between(text: str | ChunkedText, cuts: list[int], end: int | None = None) -> list[int]:
     """Estimated tokens of each part of ``text`` cut at the (sorted) ``cuts``, each rounded
-    on its own as counting the parts one by one would.
+    on its own as counting the parts one by one would; ``end``: of ``text[:end]``, without
+    that copy (nothing past ``end`` is read: a block's scan and its safe cut stop there).
+    ``text`` may be a render's chunks (``ChunkedText``): only its blocks are joined.
 
     A piece belongs to the part its first character is in. Blocks end at a cut when one is
     near, else (inside one long message) at a safe cut (``_SAFE_CUT``). The running sum of
     prices is carried from block to block, and only its value where each part starts is kept,
     so nothing proportional to the prompt is kept beyond the text itself — and the sums are
     the very floats a cumulative sum over the whole prompt gives (ties at .5 round alike)."""
-    n = len(text)
+    n = len(text) if end is None else min(end, len(text))
     block = min(BLOCK, max(MIN_BLOCK, n // 16))
     bounds = np.asarray([0, *cuts, n], dtype=np.int64)
     at_bound = np.zeros(len(bounds))  # running price sum before each bound's first piece
@@ -343,9 +353,10 @@ class EstimateTokenizer:
 
     name = "estimate"
 
-    def count(self, text: str) -> int:
-        """The text's estimated tokens, through the blocked scan: a few MB whatever the text (a
-        scan of the whole text held ~57 B a character; G0 counts the prompt up to its last user)."""
-        if not text:
+    def count(self, text: str | ChunkedText, end: int | None = None) -> int:
+        """The text's estimated tokens (``end``: of ``text[:end]``, not copied: G0 counts the
+        prompt up to its last user, most of a 4-byte prompt), through the blocked scan: a few MB
+        whatever the text (a scan of the whole text held ~57 B a character)."""
+        if not text or end == 0:
             return 0
-        return counts_between(text, [])[0]
+        return counts_between(text, [], end)[0]

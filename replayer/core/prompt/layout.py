@@ -13,7 +13,6 @@ running llama-server's ``/apply-template`` and ``/tokenize``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -22,6 +21,7 @@ import orjson
 from replayer.core.builds.catalog import Build, parse_build
 from replayer.core.errors import ReplayerError
 from replayer.core.prompt import templates
+from replayer.core.prompt.chunked_text import ChunkedText
 from replayer.core.prompt.templates import Delimiter, Template
 from replayer.core.runspec import PromptSpans
 
@@ -96,15 +96,18 @@ class ExactTokenizer(Protocol):
     def encode(self, text: str, add_special: bool = True) -> list[int]: ...
 
 
-def scan_text(text: str, delims: list[Delimiter]) -> list[tuple[str, int]]:
+def scan_text(text: str | ChunkedText, delims: list[Delimiter]) -> list[tuple[str, int]]:
     """Delimiter matches on the rendered string: at each position the first delimiter in list
-    order wins (the token scan's rule, applied to characters)."""
+    order wins (the token scan's rule, applied to characters). Each delimiter's matches are
+    ``re.finditer``'s of the literal: leftmost, not overlapping (``find`` on from each end)."""
     hits: dict[int, str] = {}
     for d in delims:
         if not d.text:
             continue
-        for m in re.finditer(re.escape(d.text), text):
-            hits.setdefault(m.start(), d.role)
+        pos = text.find(d.text)
+        while pos >= 0:
+            hits.setdefault(pos, d.role)
+            pos = text.find(d.text, pos + len(d.text))
     # a later delimiter in the list must not win where an earlier one also matches
     out = []
     for pos in sorted(hits):
@@ -153,8 +156,12 @@ def compute_layout(messages: list[dict], tools: list[dict] | None, *, template: 
         return server_layout(ServerTokenizer(tokenizer[len("server:"):]), messages, tools, b, template=template, keep_text=keep_text)
     tok_exact, tpl = offline_tokenizer(tokenizer, template)
     # a GGUF alone is a text-only server (a projector is a separate --mmproj file): images refused
-    text = templates.render(tpl, messages, tools, add_generation_prompt=True, build_number=b.effective_number,
-                            allow_media=tok_exact is None, **(template_kwargs or {}))
+    chunks = templates.render_chunks(tpl, messages, tools, add_generation_prompt=True, build_number=b.effective_number,
+                                     allow_media=tok_exact is None, **(template_kwargs or {}))
+    # the estimate reads the chunks as they are: joined, one emoji made the prompt 4 bytes a
+    # character (issue 24); an exact tokenizer, and a caller keeping the text, need the string
+    text: str | ChunkedText = "".join(chunks) if tok_exact is not None or keep_text else ChunkedText(chunks)
+    del chunks
     delims = templates.delimiters_for(tpl, b)
     lay = layout_of_text(text, delims, tok_exact, tpl.name, b)
     if keep_text:
@@ -196,7 +203,7 @@ def offline_tokenizer(tokenizer: str, template: Template | None) -> tuple[ExactT
     return tok_exact, template or templates.bundled(templates.DEFAULT_TEMPLATE)
 
 
-def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | None, template_name: str,
+def layout_of_text(text: str | ChunkedText, delims: list[Delimiter], tok: ExactTokenizer | None, template_name: str,
                    b: Build) -> PromptLayout:
     notes: list[str] = []
     # character offsets of the delimiters: the estimate and G0's prefix rule both need them
@@ -207,7 +214,7 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         n = len(ids)
         delim_ids = [(d.role, tok.encode(d.text, add_special=False)) for d in delims]
         matches = _scan_tokens(ids, delim_ids)
-        count = lambda s: len(tok.encode(s, add_special=True))
+        count_prefix = lambda c: len(tok.encode(text[:c], add_special=True))  # an exact tokenizer needs the text
         name = tok.name
     else:
         from replayer.core.prompt.estimate import EstimateTokenizer, counts_between  # numpy: estimate only
@@ -222,7 +229,7 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
             acc += k
             matches.append((role, acc))
         n = acc + parts[-1]
-        count = lambda s: est.count(s)
+        count_prefix = lambda c: est.count(text, end=c)  # no copy of the prefix
         name = "estimate"
     spans = _spans(matches, n)
     n_before_user = None
@@ -230,7 +237,7 @@ def layout_of_text(text: str, delims: list[Delimiter], tok: ExactTokenizer | Non
         # G0: byte offset of the last user delimiter occurrence, prefix tokenized like the prompt
         last_user_c = max((c for role, c in text_matches if role == "user"), default=-1)
         if last_user_c > 0:
-            n_before_user = count(text[:last_user_c])
+            n_before_user = count_prefix(last_user_c)
     if not delims:
         notes.append("the template yields no message delimiters: the server finds no user starts")
     return PromptLayout(n_tokens=n, spans=spans, delimiters=list(delims), tokenizer=name,

@@ -121,22 +121,33 @@ def _chunks(tpl: jinja2.Template, ctx: dict[str, Any]) -> Iterator[str]:
         raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
 
 
-def _suffix_after_common_prefix(a: str, chunks: Iterable[str]) -> str:
-    """``_common_suffix_after_prefix(a, "".join(chunks))`` without joining ``chunks``: a
-    continued assistant message's second render is compared chunk by chunk as it comes, so only
-    its generation prompt is kept, not a second copy of the whole prompt."""
-    n = 0
+def _suffix_after_common_prefix(a: list[str], chunks: Iterable[str]) -> str:
+    """``_common_suffix_after_prefix("".join(a), "".join(chunks))`` joining neither: a continued
+    assistant message's second render is compared chunk by chunk as it comes against the first
+    render's chunks, so only its generation prompt is kept, not a second copy of the whole prompt
+    (nor the first render joined beside its chunks: 4 bytes a character when one is an emoji)."""
+    i = j = 0  # the next character of "".join(a): a[i][j]
     tail: list[str] = []
     for c in chunks:
         if tail:
             tail.append(c)
-        elif a.startswith(c, n):
-            n += len(c)
-        else:
-            k = 0
-            while k < len(c) and n + k < len(a) and a[n + k] == c[k]:
-                k += 1
-            tail.append(c[k:])
+            continue
+        k = 0  # characters of c matched so far
+        while k < len(c):
+            if i == len(a):
+                tail.append(c[k:])
+                break
+            piece = a[i]
+            m = min(len(piece) - j, len(c) - k)
+            if not piece.startswith(c[k:k + m], j):
+                d = 0
+                while piece[j + d] == c[k + d]:
+                    d += 1
+                tail.append(c[k + d:])
+                break
+            k, j = k + m, j + m
+            if j == len(piece):
+                i, j = i + 1, 0
     return "".join(tail)
 
 
@@ -208,7 +219,18 @@ def _analyzed_thinking(source: str, bos_token: str, eos_token: str) -> bool:
 def render(template: Template, messages: list[dict], tools: list[dict] | None = None,
            add_generation_prompt: bool = True, *, build_number: int | None = None,
            now: datetime | None = None, allow_media: bool = True, **kwargs: Any) -> str:
-    """The prompt llama-server renders for this request body (``/apply-template``).
+    """The prompt llama-server renders for this request body (``/apply-template``): the
+    chunks of ``render_chunks`` joined."""
+    return "".join(render_chunks(template, messages, tools, add_generation_prompt, build_number=build_number,
+                                 now=now, allow_media=allow_media, **kwargs))
+
+
+def render_chunks(template: Template, messages: list[dict], tools: list[dict] | None = None,
+                  add_generation_prompt: bool = True, *, build_number: int | None = None,
+                  now: datetime | None = None, allow_media: bool = True, **kwargs: Any) -> list[str]:
+    """The prompt llama-server renders for this request body (``/apply-template``), in the
+    template's own chunks, not joined: the estimate's layout reads them as they are (``ChunkedText``),
+    since one character past U+FFFF makes a joined prompt 4 bytes a character (issue 24).
 
     Messages go through the server's own preparation first (``prepare``): arguments parsed
     into objects when the template reads them as objects, typed content joined, a trailing
@@ -248,7 +270,7 @@ def render(template: Template, messages: list[dict], tools: list[dict] | None = 
         _drop(chunks, len(bos), head=True)
     if template.add_eos and eos and _ends(chunks, len(eos), head=False) == eos:
         _drop(chunks, len(eos), head=False)
-    return "".join(chunks)
+    return chunks
 
 
 def _continued(chunks: list[str], tpl: jinja2.Template, ctx: dict[str, Any], template: Template,
@@ -258,18 +280,19 @@ def _continued(chunks: list[str], tpl: jinja2.Template, ctx: dict[str, Any], tem
     from replayer.core.prompt.template_inputs import render_content
 
     gpt_oss = "<|channel|>" in template.source
-    prompt = "".join(chunks)
-    if gpt_oss and prompt.rfind("<|return|>") >= 0:  # is_inference without a generation prompt
-        i = prompt.rfind("<|return|>")
-        prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
-        chunks = [prompt]
+    if gpt_oss:
+        prompt = "".join(chunks)
+        if (i := prompt.rfind("<|return|>")) >= 0:  # is_inference without a generation prompt
+            prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
+            chunks = [prompt]
+        del prompt
     cont = prep.continuation
     if gpt_oss:
         tail = "<|start|>assistant<|channel|>analysis<|message|>" + cont["reasoning_content"]
         if not prep.continue_reasoning_only:
             tail += "<|end|><|start|>assistant<|channel|>final<|message|>" + render_content(cont)
     else:
-        tail = _suffix_after_common_prefix(prompt, _chunks(tpl, dict(ctx, add_generation_prompt=True)))
+        tail = _suffix_after_common_prefix(chunks, _chunks(tpl, dict(ctx, add_generation_prompt=True)))
         start, end = reasoning_markers(template)
         if start:
             i = tail.find(start)
@@ -278,7 +301,6 @@ def _continued(chunks: list[str], tpl: jinja2.Template, ctx: dict[str, Any], tem
                 tail += end
         if not prep.continue_reasoning_only:
             tail += render_content(cont)
-    del prompt
     chunks.append(tail)
     return chunks
 

@@ -374,7 +374,7 @@ def _count_to(p: TurnPrompt, text: str, cut: int) -> int:
     memo = p.counts if cut <= p.cut else None
     n = memo.get(cut) if memo is not None else None
     if n is None:
-        n = counts_between(text[:cut], [])[0]
+        n = counts_between(text, [], end=cut)[0]
         if memo is not None:
             memo[cut] = n
     return n

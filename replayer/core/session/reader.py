@@ -179,7 +179,9 @@ def read_records(path: Path, agent: str, once: "JsonlFile | None" = None):
 
 
 #: bytes read at a time by ``_lines``
-_CHUNK = 1 << 20
+_CHUNK = 64 << 10
+#: the smallest read: one page
+_CHUNK_MIN = 4096
 #: lines longer than this are decoded and parsed by the standard library (see ``_big``)
 _BIG_LINE = 8 << 20
 #: no agent writes a line this long (a 50 MB pasted image is the largest seen); a longer one is
@@ -211,9 +213,9 @@ def _big(line: bytearray) -> bytearray | str:
 
 def _chunk(fh) -> int:
     """``_CHUNK``, or less for a small file: ``read(n)`` allocates ``n`` before it reads, and
-    a 2 KB session needs no megabyte (a file still being written is read on in these chunks)."""
+    a 2 KB session needs no 64 KB buffer (a file still being written is read on in these chunks)."""
     try:
-        return min(_CHUNK, max(os.fstat(fh.fileno()).st_size + 1, 1 << 16))
+        return min(_CHUNK, max(os.fstat(fh.fileno()).st_size + 1, _CHUNK_MIN))
     except (OSError, AttributeError, ValueError):  # not a real file
         return _CHUNK
 

@@ -29,6 +29,10 @@ from replayer.core.session.reader import UTF8_BOM, JsonlFile, check_readable_fil
 HEAD_BYTES = 65536
 HEAD_OBJECTS = 20
 WHOLE_JSON_LIMIT = 64 * 1024 * 1024
+#: leading whitespace, as ``str.lstrip``/``bytes.lstrip`` strip it (``\s`` is ``isspace`` in both)
+_LEAD = re.compile(r"\s*")
+_LEAD_B = re.compile(rb"\s*")
+_NOT_SPACE_B = re.compile(rb"\S")
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,20 @@ class Head:
             return exc.start < len(self.bytes) - 4  # a cut multibyte char at the end is fine
         return False
 
+    @cached_property
+    def _text_span(self) -> tuple[int, int]:
+        """Where ``text.strip()`` starts and ends, found without the copies ``strip`` makes (each as
+        large as the head: four of them were most of a small file's detection)."""
+        text = self.text
+        start, end = _LEAD.match(text).end(), len(text)
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        return start, end
+
     @property
     def looks_json(self) -> bool:
-        return self.text.lstrip()[:1] in ("{", "[")
+        start = self._text_span[0]
+        return self.text[start:start + 1] in ("{", "[")
 
     @cached_property
     def objs(self) -> list[dict[str, Any]]:
@@ -90,17 +105,19 @@ class Head:
     @cached_property
     def jsonl_like(self) -> bool:
         """Several object lines: a JSONL log, which no whole-document format can be."""
-        return len(self.objs) >= 2 or (bool(self.objs) and "\n" in self.text.strip())
+        return len(self.objs) >= 2 or (bool(self.objs) and self.text.find("\n", *self._text_span) >= 0)
 
     @property
     def several_values(self) -> bool:
         """The first line is a whole JSON value and more follows: JSON lines, never one document
         (decided from the head, without reading a large log whole)."""
-        first, sep, rest = self.bytes.lstrip().partition(b"\n")
-        if not sep or not rest.strip():
+        data = self.bytes
+        start = _LEAD_B.match(data).end()
+        nl = data.find(b"\n", start)
+        if nl < 0 or not _NOT_SPACE_B.search(data, nl + 1):
             return False
         try:
-            loads(first)
+            loads(data[start:nl])
         except orjson.JSONDecodeError:
             return False
         return True

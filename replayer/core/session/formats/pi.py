@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.branch import path_to_root
@@ -88,25 +88,44 @@ def _content_parts(content: Any) -> list[Any]:
 
 def load(path: Path, *, images: str = "omit") -> Session:
     """pi's own steps (``buildSessionContext``): the active branch, its latest compaction, context
-    edits, then entries → agent messages → the LLM messages of the next request."""
+    edits, then entries → agent messages → the LLM messages of the next request.
+
+    The parsed entries are let go before the messages are built, and each LLM message as it is
+    converted (``_drained``): the entries' dicts and the messages' models held at once were a
+    951 KB session's peak (4.1×, issue 24). What the end needs of them is kept apart first —
+    plain reads, so nothing raises earlier than it did and salvage blames the same records."""
     header, entries, stats, warnings = _read(path)
     path_entries = _active_branch(entries, stats)
     provider, model, thinking = _model_of(header, path_entries)
     context, compaction_system, n_compacted = _after_compaction(path_entries, stats)
     agent, system_msgs = _agent_messages(context, compaction_system, n_compacted)
+    infos = [e for e in entries if e.get("type") == "session_info"]  # a list: no Record in this frame's hand
+    # only a branch with a compaction has earlier histories: otherwise its entries need not wait
+    before = path_entries if any(e.get("type") == "compaction" for e in path_entries) else []
+    del entries, path_entries, context
+    stamps = [(m.get("role"), m.get("timestamp"), m.get("usage")) for m in agent]
+    llm = _llm_messages(agent)
+    del agent
     messages, stats.dropped_turns, stats.synthetic_results, compacted_prefix = _transform(
-        _llm_messages(agent), provider, model, images)
+        _drained(llm), provider, model, images)
     system_prompt, tools = _fold_system(system_msgs)
-    title = next((e.get("name") for e in reversed(entries) if e.get("type") == "session_info"), None)
-    times = [t for t in (ms_to_s(m.get("timestamp")) for m in agent if m.get("timestamp")) if t]
+    title = next((e.get("name") for e in reversed(infos)), None)
+    times = [t for t in (ms_to_s(ts) for _, ts, _ in stamps if ts) if t]
     return Session(
         format=FORMAT, format_version=str(header.get("version") or 1), agent_version=None, path=str(path),
         session_id=header.get("id"), title=title, cwd=header.get("cwd"), provider=provider,
         model=model, thinking_level=thinking, created=iso_to_s(header.get("timestamp")),
         updated=max(times) if times else None, messages=messages, system_prompt=system_prompt,
-        tools=tools, compacted_prefix=compacted_prefix, earlier=_earlier(header, path_entries, images),
-        usage=_last_usage(agent), stats=stats, warnings=warnings,
+        tools=tools, compacted_prefix=compacted_prefix, earlier=_earlier(header, before, images),
+        usage=_last_usage(stamps), stats=stats, warnings=warnings,
     )
+
+
+def _drained(items: list) -> Iterator:
+    """``items`` in order, each let go of by the list as it is handed out."""
+    items.reverse()
+    while items:
+        yield items.pop()
 
 
 def _read(path: Path) -> tuple[dict, list[dict], ImportStats, list[str]]:
@@ -279,10 +298,10 @@ def _llm_messages(agent: list[dict]) -> list[dict]:
     return llm
 
 
-def _last_usage(agent: list[dict]) -> Usage:
-    for m in reversed(agent):
-        if m.get("role") == "assistant" and isinstance(m.get("usage"), dict):
-            u = m["usage"]
+def _last_usage(stamps: list[tuple[Any, Any, Any]]) -> Usage:
+    """The last assistant message's usage, from the (role, timestamp, usage) of each agent message."""
+    for role, _, u in reversed(stamps):
+        if role == "assistant" and isinstance(u, dict):
             return Usage(input_tokens=u.get("input"), output_tokens=u.get("output"),
                          cache_read_tokens=u.get("cacheRead"),
                          context_tokens=(u.get("input") or 0) + (u.get("cacheRead") or 0) or None)
