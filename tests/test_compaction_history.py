@@ -62,13 +62,21 @@ def test_opencode_sends_the_summary_then_the_kept_tail_then_what_follows(tmp_pat
             ("user", "Continue if you have next steps"), ("assistant", "continued")]
         assert s.compacted_prefix == 2 + len(kept)  # the summary answered the summarization request
         # before the compaction: the prompt and the tool round (the folded prompt was never sent alone)
-        assert [len(g) for g in earlier_turns(s)] == [2]
+        # then its summarization request: the history OpenCode writes into its prompt (the kept
+        # tail left out); without a capture, that history alone and a note on the missing prompt
+        assert [[t.thread for t in g] for g in earlier_turns(s)] == [[None, None, "compaction"]]
         assert [m.role for m in s.earlier[0].messages] == ["user", "assistant", "tool", "assistant", "user"]
         sent = st.turns[:-1]
-        assert len(sent) == 3
-        assert _roles_texts(sent[2].body)[-1] == ("user", "Continue if you have next steps")
-        assert not any(r == "tool" for r, _ in _roles_texts(sent[2].body))
-        assert len(message_times(s)) == len(sent)
+        assert len(sent) == 4
+        summ = sent[2]
+        assert [m["role"] for m in summ.messages] == ["user"] and "tools" not in summ.body
+        assert summ.messages[0]["content"] == ('[User]: list files\n\n[Assistant tool call]: bash({"command":"ls"})\n'
+                                               "[Tool result]: a.py\n[Assistant]: one file"
+                                               + ("" if tail else "\n\n[User]: after"))  # the kept turn is not in it
+        assert any("lacks OpenCode's summarization prompt" in n for n in summ.notes)
+        assert _roles_texts(sent[3].body)[-1] == ("user", "Continue if you have next steps")
+        assert not any(r == "tool" for r, _ in _roles_texts(sent[3].body))
+        assert len(message_times(s)) == len(sent) - 1  # the main thread's requests
         assert message_times(s)[-1] == 1790000007000 / 1000  # the reply to "Continue…", not the summary
 
 
@@ -165,7 +173,11 @@ def test_qwen_code_history_before_a_compression_is_kept_and_its_requests_are_tur
     st = load_turns(f)
     s = st.session
     assert [m.role for m in s.earlier[0].messages] == ["user", "assistant", "tool", "assistant"]
-    assert [len(g) for g in earlier_turns(s)] == [2] and s.compacted_prefix == 2
+    assert [len(g) for g in earlier_turns(s)] == [3] and s.compacted_prefix == 2  # with the summarization's
     sent = st.turns[:-1]
-    assert len(sent) == 3 and _roles_texts(sent[2].body)[-1][1] == "after"
-    assert len(message_times(s)) == len(sent)
+    assert len(sent) == 4 and _roles_texts(sent[3].body)[-1][1] == "after"
+    summ = sent[2]  # the whole history (no capture: without Qwen Code's prompt), its reply the snapshot
+    assert summ.thread == "compaction" and [m["role"] for m in summ.messages] == ["user", "assistant", "tool",
+                                                                                   "assistant"]
+    assert summ._body["messages"][summ.n_messages]["content"] == "<state_snapshot>S</state_snapshot>"
+    assert len(message_times(s)) == len(sent) - 1  # the main thread's requests

@@ -24,7 +24,7 @@ TYPICAL_CHARS = {"pi": (2478, 2950), "opencode": (9600, 14000), "codex": (16979,
 
 #: summarization prompt characters each agent sent (its first summarization request, measured on
 #: the versions pinned in tests/agents), for the estimate of what a rebuild without a capture lacks
-SUMMARY_CHARS = {"claude": 6361, "codex": 426}
+SUMMARY_CHARS = {"claude": 6361, "codex": 426, "opencode": 1929, "qwen": 3727}
 
 
 @dataclass

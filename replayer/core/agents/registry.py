@@ -194,7 +194,8 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           summary_sends="prompt+tools"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
           _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN,
-          subagents_own=".qwen/projects/*/subagents/*/agent-*.jsonl"),
+          subagents_own=".qwen/projects/*/subagents/*/agent-*.jsonl", summary_sends="prompt+tools",
+          compact_capture=_qwen_resume("/compress")),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless

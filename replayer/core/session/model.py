@@ -157,6 +157,9 @@ class Summarization(BaseModel):
 
     upto: int  # the history's messages it was sent with (Claude Code leaves out the preserved segment)
     prompt: str | None = None  # the summarization prompt, where the file stores it
+    #: the history as the agent writes it into its prompt's ``<conversation>`` block instead of
+    #: sending it as messages (OpenCode): the prompt is then one user message
+    context: str | None = None
     reply: Message | None = None  # its response: the summary (never sent)
     timestamp: float | None = None  # when it was sent, where the file says (unix seconds)
 

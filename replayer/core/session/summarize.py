@@ -15,24 +15,27 @@ from __future__ import annotations
 from typing import Any
 
 from replayer.core.session.model import EarlierHistory, Session
-from replayer.core.session.request import message_to_openai
+from replayer.core.session.request import ChatRequest, message_to_openai
 
 #: the thread of the summarization requests (beside the main one and the subagents')
 THREAD = "compaction"
 
 
 def summarization_body(s: Session, h: EarlierHistory,
-                       body: dict[str, Any]) -> tuple[dict[str, Any], int, list[str]] | None:
-    """The summarization request of the compaction after ``h`` (``body``: the request of that
+                       req: ChatRequest) -> tuple[dict[str, Any], int, list[str]] | None:
+    """The summarization request of the compaction after ``h`` (``req``: the request of that
     history as rebuilt, system prompt and tools included), its reply after it: (body, how many
-    of its messages were sent, notes); None when the importer knows of none."""
+    of its messages were sent, notes); None when the importer knows of none. The history is
+    sent without the parts an agent adds before a run's first prompt (Qwen Code's date
+    reminder: a compression starts no run of its own)."""
     from replayer.core.agents.apply import summarization_parts
 
     sm = h.summarization
     if sm is None:
         return None
     parts = summarization_parts(s)
-    msgs = body["messages"]
+    body = req.body
+    msgs = req.plain_messages if req.plain_messages is not None else body["messages"]
     off = len(msgs) - len(h.messages)  # the system message the request put before the history
     head: list[dict[str, Any]] = []
     if parts.system == "same":
@@ -41,6 +44,8 @@ def summarization_body(s: Session, h: EarlierHistory,
         head = [{"role": parts.system_role, "content": parts.system_prompt}]
     out = head + list(msgs[off:off + sm.upto])
     prompt = sm.prompt if sm.prompt is not None else parts.prompt
+    if sm.context is not None:  # the history written into the prompt; without the prompt, the history alone
+        prompt = _with_conversation(prompt, sm.context) or sm.context
     if prompt is not None:
         _add_prompt(out, prompt, merge=parts.api == "anthropic")
     n = len(out)
@@ -67,3 +72,14 @@ def _add_prompt(out: list[dict[str, Any]], prompt: str, *, merge: bool) -> None:
         out[-1] = {**last, "content": parts + [{"type": "text", "text": prompt}]}
         return
     out.append({"role": "user", "content": prompt})
+
+
+def _with_conversation(prompt: str | None, context: str) -> str | None:
+    """A captured summarization prompt with this compaction's history in its ``<conversation>``
+    block (the capture's own run's history taken out); None when it has no such block."""
+    if prompt is None:
+        return None
+    open_, close = "<conversation>\n", "\n</conversation>"
+    i = prompt.find(open_)
+    j = prompt.find(close, i + len(open_)) if i >= 0 else -1
+    return prompt[:i + len(open_)] + context + prompt[j:] if j >= 0 else None

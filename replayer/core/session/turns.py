@@ -247,7 +247,7 @@ def earlier_turns(s: Session, system_prompt: str | None = None, tools: str | Non
         req = request_from_files(sub, system_prompt, tools)
         ts = turns_of_request(req)
         ts = ts if h.ends_with_request else ts[:-1]
-        made = summarization_body(s, h, req.body)
+        made = summarization_body(s, h, req)
         if made is not None:  # the compaction's own request, on its thread, after the history's
             body, n, notes = made
             ts.append(Turn(len(ts), body, ["the compaction's summarization request", *notes], n_messages=n,
