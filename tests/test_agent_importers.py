@@ -255,3 +255,15 @@ def test_agents_capture_one_process_for_an_agent_that_cannot_is_a_one_line_error
     assert main(["agents", "capture", "pi", "--one-process"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be run headless as one process" in err[0] and "Traceback" not in err[0]
+
+
+def test_claude_code_preserved_segment_of_the_wrong_type_is_ignored_not_a_failed_import(tmp_path):
+    """A ``tailUuid`` that is not a string (a damaged file) keeps nothing after the summary and
+    leaves the summarization request the whole history (it made the import fail before)."""
+    from replayer.core.session.turns import load_turns
+
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next")], preserved={"headUuid": 5, "tailUuid": ["a0"]})
+    st = load_turns(f)
+    summ = next(t for t in st.turns if t.thread == "compaction")
+    assert [m["content"] for m in summ.messages] == ["old question", "old answer"]
+    assert st.session.compacted_prefix == 0

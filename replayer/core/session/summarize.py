@@ -36,7 +36,7 @@ def summarization_body(s: Session, h: EarlierHistory,
     parts = summarization_parts(s)
     body = req.body
     msgs = req.plain_messages if req.plain_messages is not None else body["messages"]
-    off = len(msgs) - len(h.messages)  # the system message the request put before the history
+    off = max(0, len(msgs) - len(h.messages))  # the system message the request put before the history
     head: list[dict[str, Any]] = []
     if parts.system == "same":
         head = msgs[:off]

@@ -118,8 +118,8 @@ def _summarization(boundary: dict, after: list[dict], by_uuid: dict[str, dict], 
                    None)
     reply = None
     if summary is not None:
-        reply = Message(role="assistant", content=text_of((summary.get("message") or {}).get("content")),
-                        origin="compaction_summary")
+        msg = summary.get("message") if isinstance(summary.get("message"), dict) else {}
+        reply = Message(role="assistant", content=text_of(msg.get("content")), origin="compaction_summary")
     when = iso_to_s(boundary.get("timestamp"))
     took = meta.get("durationMs")
     if when is not None and isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took < 1e9:
@@ -130,7 +130,7 @@ def _summarization(boundary: dict, after: list[dict], by_uuid: dict[str, dict], 
 def _preserved_messages(seg: Any, by_uuid: dict[str, dict], main: list[dict], images: str) -> int:
     """How many of the messages sent last before a compaction are its preserved segment (the
     records ``headUuid`` … ``tailUuid``, the end of the old thread), in their sent shape."""
-    if not isinstance(seg, dict) or seg.get("tailUuid") not in by_uuid:
+    if not isinstance(seg, dict) or not isinstance(seg.get("tailUuid"), str) or seg["tailUuid"] not in by_uuid:
         return 0
     kept = path_to_root(by_uuid[seg["tailUuid"]], by_uuid, id_key="uuid", parent_key="parentUuid")
     head = next((k for k, r in enumerate(kept) if r.get("uuid") == seg.get("headUuid")), None)
@@ -172,7 +172,7 @@ def _with_preserved(chain: list[dict], by_uuid: dict[str, dict], stats: ImportSt
     if not chain or chain[0].get("subtype") != "compact_boundary":
         return chain, 0
     seg = (chain[0].get("compactMetadata") or {}).get("preservedSegment")
-    if not isinstance(seg, dict) or seg.get("tailUuid") not in by_uuid:
+    if not isinstance(seg, dict) or not isinstance(seg.get("tailUuid"), str) or seg["tailUuid"] not in by_uuid:
         return chain, 0
     kept = path_to_root(by_uuid[seg["tailUuid"]], by_uuid, id_key="uuid", parent_key="parentUuid")
     head = next((k for k, r in enumerate(kept) if r.get("uuid") == seg.get("headUuid")), 0)

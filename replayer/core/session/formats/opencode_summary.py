@@ -28,8 +28,9 @@ def summarization(messages: list[dict], parts: dict[str, list[dict]], at: int, e
     """The summarization request of the compaction whose user message is ``messages[at]``
     (``earlier``: the indexes of the completed compactions before it)."""
     cid = messages[at].get("id")
+    ids = [messages[k].get("id") for k in earlier]
     summaries = {i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("summary") is True
-                 and m.get("parentID") in {messages[k].get("id") for k in earlier}}
+                 and any(m.get("parentID") == x for x in ids)}
     left_out = set(earlier) | summaries
     before = [m for i, m in enumerate(messages[:at]) if i not in left_out]
     tail = next((p.get("tail_start_id") for p in parts.get(cid, []) if p.get("type") == "compaction"
@@ -44,7 +45,8 @@ def summarization(messages: list[dict], parts: dict[str, list[dict]], at: int, e
                   and m.get("parentID") == cid), None)
     text = "\n\n".join(p["text"].strip() for p in parts.get(reply.get("id"), []) if p.get("type") == "text"
                        and isinstance(p.get("text"), str) and p["text"].strip()) if reply else ""
-    when = ms_to_s((reply.get("time") or {}).get("created")) if reply else None
+    times = reply.get("time") if reply and isinstance(reply.get("time"), dict) else {}
+    when = ms_to_s(times.get("created"))
     return Summarization(upto=0, context=context, timestamp=when,
                          reply=Message(role="assistant", content=text, origin="compaction_summary") if text else None)
 
@@ -73,7 +75,7 @@ def _tool_lines(p: dict) -> list[str]:
         files = [f"[Attached {a.get('mime')}: {a.get('filename') or 'file'}]"
                  for a in st.get("attachments") or [] if isinstance(a, dict)]
         out = "\n".join([str(st.get("output", "")), *files])
-        if (st.get("time") or {}).get("compacted"):
+        if isinstance(st.get("time"), dict) and st["time"].get("compacted"):
             out = "[Old tool result content cleared]"
         elif len(out) > RESULT_LIMIT:
             out = out[:RESULT_LIMIT] + "\n[truncated]"

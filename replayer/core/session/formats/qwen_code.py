@@ -107,7 +107,7 @@ def load(path: Path) -> Session:
             if compressed is not None:  # the history Qwen Code sends from here on; the one it sent
                 # until then is kept: its requests are turns too
                 earlier.append(EarlierHistory(messages=messages, compacted_prefix=kept, summarization=Summarization(
-                    upto=len(messages), reply=compressed[0].model_copy(update={"role": "assistant"}),
+                    upto=len(messages), reply=compressed[0].model_copy(update={"role": "assistant"}) if compressed else None,
                     timestamp=iso_to_s(r.get("timestamp")))))
                 messages, kept = compressed, len(compressed)
                 stats.compactions_applied = 1
