@@ -28,6 +28,9 @@ def cmd_agents(args: argparse.Namespace) -> int:
              f"({cap.system_role}), {len(cap.tools)} tools, ~{capture.estimated_tokens(cap):,} tokens → {path}"
              + "".join(f"\n  subagent {k}: system prompt {len(v.get('system_prompt') or ''):,} characters, "
                        f"{len(v.get('tools') or [])} tools" for k, v in cap.subagents.items())
+             + (f"\n  compaction: summarization prompt {len(cap.compaction.get('prompt') or ''):,} characters, "
+                f"the conversation's system prompt: {cap.compaction.get('system')}, tools: {cap.compaction.get('tools')}"
+                if cap.compaction else "")
              + "".join(f"\n  note: {n}" for n in cap.notes))
         return 0
     lines = []

@@ -100,8 +100,14 @@ def test_claude_code_makes_no_turn_of_a_response_the_compaction_kept(tmp_path):
     assert any("1 turn(s) are the requests sent before it" in n for n in st.notes)
     plain = load_turns(_compacted(tmp_path, [_cc("u1", "cs", "user", "next"),
                                              _cc("a1", "u1", "assistant", [{"type": "text", "text": "ok"}])]))
-    # nothing kept: the turn before the compaction, one after it and the resume
-    assert len(plain.turns) == 3 and plain.request.compacted_prefix == 0
+    # nothing kept: the turn before the compaction, its summarization request (the whole history:
+    # no capture, so without Claude Code's prompt), one after it and the resume
+    assert len(plain.turns) == 4 and plain.request.compacted_prefix == 0
+    summ = plain.turns[1]
+    assert summ.thread == "compaction" and [m["content"] for m in summ.messages] == ["old question", "old answer"]
+    assert any("lacks Claude Code's summarization prompt (~1,590 tokens missing" in n for n in summ.notes)
+    # the preserved segment (the whole history here) was not sent with it: no such request to rebuild
+    assert not any(t.thread == "compaction" for t in st.turns)
 
 
 def test_claude_code_drops_synthetic_turns_and_flags_orphans_and_image_results(tmp_path):
@@ -249,3 +255,15 @@ def test_agents_capture_one_process_for_an_agent_that_cannot_is_a_one_line_error
     assert main(["agents", "capture", "pi", "--one-process"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be run headless as one process" in err[0] and "Traceback" not in err[0]
+
+
+def test_claude_code_preserved_segment_of_the_wrong_type_is_ignored_not_a_failed_import(tmp_path):
+    """A ``tailUuid`` that is not a string (a damaged file) keeps nothing after the summary and
+    leaves the summarization request the whole history (it made the import fail before)."""
+    from replayer.core.session.turns import load_turns
+
+    f = _compacted(tmp_path, [_cc("u1", "cs", "user", "next")], preserved={"headUuid": 5, "tailUuid": ["a0"]})
+    st = load_turns(f)
+    summ = next(t for t in st.turns if t.thread == "compaction")
+    assert [m["content"] for m in summ.messages] == ["old question", "old answer"]
+    assert st.session.compacted_prefix == 0

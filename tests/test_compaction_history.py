@@ -62,13 +62,21 @@ def test_opencode_sends_the_summary_then_the_kept_tail_then_what_follows(tmp_pat
             ("user", "Continue if you have next steps"), ("assistant", "continued")]
         assert s.compacted_prefix == 2 + len(kept)  # the summary answered the summarization request
         # before the compaction: the prompt and the tool round (the folded prompt was never sent alone)
-        assert [len(g) for g in earlier_turns(s)] == [2]
+        # then its summarization request: the history OpenCode writes into its prompt (the kept
+        # tail left out); without a capture, that history alone and a note on the missing prompt
+        assert [[t.thread for t in g] for g in earlier_turns(s)] == [[None, None, "compaction"]]
         assert [m.role for m in s.earlier[0].messages] == ["user", "assistant", "tool", "assistant", "user"]
         sent = st.turns[:-1]
-        assert len(sent) == 3
-        assert _roles_texts(sent[2].body)[-1] == ("user", "Continue if you have next steps")
-        assert not any(r == "tool" for r, _ in _roles_texts(sent[2].body))
-        assert len(message_times(s)) == len(sent)
+        assert len(sent) == 4
+        summ = sent[2]
+        assert [m["role"] for m in summ.messages] == ["user"] and "tools" not in summ.body
+        assert summ.messages[0]["content"] == ('[User]: list files\n\n[Assistant tool call]: bash({"command":"ls"})\n'
+                                               "[Tool result]: a.py\n[Assistant]: one file"
+                                               + ("" if tail else "\n\n[User]: after"))  # the kept turn is not in it
+        assert any("lacks OpenCode's summarization prompt" in n for n in summ.notes)
+        assert _roles_texts(sent[3].body)[-1] == ("user", "Continue if you have next steps")
+        assert not any(r == "tool" for r, _ in _roles_texts(sent[3].body))
+        assert len(message_times(s)) == len(sent) - 1  # the main thread's requests
         assert message_times(s)[-1] == 1790000007000 / 1000  # the reply to "Continue…", not the summary
 
 
@@ -102,11 +110,35 @@ def test_codex_history_before_a_compaction_leaves_out_the_summarization_reply(tm
     st = load_turns(_codex(tmp_path))
     s = st.session
     assert [m.role for m in s.earlier[0].messages] == ["user", "assistant", "tool"]  # no summary reply
-    assert [len(g) for g in earlier_turns(s)] == [1]  # the compaction came before [prompt, call, output]
+    # the compaction came before [prompt, call, output]: that request, then the summarization's
+    assert [[t.thread for t in g] for g in earlier_turns(s)] == [[None, "compaction"]]
     sent = st.turns[:-1]
-    assert len(sent) == 3  # the prompt; after the compaction, the request answered by Done. and by Bye.
-    assert [r for r, _ in _roles_texts(sent[1].body)] == ["developer", "user", "user"]
-    assert any("summarization request(s) are not rebuilt" in n for n in st.notes)
+    assert len(sent) == 4  # and after the compaction, the requests answered by Done. and by Bye.
+    assert [r for r, _ in _roles_texts(sent[2].body)] == ["developer", "user", "user"]
+    assert any("1 of them the summarization request (thread 'compaction')" in n for n in st.notes)
+    # no capture: the summarization request is the history as sent, without Codex's prompt (its
+    # code), with the conversation's developer prompt and no tools; a note says what is missing
+    summ = sent[1]
+    assert summ.thread == "compaction" and "tools" not in summ.body
+    assert [m["role"] for m in summ.messages] == ["developer", "user", "assistant", "tool"]
+    # its reply, after the messages sent (the turn's body holds it, as a conversation's turn holds the next ones)
+    assert summ._body["messages"][summ.n_messages]["content"] == "Summary: the files were listed."
+    assert any("lacks Codex's summarization prompt (~106 tokens missing, an estimate)" in n for n in summ.notes)
+
+
+def test_codex_summarization_request_ends_with_the_captured_prompt(tmp_path):
+    """With a capture that ran a compaction (``Capture.compaction``), the summarization request
+    ends with the agent's prompt as a user message, and the note names the capture."""
+    from replayer.core.agents import capture
+
+    cap = capture.Capture("codex", "0.171.0", "responses", "developer", "B",
+                          compaction={"prompt": "Summarize it all.", "system": "same", "tools": "none"})
+    capture.save(cap)
+    summ = next(t for t in load_turns(_codex(tmp_path)).turns if t.thread == "compaction")
+    assert [(m["role"], m["content"] if isinstance(m["content"], str) else None) for m in summ.messages][-2:] == [
+        ("tool", "a.py"), ("user", "Summarize it all.")]
+    assert summ.messages[0]["role"] == "developer" and "tools" not in summ.body
+    assert any("summarization prompt is from the capture of Codex 0.171.0" in n for n in summ.notes)
 
 
 def test_codex_compaction_without_a_summary_item_keeps_the_whole_history(tmp_path):
@@ -141,7 +173,11 @@ def test_qwen_code_history_before_a_compression_is_kept_and_its_requests_are_tur
     st = load_turns(f)
     s = st.session
     assert [m.role for m in s.earlier[0].messages] == ["user", "assistant", "tool", "assistant"]
-    assert [len(g) for g in earlier_turns(s)] == [2] and s.compacted_prefix == 2
+    assert [len(g) for g in earlier_turns(s)] == [3] and s.compacted_prefix == 2  # with the summarization's
     sent = st.turns[:-1]
-    assert len(sent) == 3 and _roles_texts(sent[2].body)[-1][1] == "after"
-    assert len(message_times(s)) == len(sent)
+    assert len(sent) == 4 and _roles_texts(sent[3].body)[-1][1] == "after"
+    summ = sent[2]  # the whole history (no capture: without Qwen Code's prompt), its reply the snapshot
+    assert summ.thread == "compaction" and [m["role"] for m in summ.messages] == ["user", "assistant", "tool",
+                                                                                   "assistant"]
+    assert summ._body["messages"][summ.n_messages]["content"] == "<state_snapshot>S</state_snapshot>"
+    assert len(message_times(s)) == len(sent) - 1  # the main thread's requests

@@ -8,7 +8,9 @@ items, the environment context, the user prompts so far and the summary as a use
 sends every later request from that history. The rollout, imported, makes one turn per request
 of the conversation, in order, each rebuilt as sent (messages, system prompt and tools): those
 before the compaction from the items it replaced (the rollout keeps them), then those after it
-from its replacement history; the summarization request is not rebuilt."""
+from its replacement history; between them the summarization request (that whole history, then
+Codex's summarization prompt as a user message, from ``replayer agents capture codex``; the
+conversation's developer items, no tools), a turn of the ``compaction`` thread."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import json
 import pytest
 
 from replayer.core.agents import capture
+from replayer.core.agents.capture_run import capture_agent
 from replayer.core.agents.registry import AGENTS
 from replayer.core.agents.run import run
 from replayer.core.agents.stub_model import ModelServer
@@ -59,17 +62,23 @@ def test_codex_every_request_of_an_automatically_compacted_session_is_a_turn_reb
     assert len(after) == 2 and len(main) > len(after)
     compacted = [json.loads(x)["payload"] for x in open(f) if json.loads(x)["type"] == "compacted"]
     assert len(compacted) == 1 and "Summary: the user asked" in compacted[0]["message"]
-    capture.save(capture.from_request(agent.name, agent.version, agent.api, main[0].body))
+    # `replayer agents capture codex` in a HOME and folder of its own: prompt, tools and (from a
+    # compaction of its own run) the summarization prompt
+    cap, _ = capture_agent(agent.name, binary=str(agent_binary(agent)))
+    assert cap.compaction == {"prompt": capture.last_user_text(agent.api, log[at].body), "system": "same",
+                              "tools": "none"}
     st = load_turns(f)
     assert st.session.stats.compactions_total == 1
-    assert any("compaction" in n for n in st.notes)
     sent = st.turns[:-1]  # the last is the resume request, not yet sent
     n_before = len(main) - len(after)
-    assert len(sent) == len(main) and sum(map(len, earlier_turns(st.session))) == n_before
-    diffs = {k: d for k, (t, q) in enumerate(zip(sent, main))
+    assert sum(map(len, earlier_turns(st.session))) == n_before + 1  # and the summarization request
+    # every request of the run, in order, the summarization one on the compaction's thread where it
+    # was sent, each rebuilt as sent: messages, system prompt and tools (none for the summarization)
+    assert len(sent) == len(log) and [t.thread for t in sent].index("compaction") == at
+    diffs = {k: d for k, (t, q) in enumerate(zip(sent, log))
              if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
     assert not diffs, diffs
-    assert any("summarization request(s) are not rebuilt" in n for n in st.notes)
+    assert any("1 of them the summarization request (thread 'compaction')" in n for n in st.notes)
     # the first request after the compaction starts from the summary, not the tool round
     first = wire.FROM[agent.api](after[0].body)
     assert not any(x["role"] in ("assistant", "tool") for x in first.messages)

@@ -10,6 +10,7 @@ stays in memory; a known send-time addition an importer cannot see is named in
 from __future__ import annotations
 
 import glob
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,10 @@ def test_a_capture_made_in_another_folder_rebuilds_the_prompt_sent(agent_run):
         assert not diffs, diffs
 
 
+#: agents whose importer rebuilds the compaction's summarization request (with a capture's prompt)
+SUMMARIZED = {"claude"}
+
+
 @pytest.mark.parametrize("name", [n for n, a in sorted(__import__(
     "replayer.core.agents.registry", fromlist=["AGENTS"]).AGENTS.items()) if a.compact])
 def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
@@ -148,8 +153,10 @@ def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
     sent: those before the compaction from the history the file keeps (``Session.earlier``), then
     those after it — none for the responses the compaction kept (pi's kept messages, Claude Code's
     preserved segment), which answered the longer history before it. The requests sent while the
-    compaction ran are its summarization (Claude Code sends two with the conversation's own prompt
-    and tools; pi's have no tools): not rebuilt, the agent's summarization prompt is not in the file."""
+    compaction ran are its summarization (Claude Code sends one with the conversation's own prompt
+    and tools, the history without the preserved segment, then its prompt; pi's have no tools):
+    for the agents in ``SUMMARIZED`` each is a turn of the ``compaction`` thread where it was sent,
+    its prompt from ``replayer agents capture``; pi's are not rebuilt yet."""
     from replayer.core.agents.registry import AGENTS
     from replayer.core.agents.run import run_commands
     from replayer.core.session.turns import earlier_turns
@@ -171,6 +178,13 @@ def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
     main, _ = wire.main_thread(agent, log)
     if load_turns(f).session.system_prompt is None:  # pi stores none: a capture of the run's first request
         capture.save(capture.from_request(agent.name, agent.version, agent.api, main[0].body))
+    if name in SUMMARIZED:  # the summarization prompt is the agent's code: `replayer agents capture` in
+        # a HOME and folder of its own records it from a compaction of its own run
+        from replayer.core.agents.capture_run import capture_agent
+
+        cap, _ = capture_agent(agent.name, binary=str(agent_binary(agent)))
+        first = next(q for q in log if id(q) in summarizing)
+        assert cap.compaction and cap.compaction["prompt"] == capture.last_user_text(agent.api, first.body)
     st = load_turns(f)
     assert st.session.stats.compactions_total == 1
     rebuilt = wire.from_chat(st.turns[-2].body)
@@ -181,12 +195,23 @@ def test_after_a_compaction_the_next_request_is_rebuilt_as_sent(name, tmp_path):
     # prompt, fingerprints the summary after the compaction, so main_thread's key misses them)
     tools = wire.FROM[agent.api](main[0].body).tools
     sent = [q for q in log if wire.FROM[agent.api](q.body).tools == tools and id(q) not in summarizing]
-    assert len(st.turns) - 1 == len(sent) and summarizing
-    diffs = {k: d for k, (t, q) in enumerate(zip(st.turns[:-1], sent))
+    own = [t for t in st.turns[:-1] if t.thread != "compaction"]
+    assert len(own) == len(sent) and summarizing
+    diffs = {k: d for k, (t, q) in enumerate(zip(own, sent))
              if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
     assert not diffs, diffs
     n_before = sum(1 for q in log[:compacted_at] if id(q) in {id(x) for x in sent})
-    assert sum(map(len, earlier_turns(st.session))) == n_before == 2  # the prompt and the tool round
+    assert sum(1 for t in itertools.chain(*earlier_turns(st.session)) if not t.thread) == n_before == 2
+    if name not in SUMMARIZED:
+        assert not any(t.thread == "compaction" for t in st.turns)
+        return
+    # the summarization request(s) too, each where it was sent, on the compaction's thread: the
+    # turns are every request of the run, in order, each the one sent (messages, system prompt, tools)
+    every = [q for q in log if id(q) in summarizing or id(q) in {id(x) for x in sent}]
+    assert [t.thread == "compaction" for t in st.turns[:-1]] == [id(q) in summarizing for q in every]
+    diffs = {k: d for k, (t, q) in enumerate(zip(st.turns[:-1], every))
+             if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
+    assert not diffs, diffs
 
 
 @pytest.mark.parametrize("name", [n for n, a in sorted(__import__(

@@ -10,7 +10,9 @@ adds a synthetic "Continue if you have next steps…" prompt and goes on from
 "What did we do so far?", the summary, the recent turns it kept (``tail_start_id``, with
 ``compaction.tail_turns``) and what follows. The database, imported, makes every request of the
 conversation a turn, in order, each rebuilt as sent: those before the compaction from the
-messages before it (``Session.earlier``), then those after it. The manual compaction, headless:
+messages before it (``Session.earlier``), its summarization request (the history serialized
+into OpenCode's prompt, its compaction agent's system prompt, no tools: a turn of the
+``compaction`` thread), then those after it. The manual compaction, headless:
 ``opencode serve`` and its ``POST /session/{id}/summarize`` (``auto: false``; the endpoint
 OpenCode's ACP handler calls for ``/compact``), no "Continue…" prompt after it. Written at test
 time in a temporary HOME and never kept."""
@@ -147,18 +149,28 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     assert [c.get("type") for c in compactions] == ["compaction"]
     assert compactions[0]["auto"] is (scenario != "on request")
     assert ("tail_start_id" in compactions[0]) == scenario.endswith("the last turn")
-    capture.save(capture.from_request(agent.name, agent.version, agent.api, main[0].body))
+    # a capture of the run: prompt and tools from its first request, the summarization prompt and
+    # the compaction agent's own system prompt from its summarization request
+    cap = capture.from_request(agent.name, agent.version, agent.api, main[0].body)
+    cap.compaction = capture.compaction_of(agent.name, agent.api, log[at].body, main[0].body)
+    assert (cap.compaction["system"], cap.compaction["tools"]) == ("own", "none")
+    capture.save(cap)
     st = load_turns(db)
     assert st.session.stats.compactions_total == 1 == st.session.stats.compactions_applied
     sent = st.turns[:-1]  # the last is the resume request, not yet sent
-    assert len(sent) == len(main) and sum(map(len, earlier_turns(st.session))) == n_before
-    diffs = {k: d for k, (t, q) in enumerate(zip(sent, main))
+    # every request but the titles, in order, the summarization one on the compaction's thread
+    # where it was sent: the history serialized into its prompt as OpenCode writes it
+    every = [q for k, q in enumerate(log) if q.body.get("tools") or k == at]
+    assert len(sent) == len(every) and sum(map(len, earlier_turns(st.session))) == n_before + 1
+    assert [t.thread for t in sent] == [None] * n_before + ["compaction"] + [None] * (len(main) - n_before)
+    diffs = {k: d for k, (t, q) in enumerate(zip(sent, every))
              if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
     assert not diffs, diffs
+    sent = [t for t in sent if t.thread != "compaction"]
     # the first request after the compaction starts from its prompt and the summary, no tool round
     first = wire.from_chat(sent[n_before].body).messages
     assert first[0]["text"] == SUMMARY_PROMPT and first[1]["role"] == "assistant"
     assert not any(x["role"] == "tool" for x in first)
     # OpenCode adds its "Continue…" prompt after an automatic compaction only
     assert any(x["text"].startswith("Continue if you have next steps") for x in first) is (scenario != "on request")
-    assert any("summarization request(s) are not rebuilt" in n for n in st.notes)
+    assert any("1 of them the summarization request (thread 'compaction')" in n for n in st.notes)

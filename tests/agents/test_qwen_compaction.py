@@ -8,8 +8,9 @@ summary as a user message and a model reply it wrote itself. The chat, imported,
 per request of the conversation, in order — those before the compression from the records
 before it (``Session.earlier``), those after it from ``compressedHistory`` — each rebuilt as sent
 (messages with the send-time reminders, system prompt and tools from a capture of the run's first
-request); none of the written reply, and the summarization request (Qwen Code's own prompt as its
-last message) not rebuilt. Written at test time in a temporary HOME."""
+request); none of the written reply; the summarization request (the history, Qwen Code's own
+prompt as its last message, the conversation's prompt and tools) a turn of the ``compaction``
+thread where it was sent. Written at test time in a temporary HOME."""
 
 from __future__ import annotations
 
@@ -63,16 +64,23 @@ def test_qwen_every_request_of_a_compressed_chat_is_a_turn_rebuilt_as_sent(tmp_p
     cap.first_user_prefix = capture.prefix_parts(main[0].body, PROMPT)
     cap.later_user_prefix = cap.first_user_prefix[-1:]
     assert cap.later_user_prefix[0].startswith("<system-reminder>\nThe current date is")
+    # and its summarization prompt, from the run's summarization request (`replayer agents capture
+    # qwen` records it from a `-c -p /compress` of its own run): the conversation's prompt and tools
+    cap.compaction = capture.compaction_of(agent.name, agent.api, main[at].body, main[0].body)
+    assert cap.compaction == {"prompt": capture.last_user_text(agent.api, main[at].body), "system": "same",
+                              "tools": "same"}
     capture.save(cap)
     st = load_turns(f)
     assert st.session.stats.compactions_total == 1 == st.session.stats.compactions_applied
     assert st.session.compacted_prefix == 2  # the summary and the reply Qwen Code wrote
     sent = st.turns[:-1]
-    conversation = main[:at] + after  # every request but the summarization
-    assert len(sent) == len(conversation) and sum(map(len, earlier_turns(st.session))) == at
-    diffs = {k: d for k, (t, q) in enumerate(zip(sent, conversation))
+    # every request, in order, the summarization one on the compaction's thread where it was sent:
+    # the whole history (without the date reminder: /compress starts no run of a prompt), its prompt
+    assert len(sent) == len(main) and sum(map(len, earlier_turns(st.session))) == at + 1
+    assert [t.thread for t in sent] == [None] * at + ["compaction"] + [None] * len(after)
+    diffs = {k: d for k, (t, q) in enumerate(zip(sent, main))
              if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
     assert not diffs, diffs
-    assert any("summarization request(s) are not rebuilt" in n for n in st.notes)
-    first = wire.from_chat(sent[at].body).messages
+    assert any("1 of them the summarization request (thread 'compaction')" in n for n in st.notes)
+    first = wire.from_chat(sent[at + 1].body).messages  # the first after the summarization request
     assert "<state_snapshot>" in first[0]["text"] and not any(x["role"] == "tool" for x in first)

@@ -22,6 +22,11 @@ TYPICAL_CHARS = {"pi": (2478, 2950), "opencode": (9600, 14000), "codex": (16979,
                  "continue": (1272, 6204), "gemini": (30277, 17722)}
 
 
+#: summarization prompt characters each agent sent (its first summarization request, measured on
+#: the versions pinned in tests/agents), for the estimate of what a rebuild without a capture lacks
+SUMMARY_CHARS = {"claude": 6361, "codex": 426, "opencode": 1929, "qwen": 3727}
+
+
 @dataclass
 class Parts:
     system_prompt: str | None = None
@@ -201,3 +206,41 @@ class RunParts:
         out[u] = {**messages[u], "content": _with_texts(messages[u].get("content"), self.texts,
                                                          self.first_offset if u == first else 0)}
         return out
+
+
+@dataclass
+class SummaryParts:
+    """What a compaction's summarization request carries besides the history it was sent with:
+    the agent's summarization prompt (None: not known) and whether its system prompt and tools
+    are the conversation's (``"same"``), none, or its own (``system_prompt`` / ``tools``)."""
+    prompt: str | None = None
+    system: str = "none"
+    tools: str = "none"
+    system_prompt: str | None = None
+    system_role: str = "system"
+    own_tools: list[dict[str, Any]] | None = None
+    notes: list[str] = field(default_factory=list)
+    api: str = "chat"  # the agent's wire API (Anthropic's turns alternate: the prompt joins a user message)
+
+
+def summarization_parts(session) -> SummaryParts:
+    """The summarization request's parts for the session's agent: from a capture that ran a
+    compaction (``Capture.compaction``), else what the agent is known to send
+    (``Agent.summary_sends``) and a note with an estimate of the prompt's tokens missing."""
+    agent = agent_of_format(session.format)
+    if agent is None:
+        return SummaryParts(notes=["the summarization request's prompt is not known for this format"])
+    a = AGENTS[agent]
+    cap = capture.load(agent, session.agent_version or "") or capture.load_latest(agent)
+    comp = cap.compaction if cap is not None else None
+    if comp and isinstance(comp.get("prompt"), str):
+        own = comp.get("own_tools") if isinstance(comp.get("own_tools"), list) else None
+        return SummaryParts(comp["prompt"], str(comp.get("system") or "none"), str(comp.get("tools") or "none"),
+                            comp.get("system_prompt"), str(comp.get("system_role") or "system"), own,
+                            [f"the summarization prompt is from the capture of {a.label} {cap.version}"], a.api)
+    est = SUMMARY_CHARS.get(agent)
+    size = f" (~{est // 4:,} tokens missing, an estimate)" if est else ""
+    return SummaryParts(None, "same" if "prompt" in a.summary_sends else "none",
+                        "same" if "tools" in a.summary_sends else "none",
+                        notes=[f"the summarization request lacks {a.label}'s summarization prompt{size}: it is the "
+                               f"agent's code, in no file (`replayer agents capture {agent}` records it)"], api=a.api)

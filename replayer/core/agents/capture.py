@@ -38,6 +38,10 @@ class Capture:
     #: ``agent`` tool): type → ``system_prompt``, ``tools`` and ``first_user_prefix`` (the text
     #: parts before its task); its files store none of them
     subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the request the agent sends to have a compaction's summary written (``compaction_of``):
+    #: ``prompt`` (its summarization prompt, the last user text), ``system`` and ``tools`` (each
+    #: ``"same"`` as the conversation's, ``"none"``, or ``"own"`` with ``system_prompt`` / ``own_tools``)
+    compaction: dict[str, Any] | None = None
 
 
 def _text(content: Any) -> str:
@@ -124,6 +128,41 @@ def from_request(agent: str, version: str, api: str, body: dict[str, Any]) -> Ca
         cap.tools = [function_tool(t.get("name", ""), t.get("description"), t.get("input_schema"))
                      for t in tools if isinstance(t, dict) and "name" in t]
     return cap
+
+
+def last_user_text(api: str, body: dict[str, Any]) -> str | None:
+    """The last text of a request's last user message: where the agents put their summarization
+    prompt (Claude Code as one more text block after a tool result, the others as a message)."""
+    if api == "responses":
+        msgs = [it for it in body.get("input") or [] if isinstance(it, dict) and it.get("type") == "message"]
+    elif api == "gemini":
+        msgs = [{"role": c.get("role"), "content": c.get("parts")} for c in body.get("contents") or []
+                if isinstance(c, dict)]
+    else:
+        msgs = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") != "system"]
+    if not msgs or msgs[-1].get("role") not in ("user", None):
+        return None
+    content = msgs[-1].get("content")
+    if isinstance(content, str):
+        return content
+    texts = [b["text"] for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return texts[-1] if texts else None
+
+
+def compaction_of(agent: str, api: str, summarizing: dict[str, Any], conversation: dict[str, Any]) -> dict[str, Any]:
+    """What a summarization request carries (``Capture.compaction``), beside one of the
+    conversation's own requests of the same run: its prompt, and whether its system prompt and
+    tools are the conversation's, none, or its own."""
+    own, conv = from_request(agent, "", api, summarizing), from_request(agent, "", api, conversation)
+    out: dict[str, Any] = {"prompt": last_user_text(api, summarizing)}
+    out["system"] = ("same" if own.system_prompt == conv.system_prompt else
+                     "none" if own.system_prompt is None else "own")
+    if out["system"] == "own":
+        out["system_prompt"], out["system_role"] = own.system_prompt, own.system_role
+    out["tools"] = "same" if own.tools == conv.tools else "none" if not own.tools else "own"
+    if out["tools"] == "own":
+        out["own_tools"] = own.tools
+    return out
 
 
 def cache_path(agent: str, version: str) -> Path:

@@ -53,7 +53,8 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
     """Capture the agent's prompt and tools (and, for an agent with send-time reminders, the
     parts before its first and a later prompt: from two runs, ``-p`` then ``-c -p``, or with
     ``one_process`` from one process reading both prompts, Qwen Code's stream-json input mode;
-    for an agent whose subagents send a prompt of their own, each one's from one run more)."""
+    for an agent whose subagents send a prompt of their own, each one's from one run more; for an
+    agent that compacts headless, its summarization request's prompt from a compaction of that run)."""
     if name not in AGENTS:
         raise ReplayerError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
     agent = AGENTS[name]
@@ -71,6 +72,7 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
                 run(agent, exe, agent.prepare(m.url), home=home, project=proj, url=m.url)
             r, first, later = _requests(agent, exe, home, proj, m, one_process)
             subagents = _subagents(agent, exe, home, proj, m, first.body) if agent.subagents_own and first else {}
+            compaction = _compaction(agent, exe, home, proj, m, first.body) if first else None
     if first is None:
         raise ReplayerError(f"{agent.label} sent no request to the stub (exit {r.returncode}): "
                             f"{(r.stderr or r.stdout).strip().splitlines()[-1:] or ['no output']}")
@@ -81,6 +83,7 @@ def capture_agent(name: str, *, binary: str | None = None, project: str | None =
         cap.one_process = one_process
     cap.project, cap.home, cap.date = str(proj), str(home), time.strftime("%Y-%m-%d", time.gmtime())
     cap.subagents = subagents
+    cap.compaction = compaction
     return cap, capture.save(cap)
 
 
@@ -111,6 +114,24 @@ def _subagents(agent: Agent, exe: Path, home: Path, proj: Path, m: ModelServer, 
     task = parts[-1].get("text") if parts and isinstance(parts[-1], dict) else None
     return {kind or "": {"system_prompt": c.system_prompt, "tools": c.tools,
                          "first_user_prefix": capture.prefix_parts(body, task) if task else []}}
+
+
+def _compaction(agent: Agent, exe: Path, home: Path, proj: Path, m: ModelServer, main: dict) -> dict | None:
+    """The agent's summarization request (its prompt, and what else it sends with it): one more
+    run that compacts the session just made (``Agent.compact_capture``, else ``compact``); its
+    first request is the summarization (Claude Code's ``/compact``, Codex compacting before the
+    turn when the context passes its limit, pi's RPC ``compact``)."""
+    args = agent.compact_capture or agent.compact
+    if not args:
+        return None
+    n = len(m.log)
+    if agent.compact_commands and args is agent.compact:
+        run_commands(agent, exe, args, agent.compact_commands, home=home, project=proj, url=m.url)
+    else:
+        run(agent, exe, args, home=home, project=proj, url=m.url)
+    if len(m.log) == n:
+        return None
+    return capture.compaction_of(agent.name, agent.api, m.log[n].body, main)
 
 
 def _requests(agent: Agent, exe: Path, home: Path, proj: Path, m: ModelServer, one_process: bool):

@@ -48,6 +48,12 @@ class Agent:
     #: glob under HOME for the files of subagents that send a prompt and tools of their own, stored
     #: in none of them (Qwen Code): the capture runs one and keeps its request (``Capture.subagents``)
     subagents_own: str | None = None
+    #: what its summarization request carries besides the history and its prompt, for a rebuild
+    #: without a capture (``Capture.compaction`` says so where there is one): the conversation's
+    #: system prompt (``"prompt"``) and tools (``"prompt+tools"``), or neither (``""``)
+    summary_sends: str = ""
+    #: a run that compacts the last session, for ``replayer agents capture`` (default: ``compact``)
+    compact_capture: list[str] | None = None
 
 
 def _pi_setup(home: Path, url: str) -> dict[str, str]:
@@ -179,13 +185,17 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           lambda t: ["-c", *_pi_args(t)], ".pi/agent/sessions/*/*.jsonl", compact=_PI_COMPACT,
           compact_commands=[{"type": "compact"}]),
     Agent("codex", "Codex", "@openai/codex", "0.171.0", "codex", "codex", "responses", _codex_setup, _codex_args,
-          _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl", prompt_as_sent=False),
+          _codex_resume, ".codex/sessions/*/*/*/rollout-*.jsonl", prompt_as_sent=False, summary_sends="prompt",
+          compact_capture=["exec", "--skip-git-repo-check", "-c", "model_auto_compact_token_limit=50", "resume",
+                           "--last", "And one more."]),
     Agent("claude", "Claude Code", "@anthropic-ai/claude-code", "2.1.332", "claude", "claude-code", "anthropic",
           _claude_setup, _claude_args, _claude_resume, ".claude/projects/*/*.jsonl",
-          compact=_claude_resume("/compact"), subagents=".claude/projects/*/*/subagents/agent-*.jsonl"),
+          compact=_claude_resume("/compact"), subagents=".claude/projects/*/*/subagents/agent-*.jsonl",
+          summary_sends="prompt+tools"),
     Agent("qwen", "Qwen Code", "@qwen-code/qwen-code", "0.24.4", "qwen", "qwen-code", "chat", _qwen_setup,
           _qwen_args, _qwen_resume, ".qwen/projects/*/chats/*.jsonl", reminders=True, prompts_stdin=_QWEN_STDIN,
-          subagents_own=".qwen/projects/*/subagents/*/agent-*.jsonl"),
+          subagents_own=".qwen/projects/*/subagents/*/agent-*.jsonl", summary_sends="prompt+tools",
+          compact_capture=_qwen_resume("/compress")),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
     # Cline's CLI cannot continue a session headless

@@ -35,6 +35,8 @@ SUBAGENT_SYSTEM_PROMPT = "You are a helper subagent. Answer in one line."
 #: the summary for a compaction prompt that asks for a ``<state_snapshot>`` (Qwen Code's)
 STATE_SNAPSHOT = ("<analysis>The user asked for the files.</analysis>\n<state_snapshot>\nSummary: the user "
                   "asked for files to be listed; they were.\n</state_snapshot>")
+#: the reply to a prompt asking for ``<summary>`` blocks (Claude Code's: without one it asks again)
+SUMMARY_BLOCKS = "<analysis>The user asked.</analysis>\n\n<summary>\nSummary: the files were listed.\n</summary>"
 
 
 @dataclass
@@ -210,6 +212,8 @@ def _last_input(api: str, body: dict[str, Any]) -> tuple[str, str]:
 
 def script(api: str, body: dict[str, Any], file_path: str) -> Reply:
     kind, text = _last_input(api, body)
+    if api == "anthropic" and "<summary>" in (t := json.dumps((body.get("messages") or [{}])[-1])) and "TOOL" not in t:
+        return Reply(text=SUMMARY_BLOCKS)  # Claude Code adds its summarization prompt after the tool results
     if kind == "user" and ("TOOL" in text or "SUBAGENT" in text):
         call = tool_call(api, body, file_path, subagent="SUBAGENT" in text)
         if call is not None:

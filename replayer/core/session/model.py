@@ -146,6 +146,24 @@ class Usage(BaseModel):
         return salvage.validate(cls, data, handler, _USAGE_DROPPABLE)
 
 
+class Summarization(BaseModel):
+    """The request an agent sent to have a compaction's summary written: the history before the
+    compaction as the agent sent it (``EarlierHistory.messages[:upto]``), then its summarization
+    prompt as one more user message. The prompt is the agent's code, in no file (Claude Code,
+    Codex, …): ``prompt`` is None then and a capture of the agent supplies it (``agents.apply``),
+    or the rebuilt request lacks it and a note says how many tokens. Its system prompt and tools
+    are the conversation's, none or its own, as the agent sends them (a capture says which, else
+    ``Agent.summary_sends``: Claude Code sends the conversation's both, Codex its prompt only)."""
+
+    upto: int  # the history's messages it was sent with (Claude Code leaves out the preserved segment)
+    prompt: str | None = None  # the summarization prompt, where the file stores it
+    #: the history as the agent writes it into its prompt's ``<conversation>`` block instead of
+    #: sending it as messages (OpenCode): the prompt is then one user message
+    context: str | None = None
+    reply: Message | None = None  # its response: the summary (never sent)
+    timestamp: float | None = None  # when it was sent, where the file says (unix seconds)
+
+
 class EarlierHistory(BaseModel):
     """The conversation as the agent last sent it before one compaction: the importer keeps it
     because the requests sent then are part of the session (a replay shows the cache lost at
@@ -161,6 +179,8 @@ class EarlierHistory(BaseModel):
     #: the last message ends a request that was sent (the compaction's own summarization
     #: request, rebuilt from the agent's wire records), not a response
     ends_with_request: bool = False
+    #: the compaction's own summarization request, where the importer knows what it was sent with
+    summarization: Summarization | None = None
 
 
 class Session(BaseModel):

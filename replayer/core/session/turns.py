@@ -30,6 +30,8 @@ from replayer.core.session.request import ChatRequest, request_from_files
 
 #: the thread of a request that names none: the main conversation
 MAIN = "main"
+#: the thread of each compaction's summarization request (``summarize.THREAD``)
+SUMMARY_THREAD = "compaction"
 
 
 def thread_of(turn) -> str:
@@ -219,7 +221,8 @@ def load_turns(path: str | Path, format: str | None = None, *, system_prompt: st
             for t, when in zip(turns[:-1], message_times(s)):
                 t.times = (when, None)
         if s.stats.compactions_applied:
-            notes.append(_compaction_note(s, sum(map(len, earlier))))
+            notes.append(_compaction_note(s, sum(map(len, earlier)),
+                                          sum(1 for g in earlier for t in g if t.thread == SUMMARY_THREAD)))
         if s.stats.compactions_applied and (
                 kept := sum(1 for i in response_starts(req.messages) if 0 < i < req.compacted_prefix)):
             notes.append(f"{kept} response(s) the compaction kept answered the history before it: "
@@ -234,13 +237,22 @@ def earlier_turns(s: Session, system_prompt: str | None = None, tools: str | Non
     history the importer kept (``Session.earlier``) made into turns as the session's own are —
     its prompt and tools, or the ones supplied or captured — without a resume request, unless
     the history ends with a request that was sent (the summarization request)."""
+    from replayer.core.session.summarize import THREAD, summarization_body
+
     out = []
     for h in s.earlier:
         sub = s.model_copy(update={"messages": h.messages, "system_prompt": h.system_prompt or s.system_prompt,
                                    "tools": h.tools if h.tools is not None else s.tools,
                                    "compacted_prefix": h.compacted_prefix, "earlier": []})
-        ts = turns_of_request(request_from_files(sub, system_prompt, tools))
-        out.append(ts if h.ends_with_request else ts[:-1])
+        req = request_from_files(sub, system_prompt, tools)
+        ts = turns_of_request(req)
+        ts = ts if h.ends_with_request else ts[:-1]
+        made = summarization_body(s, h, req)
+        if made is not None:  # the compaction's own request, on its thread, after the history's
+            body, n, notes = made
+            ts.append(Turn(len(ts), body, ["the compaction's summarization request", *notes], n_messages=n,
+                           thread=THREAD))
+        out.append(ts)
     return out
 
 
@@ -264,15 +276,15 @@ def _carried(new: Turn, old: Turn, times: bool = True) -> Turn:
     return new
 
 
-def _compaction_note(s: Session, n_earlier: int) -> str:
+def _compaction_note(s: Session, n_earlier: int, n_summaries: int) -> str:
     """What the turns hold of a compacted session: the requests before the compactions too, where
     the importer kept that history, else only those after the latest one."""
     n = s.stats.compactions_total
     if not s.earlier:
         return (f"{n} compaction(s) in the file: turns start after the latest one (the importer keeps only "
                 "the history the agent sent from then on)")
-    sent = sum(1 for h in s.earlier if h.ends_with_request)
-    summ = (f", {sent} of them the summarization request" if sent else
+    sent = sum(1 for h in s.earlier if h.ends_with_request) + n_summaries
+    summ = (f", {sent} of them the summarization request (thread {SUMMARY_THREAD!r})" if sent else
             "; the summarization request(s) are not rebuilt (the agent's own prompt, not in the file)")
     return (f"{n} compaction(s) in the file: {n_earlier} turn(s) are the requests sent before "
             f"{'them' if len(s.earlier) > 1 else 'it'}, rebuilt from the history the file keeps{summ}; "
@@ -293,10 +305,13 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
         return turns
     keyed: list[tuple[float, int, Turn]] = []
     last = float("-inf")
-    for t, when in itertools.zip_longest(turns[:-1], threads.main_times(s, path, once)[:len(turns) - 1]):
+    own = [t for t in turns[:-1] if not t.thread]  # a compaction's summarization turn is no request of these times
+    times = iter(threads.main_times(s, path, once)[:len(own)])
+    for t in turns[:-1]:
+        when = None if t.thread else next(times, None)
         last = when if when is not None else last
         t.times = (when, None)
-        keyed.append((last, 0, t))
+        keyed.append((last, 0, t))  # a summarization turn stays after the main turn before it
     untimed = 0
     sources: list[str] = []
     for sub, sess in threads.loaded(subs, notes):
@@ -315,7 +330,7 @@ def _with_subagents(turns: list[Turn], s: Session, path: Path, images: str, note
     merged = [k[2] for k in keyed] + [turns[-1]]
     out = [_carried(Turn(k, t._body, t.notes, None if t.thread else len(merged) - 1, n_messages=t.n_messages,
                          thread=t.thread), t) for k, t in enumerate(merged)]
-    n_threads = len({t.thread for t in merged if t.thread})
+    n_threads = len({t.thread for t in merged if t.thread and t.thread != SUMMARY_THREAD})
     notes.append(f"{len(out) - len(turns)} subagent request(s) on {n_threads} thread(s) from "
                  f"{' and '.join(sources)}, placed between the main turns by their times")
     if untimed:
@@ -341,7 +356,9 @@ def session_threads(s: Session, request: ChatRequest, path: str | Path, images: 
         return out
     from replayer.core.session import threads
 
-    out = {MAIN: count_turns(request) + sum(map(len, earlier_turns(s)))}
+    out = {MAIN: count_turns(request)}
+    for t in itertools.chain.from_iterable(earlier_turns(s)):
+        out[t.thread or MAIN] = out.get(t.thread or MAIN, 0) + 1
     for sub, sess in threads.loaded(threads.sub_threads(s, Path(path).expanduser(), images), s.warnings):
         n = count_turns(request_from_files(sess)) - 1
         if n > 0:

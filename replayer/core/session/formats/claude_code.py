@@ -19,12 +19,11 @@ from typing import Any
 
 from replayer.core.errors import ImportFailed
 from replayer.core.session.formats import claude_wire
+from replayer.core.session.formats.claude_blocks import assistant_message, blocks, text_of, user_messages
 from replayer.core.session.formats.claude_sidechains import CONVERSATIONAL, sidechains
 from replayer.core.session.branch import path_to_root
-from replayer.core.session.model import (
-    IMAGE_OMITTED, EarlierHistory, ImagePart, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
-)
-from replayer.core.session.reader import JsonlFile, blob_size, iso_to_s, json_args, read_records
+from replayer.core.session.model import EarlierHistory, ImportStats, Message, Session, Summarization, TextPart, Usage
+from replayer.core.session.reader import JsonlFile, iso_to_s, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
 FORMAT = "claude-code"
@@ -45,14 +44,6 @@ def detect(objs: list[dict[str, Any]]) -> bool:
                 "leafUuid" in o or "messageId" in o or "operation" in o):
             hits += 1
     return hits > 0 and any("sessionId" in o or "uuid" in o for o in objs)
-
-
-def text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return ""
 
 
 def load(path: Path, *, images: str = "omit", thread: str | None = None, once: JsonlFile | None = None) -> Session:
@@ -108,8 +99,46 @@ def _earlier(records: list[dict], by_uuid: dict[str, dict], main: list[dict], im
             _put_billing_header(s, records[:pos], chain)
         if s.messages:
             out.append(EarlierHistory(messages=s.messages, system_prompt=s.system_prompt, tools=s.tools,
-                                      compacted_prefix=_after_responses(s.messages, n_kept)))
+                                      compacted_prefix=_after_responses(s.messages, n_kept),
+                                      summarization=_summarization(b, records[pos + 1:], by_uuid, main, s.messages,
+                                                                   images)))
     return out
+
+
+def _summarization(boundary: dict, after: list[dict], by_uuid: dict[str, dict], main: list[dict],
+                   history: list[Message], images: str) -> Summarization:
+    """Claude Code's summarization request at ``boundary``: the history it last sent without
+    the stretch the compaction keeps verbatim after the summary (``preservedSegment``: "the
+    summary was written without seeing them"), then its prompt (its code: from a capture), with
+    the conversation's own system prompt and tools. Its reply is the summary record that follows
+    the boundary; it was sent ``compactMetadata.durationMs`` before the boundary was written."""
+    meta = boundary.get("compactMetadata") if isinstance(boundary.get("compactMetadata"), dict) else {}
+    kept = _preserved_messages(meta.get("preservedSegment"), by_uuid, main, images)
+    summary = next((r for r in after if r.get("isCompactSummary") and r.get("parentUuid") == boundary.get("uuid")),
+                   None)
+    reply = None
+    if summary is not None:
+        msg = summary.get("message") if isinstance(summary.get("message"), dict) else {}
+        reply = Message(role="assistant", content=text_of(msg.get("content")), origin="compaction_summary")
+    when = iso_to_s(boundary.get("timestamp"))
+    took = meta.get("durationMs")
+    if when is not None and isinstance(took, (int, float)) and not isinstance(took, bool) and 0 <= took < 1e9:
+        when -= took / 1000
+    return Summarization(upto=max(0, len(history) - kept), reply=reply, timestamp=when)
+
+
+def _preserved_messages(seg: Any, by_uuid: dict[str, dict], main: list[dict], images: str) -> int:
+    """How many of the messages sent last before a compaction are its preserved segment (the
+    records ``headUuid`` … ``tailUuid``, the end of the old thread), in their sent shape."""
+    if not isinstance(seg, dict) or not isinstance(seg.get("tailUuid"), str) or seg["tailUuid"] not in by_uuid:
+        return 0
+    kept = path_to_root(by_uuid[seg["tailUuid"]], by_uuid, id_key="uuid", parent_key="parentUuid")
+    head = next((k for k, r in enumerate(kept) if r.get("uuid") == seg.get("headUuid")), None)
+    if head is None:
+        return 0
+    stats = ImportStats()
+    return len(_send_shape(_Transcript(_responses(main, kept[head:]), stats, images).read(kept[head:]).messages,
+                           stats, []))
 
 
 def _after_responses(messages: list[Message], n: int) -> int:
@@ -143,7 +172,7 @@ def _with_preserved(chain: list[dict], by_uuid: dict[str, dict], stats: ImportSt
     if not chain or chain[0].get("subtype") != "compact_boundary":
         return chain, 0
     seg = (chain[0].get("compactMetadata") or {}).get("preservedSegment")
-    if not isinstance(seg, dict) or seg.get("tailUuid") not in by_uuid:
+    if not isinstance(seg, dict) or not isinstance(seg.get("tailUuid"), str) or seg["tailUuid"] not in by_uuid:
         return chain, 0
     kept = path_to_root(by_uuid[seg["tailUuid"]], by_uuid, id_key="uuid", parent_key="parentUuid")
     head = next((k for k, r in enumerate(kept) if r.get("uuid") == seg.get("headUuid")), 0)
@@ -188,19 +217,19 @@ def _as_sent(session: Session, sent: claude_wire.WireLog, records: list[dict], i
     for m in sent.messages:
         role = m.get("role")
         if role == "assistant":
-            a = _assistant([{"message": m}], None)
+            a = assistant_message([{"message": m}], None)
             if a is not None:
                 msgs.append(a)
         elif role == "system":
             msgs.append(Message(role="system", content=text_of(m.get("content")), origin="send-time"))
         else:
-            msgs.extend(_user({"message": m}, None, images))
+            msgs.extend(user_messages({"message": m}, None, images))
     # the reply on the same thread: the main one, or a subagent file's only (sidechain) thread
     side = not any(not r.get("isSidechain") for r in records if r.get("type") in ("user", "assistant"))
     reply = [r for r in records[sent.after + 1:] if r.get("type") == "assistant" and bool(r.get("isSidechain")) == side]
     if reply:
         ids = {(reply[0].get("message") or {}).get("id")}
-        a = _assistant([r for r in reply if (r.get("message") or {}).get("id") in ids], None)
+        a = assistant_message([r for r in reply if (r.get("message") or {}).get("id") in ids], None)
         if a is not None:
             msgs.append(a)
     session.messages = msgs
@@ -327,12 +356,12 @@ class _Transcript:
     def _assistant(self, r: dict, group: list[dict], ts: float | None) -> None:
         on_chain = self.responses.on_chain
         self.stats.recovered_tool_calls += sum(1 for g in group if g["uuid"] not in on_chain
-                                               for b in _blocks(g) if b.get("type") == "tool_use")
+                                               for b in blocks(g) if b.get("type") == "tool_use")
         if r.get("isApiErrorMessage") or (r.get("message") or {}).get("model") == "<synthetic>":
             # an error, or Claude Code's own "No response requested.": never a model's turn, never sent
             self.stats.dropped_turns += 1
             return
-        msg = _assistant(group, ts)
+        msg = assistant_message(group, ts)
         m = (r.get("message") or {}).get("model")
         if m and m != "<synthetic>":
             self.model = m
@@ -357,8 +386,8 @@ class _Transcript:
         for h in holders:
             self.consumed.add(h["uuid"])
             if h["uuid"] not in self.responses.on_chain:
-                self.stats.recovered_tool_results += sum(1 for b in _blocks(h) if b.get("type") == "tool_result")
-            self.messages.extend(_user(h, iso_to_s(h.get("timestamp")), self.images, self.stats))
+                self.stats.recovered_tool_results += sum(1 for b in blocks(h) if b.get("type") == "tool_result")
+            self.messages.extend(user_messages(h, iso_to_s(h.get("timestamp")), self.images, self.stats))
 
     def _other(self, r: dict, ts: float | None) -> None:
         """A user record not already placed after its calls, or an attachment's rendered text."""
@@ -368,7 +397,7 @@ class _Transcript:
             # next request starts with
             hidden = r.get("isVisibleInTranscriptOnly") and not r.get("isCompactSummary")
             if not (hidden or r["uuid"] in self.consumed):
-                self.messages.extend(_user(r, ts, self.images, self.stats))
+                self.messages.extend(user_messages(r, ts, self.images, self.stats))
         elif t == "attachment":
             rendered = (r.get("attachment") or {}).get("rendered") or []
             text = "\n".join(x.get("content", "") for x in rendered if isinstance(x, dict) and x.get("content"))
@@ -402,81 +431,6 @@ def _new_response(group: list[dict], r: dict) -> bool:
     k = r.get("apiBlockIndex")
     return isinstance(k, int) and any(isinstance(g.get("apiBlockIndex"), int) and g["apiBlockIndex"] >= k
                                       for g in group)
-
-
-def _blocks(r: dict) -> list[dict]:
-    content = (r.get("message") or {}).get("content")
-    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-
-
-def _assistant(group: list[dict], ts: float | None) -> Message | None:
-    texts: list[str] = []
-    thinking: list[str] = []
-    calls: list[ToolCall] = []
-    for r in group:
-        content = (r.get("message") or {}).get("content")
-        if isinstance(content, str):
-            texts.append(content)
-            continue
-        for b in content or []:
-            if not isinstance(b, dict):
-                continue
-            bt = b.get("type")
-            if bt == "text":
-                texts.append(b.get("text", ""))
-            elif bt == "thinking" and b.get("thinking"):
-                thinking.append(b["thinking"])
-            elif bt == "tool_use":
-                calls.append(ToolCall(id=str(b.get("id", "")), name=b.get("name", ""),
-                                      arguments=json_args(b.get("input", {}))))
-    content = "\n\n".join(t for t in texts if t.strip()) or None
-    if content is None and not calls and not thinking:
-        return None
-    return Message(role="assistant", content=content, reasoning="\n".join(thinking) or None,
-                   tool_calls=calls, timestamp=ts)
-
-
-def _user(r: dict, ts: float | None, images: str, stats: ImportStats | None = None) -> list[Message]:
-    content = (r.get("message") or {}).get("content")
-    origin = "compact_summary" if r.get("isCompactSummary") else ("meta" if r.get("isMeta") else None)
-    if isinstance(content, str):
-        return [Message(role="user", content=content, timestamp=ts, origin=origin)]
-    out: list[Message] = []
-    parts: list = []
-    for b in content or []:
-        if not isinstance(b, dict):
-            continue
-        bt = b.get("type")
-        if bt == "tool_result":
-            inner = b.get("content")
-            text = text_of(inner)
-            n_img = sum(1 for x in inner if isinstance(x, dict) and x.get("type") == "image") \
-                if isinstance(inner, list) else 0
-            if n_img and images != "keep":  # the image leaves its placeholder, not an empty result
-                text = "\n".join(filter(None, [text] + [IMAGE_OMITTED] * n_img))
-                if stats is not None:
-                    stats.image_placeholders += n_img
-            if b.get("is_error") and not text:
-                text = "(tool error)"
-            out.append(Message(role="tool", content=text, tool_call_id=str(b.get("tool_use_id", "")),
-                               timestamp=ts))
-            if isinstance(inner, list) and images == "keep":  # omitted, a result's images leave no text
-                parts.extend(_image(x, images) for x in inner if isinstance(x, dict) and x.get("type") == "image")
-        elif bt == "text":
-            parts.append(TextPart(text=b.get("text", "")))
-        elif bt == "image":
-            parts.append(_image(b, images))
-        elif bt == "document":
-            parts.append(TextPart(text="(document omitted: model does not support documents)"))
-    if parts:
-        out.append(Message(role="user", content=parts, timestamp=ts, origin=origin))
-    return out
-
-
-def _image(block: dict, images: str) -> TextPart | ImagePart:
-    """An Anthropic image block (``source.media_type``, base64 ``source.data``) as the request carries it."""
-    src = block.get("source") or {}
-    return image_part(images, src.get("media_type", "image/png"), blob_size(src.get("data")))
 
 
 def detect_head(head: Head) -> float:

@@ -3,9 +3,10 @@
 Codex resumes by sending every stored ``response_item`` (from the last compaction's
 ``replacement_history`` on, minus rolled-back turns) to the Responses API with the base
 instructions. The items a compaction replaced stay in the rollout: they are the history each
-request before it was sent with (``Session.earlier``); its summarization request (Codex's own
-prompt, in its binary) is not rebuilt. Codex 0.171 sends the base instructions as the first ``developer`` input item
-and each stored developer item as one more (so they stay ``developer`` messages here, not
+request before it was sent with (``Session.earlier``), and the summarization request after
+them (that history and Codex's own prompt, in its binary: from a capture; ``summarize``).
+Codex 0.171 sends the base instructions as the first ``developer`` input item and each stored
+developer item as one more (so they stay ``developer`` messages here, not
 folded, not ``user``); consecutive assistant items of a turn become one assistant message
 with ``tool_calls``. The stored ``base_instructions`` are longer than what is sent (Codex
 drops sections for tools it does not offer): a capture of the agent replaces them.
@@ -25,7 +26,7 @@ from typing import Any
 import orjson
 
 from replayer.core.session.model import (
-    EarlierHistory, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
+    EarlierHistory, ImportStats, Message, Session, Summarization, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.reader import iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence, mostly
@@ -69,8 +70,9 @@ def load(path: Path, *, images: str = "omit") -> Session:
                         "no session id, cwd or base instructions from it")
     times: dict[int, float | None] = {}
     before: list[list[dict]] = []
+    summaries: list[tuple[list[dict], float | None]] = []
     if wrapped:
-        meta, items, model, usage = _read_wrapped(lines, stats, times, before)
+        meta, items, model, usage = _read_wrapped(lines, stats, times, before, summaries)
     else:
         meta, model, usage = lines[0], None, Usage()
         items = [ln for ln in lines[1:] if ln.get("record_type") != "state" and "type" in ln]
@@ -80,8 +82,8 @@ def load(path: Path, *, images: str = "omit") -> Session:
     system_parts = [base["text"]] if isinstance(base, dict) and base.get("text") else [base] if isinstance(base, str) else []
     turns = _converted(items, images, system_parts, times, stats)
     # the history each compaction replaced, as Codex sent it then: its requests are turns too
-    earlier = [EarlierHistory(messages=_converted(h, images, system_parts, times, ImportStats()).messages)
-               for h in before]
+    earlier = [_history(h, reply, when, images, system_parts, times)
+               for h, (reply, when) in zip(before, summaries)]
     if not has_base:
         warnings.append("this rollout does not store Codex's base instructions")
     return Session(
@@ -93,6 +95,18 @@ def load(path: Path, *, images: str = "omit") -> Session:
         system_prompt=turns.system_prompt() if has_base else None, system_role="developer",
         tools=None, usage=usage, stats=stats, warnings=warnings, earlier=earlier,
     )
+
+
+def _history(items: list[dict], reply: list[dict], when: float | None, images: str, system_parts: list[str],
+             times: dict[int, float | None]) -> EarlierHistory:
+    """The history a compaction replaced, as Codex sent it then, and its summarization request:
+    that whole history, then Codex's summarization prompt (in its binary: from a capture) as a
+    user message, with the conversation's developer items and no tools; its reply the summary."""
+    msgs = _converted(items, images, system_parts, times, ImportStats()).messages
+    answer = [m for m in _converted(reply, images, system_parts, times, ImportStats()).messages
+              if m.role == "assistant"]
+    return EarlierHistory(messages=msgs, summarization=Summarization(
+        upto=len(msgs), reply=answer[0] if answer else None, timestamp=when))
 
 
 def _converted(items: list[dict], images: str, system_parts: list[str], times: dict[int, float | None],
@@ -107,11 +121,13 @@ def _converted(items: list[dict], images: str, system_parts: list[str], times: d
 
 
 def _read_wrapped(lines: list[dict], stats: ImportStats, times: dict[int, float | None],
-                  before: list[list[dict]]) -> tuple[dict, list[dict], str | None, Usage]:
+                  before: list[list[dict]], summaries: list[tuple[list[dict], float | None]]
+                  ) -> tuple[dict, list[dict], str | None, Usage]:
     """A wrapped rollout's meta, active items, model and last usage, replaying compactions and
     roll-backs; ``times`` gets each stored item's record time (by ``id``: when a response arrived,
     which puts a subagent's requests between the parent's), ``before`` the active items just
-    before each compaction that replaced them, oldest first."""
+    before each compaction that replaced them, oldest first, and ``summaries`` each one's
+    summarization reply (the items recorded after that history) with the compaction's time."""
     meta: dict = {}
     items: list[dict] = []
     model = None
@@ -132,6 +148,7 @@ def _read_wrapped(lines: list[dict], stats: ImportStats, times: dict[int, float 
             replaced = _compacted(p, items, stats)
             if replaced is not items:
                 before.append(_without_summary(items, p.get("message")))
+                summaries.append((items[len(before[-1]):], iso_to_s(ln.get("timestamp"))))
             items = replaced
         elif t == "event_msg":
             et = p.get("type")

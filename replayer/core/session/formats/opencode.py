@@ -6,8 +6,8 @@ become several (assistant tool_calls → tool results → assistant …). Histor
 the last completed compaction, in the order OpenCode sends it (``_sent_history``): its prompt
 and summary, the recent turns it kept, what follows; the summary answered the summarization
 request, not this history (``Session.compacted_prefix``). The history before each compaction
-is kept too (``Session.earlier``): the requests sent then are turns. The summarization request
-itself (OpenCode's compaction prompt and agent prompt, in its binary) is not rebuilt. A
+is kept too (``Session.earlier``): the requests sent then are turns, and each compaction's
+summarization request (``opencode_summary``; its prompt and agent prompt from a capture). A
 session with a ``revert`` (an undo point) loses what
 follows it, as OpenCode's cleanup does before the next prompt. The database is read
 without writing beside it (``sqlite_ro``).
@@ -24,6 +24,7 @@ import orjson
 
 from replayer.core.errors import ImportFailed, ReplayerError
 from replayer.core.session import salvage
+from replayer.core.session.formats import opencode_summary
 from replayer.core.session.model import (
     EarlierHistory, IMAGE_OMITTED, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
@@ -281,7 +282,9 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
     for k, at in enumerate(done):  # the history as OpenCode sent it just before each compaction
         before, left = _sent_history(messages[:at], parts, done[:k])
         earlier.append(EarlierHistory(messages=(kept := _converted(before[:left], parts, images, acc))
-                                      + _converted(before[left:], parts, images, acc), compacted_prefix=len(kept)))
+                                      + _converted(before[left:], parts, images, acc), compacted_prefix=len(kept),
+                                      summarization=opencode_summary.summarization(messages, parts, at, done[:k],
+                                                                                   warnings)))
     sent, left = _sent_history(messages, parts, done)
     acc = _Acc()  # the session's own counts: from what it sends now
     prefix = _converted(sent[:left], parts, images, acc)

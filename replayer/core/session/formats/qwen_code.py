@@ -8,7 +8,9 @@ sent. What Qwen Code adds at send time (its system prompt, ``<system-reminder>``
 the skills listing and the date) is not stored; a capture supplies the prompt and tools.
 A ``chat_compression`` record replaces the history sent from then on; the records before it
 stay in the chat, the history each request before it was sent with (``Session.earlier``). Its
-summarization request (the history and Qwen Code's own summarization prompt) is not rebuilt.
+summarization request is that whole history, then Qwen Code's summarization prompt (its code:
+from a capture) as one more user message, with the conversation's prompt and tools; a
+compression starts no run, so no date reminder is placed (``summarize``).
 
 A subagent that the ``agent`` tool starts writes its own transcript,
 ``<project>/subagents/<session id>/agent-<type>-<call id>.jsonl`` (records with ``agentId``,
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from replayer.core.session.branch import path_to_root
-from replayer.core.session.model import EarlierHistory, Message, Session, ToolCall, Usage
+from replayer.core.session.model import EarlierHistory, Message, Session, Summarization, ToolCall, Usage
 from replayer.core.session.reader import function_response_text, iso_to_s, json_args, read_records
 from replayer.core.session.registry import Head, Importer, is_one_of, jsonl_confidence
 
@@ -104,7 +106,9 @@ def load(path: Path) -> Session:
             compressed = _compressed(r)
             if compressed is not None:  # the history Qwen Code sends from here on; the one it sent
                 # until then is kept: its requests are turns too
-                earlier.append(EarlierHistory(messages=messages, compacted_prefix=kept))
+                earlier.append(EarlierHistory(messages=messages, compacted_prefix=kept, summarization=Summarization(
+                    upto=len(messages), reply=compressed[0].model_copy(update={"role": "assistant"}) if compressed else None,
+                    timestamp=iso_to_s(r.get("timestamp")))))
                 messages, kept = compressed, len(compressed)
                 stats.compactions_applied = 1
         if r.get("type") not in ("user", "assistant", "tool_result"):
