@@ -52,6 +52,12 @@ def default_roots() -> list[tuple[str, Path, str]]:
     codex = Path(os.environ.get("CODEX_HOME") or home / ".codex").expanduser() / "sessions"
     xdg = os.environ.get("XDG_DATA_HOME")
     opencode = (Path(xdg) if xdg else home / ".local" / "share") / "opencode"
+    # Kilo's CLI: ``kilo.db`` in its data folder (``kilo-<channel>.db`` for a channel other than
+    # latest/beta/prod); ``$KILO_DB`` replaces it, a relative name within that folder
+    kilo, kilo_glob = opencode.with_name("kilo"), "kilo*.db"
+    if (kilo_db := os.environ.get("KILO_DB")) and kilo_db != ":memory:":
+        db = kilo / Path(kilo_db).expanduser()
+        kilo, kilo_glob = db.parent, db.name
     # Gemini CLI: ``$GEMINI_CLI_HOME`` replaces the home it keeps ``.gemini`` in; a subagent's chat
     # sits one folder deeper (``chats/<parent session>/``) and is read as its parent's thread
     gemini = Path(os.environ.get("GEMINI_CLI_HOME") or home).expanduser() / ".gemini" / "tmp"
@@ -61,6 +67,7 @@ def default_roots() -> list[tuple[str, Path, str]]:
         ("claude-code", claude, "*/*.jsonl"),
         ("codex", codex, "*/*/*/rollout-*.jsonl"),
         ("opencode", opencode, "opencode.db"),
+        ("kilo", kilo, kilo_glob),
         ("qwen-code", home / ".qwen" / "projects", "*/chats/*.jsonl"),
         ("gemini-cli", gemini, "*/chats/session-*.json*"),
         ("continue", cont, "*-*.json"),  # not its sessions.json index

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -29,10 +30,25 @@ from replayer.core.session.model import (
 )
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, LoadOptions
-from replayer.core.session.sqlite_ro import open_readonly
+from replayer.core.session.sqlite_ro import open_readonly, table_names
 from replayer.core.textfile import read_bytes
 
 FORMAT = "opencode"
+
+
+@dataclass(frozen=True)
+class Fork:
+    """OpenCode or a fork of it that keeps OpenCode's tables (Kilo's CLI, ``kilo.py``): the format
+    its sessions import as, and what it sends that its tables do not hold."""
+
+    format: str
+    label: str
+    #: the text a user message is sent with after its stored parts, from the session's row, the
+    #: stored message and its parts (Kilo's ``<environment_details>``); None: the parts alone
+    user_suffix: Callable[[dict, dict, list[dict]], str | None] | None = None
+
+
+OPENCODE = Fork(FORMAT, "OpenCode")
 #: a part's row time (``part.time_created``, ms) as the database holds it beside the part's data
 ROW_TIME = "\x00row_time"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -55,11 +71,15 @@ def storage_root(path: Path) -> Path | None:
     return None
 
 
-def _sessions(con: sqlite3.Connection, path: Path) -> list[dict[str, Any]]:
+#: the tables an OpenCode database (and a fork's) holds its sessions in
+TABLES = frozenset({"session", "message", "part"})
+
+
+def _sessions(con: sqlite3.Connection, path: Path, fork: Fork = OPENCODE) -> list[dict[str, Any]]:
     con.row_factory = sqlite3.Row
     tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
-    if not {"session", "message", "part"} <= tables:
-        raise ImportFailed(f"{path} is an SQLite file but not an OpenCode database")
+    if not TABLES <= tables:
+        raise ImportFailed(f"{path} is an SQLite file but not an {fork.label} database")
     rows = [dict(r) for r in con.execute("select * from session")]
     con.row_factory = None
     return rows
@@ -90,12 +110,12 @@ def children(path: Path, session_id: str) -> list[str]:
     return sorted(out, key=lambda i: (created[i], i))
 
 
-def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
+def load_db(path: Path, session_id: str | None = None, *, images: str = "omit", fork: Fork = OPENCODE) -> Session:
     try:
         with open_readonly(path) as con:
-            sessions = _sessions(con, path)
+            sessions = _sessions(con, path, fork)
             if not sessions:
-                raise ImportFailed(f"{path} holds no OpenCode sessions")
+                raise ImportFailed(f"{path} holds no {fork.label} sessions")
             top = [s for s in sessions if not s.get("parent_id")] or sessions
             if session_id:
                 chosen = next((s for s in sessions if s["id"] == session_id), None)
@@ -120,9 +140,11 @@ def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") 
     warnings = []
     if len(top) > 1 and not session_id:
         warnings.append(f"{len(top)} sessions in this database; replaying the newest ({chosen['id']})")
+    suffix = (lambda m, ps: fork.user_suffix(chosen, m, ps)) if fork.user_suffix else None
     return _build(path, messages, by_msg, chosen.get("id"), chosen.get("title"), chosen.get("directory"),
                   chosen.get("version"), ms_to_s(chosen.get("time_created")),
-                  ms_to_s(chosen.get("time_updated")), warnings, images, _loads(chosen.get("revert")))
+                  ms_to_s(chosen.get("time_updated")), warnings, images, _loads(chosen.get("revert")),
+                  fmt=fork.format, suffix=suffix)
 
 
 def load_storage(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
@@ -268,8 +290,10 @@ def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, wa
 
 
 def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, title, cwd, version,
-           created, updated, warnings: list[str], images: str, revert: dict | None = None) -> Session:
-    """Both storages' common path: undo, compaction, then each stored message as chat messages."""
+           created, updated, warnings: list[str], images: str, revert: dict | None = None, *, fmt: str = FORMAT,
+           suffix: Callable[[dict, list[dict]], str | None] | None = None) -> Session:
+    """Both storages' common path: undo, compaction, then each stored message as chat messages
+    (``suffix``: a fork's text sent after a user message's parts)."""
     stats = ImportStats(entries_total=len(messages))
     if revert:
         messages = _revert(messages, parts, revert, warnings)
@@ -280,17 +304,18 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
     earlier = []
     for k, at in enumerate(done):  # the history as OpenCode sent it just before each compaction
         before, left = _sent_history(messages[:at], parts, done[:k])
-        earlier.append(EarlierHistory(messages=(kept := _converted(before[:left], parts, images, acc))
-                                      + _converted(before[left:], parts, images, acc), compacted_prefix=len(kept)))
+        earlier.append(EarlierHistory(messages=(kept := _converted(before[:left], parts, images, acc, suffix))
+                                      + _converted(before[left:], parts, images, acc, suffix),
+                                      compacted_prefix=len(kept)))
     sent, left = _sent_history(messages, parts, done)
     acc = _Acc()  # the session's own counts: from what it sends now
-    prefix = _converted(sent[:left], parts, images, acc)
-    out = prefix + _converted(sent[left:], parts, images, acc)
+    prefix = _converted(sent[:left], parts, images, acc, suffix)
+    out = prefix + _converted(sent[left:], parts, images, acc, suffix)
     stats.dropped_turns = acc.dropped
     if done:
         stats.compactions_applied = 1
     stats.branch_length = len(sent)
-    return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
+    return Session(format=fmt, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
                    provider=acc.provider, model=acc.model, created=created, updated=updated, messages=out,
                    system_prompt=None, tools=None, usage=acc.usage, stats=stats, warnings=warnings,
                    compacted_prefix=len(prefix) if done else 0, earlier=earlier)
@@ -307,14 +332,15 @@ class _Acc:
         self.dropped = 0
 
 
-def _converted(stored: list[dict], parts: dict[str, list[dict]], images: str, acc: _Acc) -> list[Message]:
+def _converted(stored: list[dict], parts: dict[str, list[dict]], images: str, acc: _Acc,
+               suffix: Callable[[dict, list[dict]], str | None] | None = None) -> list[Message]:
     """Stored messages as the chat messages OpenCode sends for them, in order."""
     out: list[Message] = []
     for m in stored:
         ps = parts.get(m.get("id"), [])
         ts = ms_to_s((m.get("time") or {}).get("created"))
         if m.get("role") == "user":
-            if (msg := _user(ps, ts, images)) is not None:
+            if (msg := _user(ps, ts, images, suffix(m, ps) if suffix else None)) is not None:
                 out.append(msg)
             continue
         if m.get("role") != "assistant":
@@ -369,9 +395,10 @@ def _sent_history(messages: list[dict], parts: dict[str, list[dict]], done: list
     return kept + messages[j + 1:], len(kept)
 
 
-def _user(ps: list[dict], ts: float | None, images: str) -> Message | None:
+def _user(ps: list[dict], ts: float | None, images: str, suffix: str | None = None) -> Message | None:
     """A user message's parts as OpenCode sends them: compaction and subtask parts become their
-    fixed prompts, files that are not text become images (or the omitted-image text)."""
+    fixed prompts, files that are not text become images (or the omitted-image text); a fork's
+    ``suffix`` is sent as one more text part after them."""
     content: list = []
     for p in ps:
         t = p.get("type")
@@ -386,6 +413,8 @@ def _user(ps: list[dict], ts: float | None, images: str) -> Message | None:
             content.append(image_part(images, mime) if mime.startswith("image/") else TextPart(text=IMAGE_OMITTED))
     if not content:
         return None
+    if suffix:
+        content.append(TextPart(text=suffix))
     one_text = len(content) == 1 and isinstance(content[0], TextPart)
     return Message(role="user", content=content[0].text if one_text else content, timestamp=ts)
 
@@ -460,11 +489,21 @@ def detect_head(head: Head) -> float:
     if head.is_dir:
         return 1.0 if storage_root(head.path) is not None else 0.0
     if head.bytes[:16] == SQLITE_MAGIC:
-        return 1.0
+        return sqlite_confidence(head.path)
     doc = head.doc
     if isinstance(doc, dict) and str(doc.get("id", "")).startswith("ses_") and storage_root(head.path.parent):
         return 1.0
     return 0.0
+
+
+def sqlite_confidence(path: Path) -> float:
+    """OpenCode's tables: sure, unless a fork's tables are there too (Kilo's ``kilo_*``: its
+    importer is surer); another SQLite file: barely, so that a load names what it lacks when no
+    other SQLite format claims it."""
+    tables = table_names(path)
+    if not TABLES <= tables:
+        return 0.1
+    return 0.5 if any(t.startswith("kilo_") for t in tables) else 1.0
 
 
 def load_any(path: Path, options: LoadOptions) -> Session:
