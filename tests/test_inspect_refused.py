@@ -178,6 +178,16 @@ def opencode_db_end(d: Path) -> Path:
     return d / "opencode.db"
 
 
+def kilo_db_end(d: Path) -> Path:
+    """OpenCode's tables and one of Kilo's: a Kilo database, its end as OpenCode's."""
+    db = opencode_db_end(d).rename(d / "kilo.db")
+    con = sqlite3.connect(db)
+    con.execute("create table kilo_board (root_session_id text primary key)")
+    con.commit()
+    con.close()
+    return db
+
+
 def opencode_storage_end(d: Path) -> Path:
     st = d / "storage"
     (st / "session" / "global").mkdir(parents=True)
@@ -210,6 +220,7 @@ CASES = {  # name: (builder, the format it is, the reason the replay refuses it)
     "continue-end": (continue_end, "continue", END),
     "pi-end": (pi_end, "pi", END), "cline-end": (cline_end, "cline", END),
     "opencode-db-end": (opencode_db_end, "opencode", END), "opencode-storage-end": (opencode_storage_end, "opencode", END),
+    "kilo-db-end": (kilo_db_end, "kilo", END),
     "aider-tools": (aider_tools, "aider", TOOL),
 }
 
