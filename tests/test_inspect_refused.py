@@ -188,6 +188,24 @@ def kilo_db_end(d: Path) -> Path:
     return db
 
 
+def crush_end(d: Path) -> Path:
+    """Crush's tables (its migrations' columns that the importer reads), two replies at the end."""
+    con = sqlite3.connect(d / "crush.db")
+    con.executescript("""
+        create table sessions (id text primary key, parent_session_id text, title text, updated_at integer,
+                               created_at integer, summary_message_id text);
+        create table messages (id text primary key, session_id text, role text, parts text, model text,
+                               provider text, created_at integer, updated_at integer);
+        create table files (id text primary key);""")
+    con.execute("insert into sessions values ('s', NULL, 't', 2, 1, NULL)")
+    for k, (role, text) in enumerate([("user", "hi"), ("assistant", "a"), ("assistant", "b")]):
+        con.execute("insert into messages values (?, 's', ?, ?, 'm', 'p', ?, ?)",
+                    (f"m{k}", role, json.dumps([{"type": "text", "data": {"text": text}}]), k + 1, k + 1))
+    con.commit()
+    con.close()
+    return d / "crush.db"
+
+
 def opencode_storage_end(d: Path) -> Path:
     st = d / "storage"
     (st / "session" / "global").mkdir(parents=True)
@@ -220,7 +238,7 @@ CASES = {  # name: (builder, the format it is, the reason the replay refuses it)
     "continue-end": (continue_end, "continue", END),
     "pi-end": (pi_end, "pi", END), "cline-end": (cline_end, "cline", END),
     "opencode-db-end": (opencode_db_end, "opencode", END), "opencode-storage-end": (opencode_storage_end, "opencode", END),
-    "kilo-db-end": (kilo_db_end, "kilo", END),
+    "kilo-db-end": (kilo_db_end, "kilo", END), "crush-end": (crush_end, "crush", END),
     "aider-tools": (aider_tools, "aider", TOOL),
 }
 

@@ -108,8 +108,10 @@ def test_an_sqlite_file_of_other_tables_is_no_kilo_or_opencode_session(tmp_path)
     con.commit()
     con.close()
     from replayer.core.errors import ImportFailed
-    with pytest.raises(ImportFailed, match="not an OpenCode database"):
+    with pytest.raises(ImportFailed, match="SQLite database without the session tables of OpenCode, Kilo or Crush"):
         load_session(db)
+    with pytest.raises(ImportFailed, match="not a database of Kilo"):
+        load_session(db, format="kilo")
 
 
 def test_the_picker_looks_in_kilos_data_folder_and_at_kilo_db(tmp_path, monkeypatch):

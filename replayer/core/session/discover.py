@@ -75,7 +75,38 @@ def default_roots() -> list[tuple[str, Path, str]]:
         *[(agent, storage / ext, CLINE_TASK_GLOB) for storage in global_storage_dirs()
           for agent, ext in CLINE_EXTENSIONS],
         ("kilo-code", home / ".kilocode" / "cli" / "global", CLINE_TASK_GLOB),
+        *[("crush", d, "crush.db") for d in crush_data_dirs()],
     ]
+
+
+#: how much of Crush's project list is read, and how many of its projects listed
+CRUSH_LIST_BYTES, CRUSH_PROJECTS = 1 << 20, 200
+
+
+def crush_data_dirs() -> list[Path]:
+    """Each project's Crush data folder (``<project>/.crush``, or the one its config names), from
+    the list Crush keeps beside its global data (``projects.json``, charmbracelet/crush
+    ``internal/projects``: in ``$CRUSH_GLOBAL_DATA``, ``$XDG_DATA_HOME/crush`` or
+    ``~/.local/share/crush``): its databases are per project, found nowhere else. Read bounded;
+    an entry that is not an absolute folder path is skipped, a list that cannot be read gives none."""
+    from replayer.core.errors import ReplayerError
+    from replayer.core.textfile import read_bytes
+
+    base = os.environ.get("CRUSH_GLOBAL_DATA") or (Path(os.environ["XDG_DATA_HOME"]) / "crush"
+                                                  if os.environ.get("XDG_DATA_HOME") else None)
+    listing = Path(base or _home() / ".local" / "share" / "crush") / "projects.json"
+    if not listing.is_file():
+        return []
+    try:
+        import orjson
+
+        doc = orjson.loads(read_bytes(listing, "Crush's project list", CRUSH_LIST_BYTES))
+    except (ReplayerError, ValueError, OSError):
+        return []
+    projects = doc.get("projects") if isinstance(doc, dict) else None
+    dirs = [Path(d) for p in (projects if isinstance(projects, list) else [])[:CRUSH_PROJECTS]
+            if isinstance(p, dict) and isinstance(d := p.get("data_dir"), str) and os.path.isabs(d)]
+    return list(dict.fromkeys(dirs))
 
 
 def cline_sessions_dir() -> Path:

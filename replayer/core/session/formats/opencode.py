@@ -38,13 +38,10 @@ FORMAT = "opencode"
 
 @dataclass(frozen=True)
 class Fork:
-    """OpenCode or a fork of it that keeps OpenCode's tables (Kilo's CLI, ``kilo.py``): the format
-    its sessions import as, and what it sends that its tables do not hold."""
-
+    """OpenCode, or a fork keeping its tables (Kilo, ``kilo.py``): the format its sessions import
+    as, and the text sent after a user message's stored parts (session row, message, parts)."""
     format: str
     label: str
-    #: the text a user message is sent with after its stored parts, from the session's row, the
-    #: stored message and its parts (Kilo's ``<environment_details>``); None: the parts alone
     user_suffix: Callable[[dict, dict, list[dict]], str | None] | None = None
 
 
@@ -71,15 +68,14 @@ def storage_root(path: Path) -> Path | None:
     return None
 
 
-#: the tables an OpenCode database (and a fork's) holds its sessions in
-TABLES = frozenset({"session", "message", "part"})
+TABLES = frozenset({"session", "message", "part"})  # an OpenCode database's (and a fork's)
 
 
 def _sessions(con: sqlite3.Connection, path: Path, fork: Fork = OPENCODE) -> list[dict[str, Any]]:
     con.row_factory = sqlite3.Row
     tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
     if not TABLES <= tables:
-        raise ImportFailed(f"{path} is an SQLite file but not an {fork.label} database")
+        raise ImportFailed(f"{path} is an SQLite file but not a database of {fork.label}")
     rows = [dict(r) for r in con.execute("select * from session")]
     con.row_factory = None
     return rows
@@ -292,8 +288,7 @@ def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, wa
 def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, title, cwd, version,
            created, updated, warnings: list[str], images: str, revert: dict | None = None, *, fmt: str = FORMAT,
            suffix: Callable[[dict, list[dict]], str | None] | None = None) -> Session:
-    """Both storages' common path: undo, compaction, then each stored message as chat messages
-    (``suffix``: a fork's text sent after a user message's parts)."""
+    """Both storages' common path: undo, compaction, then each stored message as chat messages."""
     stats = ImportStats(entries_total=len(messages))
     if revert:
         messages = _revert(messages, parts, revert, warnings)
@@ -304,8 +299,8 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
     earlier = []
     for k, at in enumerate(done):  # the history as OpenCode sent it just before each compaction
         before, left = _sent_history(messages[:at], parts, done[:k])
-        earlier.append(EarlierHistory(messages=(kept := _converted(before[:left], parts, images, acc, suffix))
-                                      + _converted(before[left:], parts, images, acc, suffix),
+        kept = _converted(before[:left], parts, images, acc, suffix)
+        earlier.append(EarlierHistory(messages=kept + _converted(before[left:], parts, images, acc, suffix),
                                       compacted_prefix=len(kept)))
     sent, left = _sent_history(messages, parts, done)
     acc = _Acc()  # the session's own counts: from what it sends now
@@ -397,8 +392,7 @@ def _sent_history(messages: list[dict], parts: dict[str, list[dict]], done: list
 
 def _user(ps: list[dict], ts: float | None, images: str, suffix: str | None = None) -> Message | None:
     """A user message's parts as OpenCode sends them: compaction and subtask parts become their
-    fixed prompts, files that are not text become images (or the omitted-image text); a fork's
-    ``suffix`` is sent as one more text part after them."""
+    fixed prompts, files that are not text become images (or the omitted-image text), then a fork's ``suffix``."""
     content: list = []
     for p in ps:
         t = p.get("type")
@@ -488,22 +482,13 @@ def detect_head(head: Head) -> float:
     """A storage folder, a database, or one session file inside a storage folder."""
     if head.is_dir:
         return 1.0 if storage_root(head.path) is not None else 0.0
-    if head.bytes[:16] == SQLITE_MAGIC:
-        return sqlite_confidence(head.path)
+    if head.bytes[:16] == SQLITE_MAGIC:  # not another agent's tables; Kilo's importer is surer of its own
+        tables = table_names(head.path)
+        return 0.0 if not TABLES <= tables else 0.5 if any(t.startswith("kilo_") for t in tables) else 1.0
     doc = head.doc
     if isinstance(doc, dict) and str(doc.get("id", "")).startswith("ses_") and storage_root(head.path.parent):
         return 1.0
     return 0.0
-
-
-def sqlite_confidence(path: Path) -> float:
-    """OpenCode's tables: sure, unless a fork's tables are there too (Kilo's ``kilo_*``: its
-    importer is surer); another SQLite file: barely, so that a load names what it lacks when no
-    other SQLite format claims it."""
-    tables = table_names(path)
-    if not TABLES <= tables:
-        return 0.1
-    return 0.5 if any(t.startswith("kilo_") for t in tables) else 1.0
 
 
 def load_any(path: Path, options: LoadOptions) -> Session:
