@@ -206,6 +206,23 @@ def crush_end(d: Path) -> Path:
     return d / "crush.db"
 
 
+def goose_end(d: Path) -> Path:
+    """Goose's tables (the columns the importer reads), two replies at the end."""
+    con = sqlite3.connect(d / "sessions.db")
+    con.executescript("""
+        create table schema_version (version integer primary key);
+        create table sessions (id text primary key, name text, working_dir text, updated_at text);
+        create table messages (id integer primary key autoincrement, session_id text, role text, content_json text,
+                               created_timestamp integer, metadata_json text);""")
+    con.execute("insert into sessions values ('s', 't', '/p', '2026-12-01')")
+    for k, (role, text) in enumerate([("user", "hi"), ("assistant", "a"), ("assistant", "b")]):
+        con.execute("insert into messages (session_id, role, content_json, created_timestamp) values ('s', ?, ?, ?)",
+                    (role, json.dumps([{"type": "text", "text": text}]), k + 1))
+    con.commit()
+    con.close()
+    return d / "sessions.db"
+
+
 def opencode_storage_end(d: Path) -> Path:
     st = d / "storage"
     (st / "session" / "global").mkdir(parents=True)
@@ -239,6 +256,7 @@ CASES = {  # name: (builder, the format it is, the reason the replay refuses it)
     "pi-end": (pi_end, "pi", END), "cline-end": (cline_end, "cline", END),
     "opencode-db-end": (opencode_db_end, "opencode", END), "opencode-storage-end": (opencode_storage_end, "opencode", END),
     "kilo-db-end": (kilo_db_end, "kilo", END), "crush-end": (crush_end, "crush", END),
+    "goose-end": (goose_end, "goose", END),
     "aider-tools": (aider_tools, "aider", TOOL),
 }
 

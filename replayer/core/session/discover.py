@@ -76,6 +76,8 @@ def default_roots() -> list[tuple[str, Path, str]]:
           for agent, ext in CLINE_EXTENSIONS],
         ("kilo-code", home / ".kilocode" / "cli" / "global", CLINE_TASK_GLOB),
         *[("crush", d, "crush.db") for d in crush_data_dirs()],
+        # Goose: ``sessions/sessions.db`` in its data folder (block/goose ``session_manager.rs``)
+        ("goose", (Path(xdg) if xdg else home / ".local" / "share") / "goose" / "sessions", "sessions.db"),
     ]
 
 
