@@ -223,6 +223,14 @@ def goose_end(d: Path) -> Path:
     return d / "sessions.db"
 
 
+def mini_swe_agent_end(d: Path) -> Path:
+    f = d / "run.traj.json"
+    f.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "info": {}, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"},
+        {"role": "assistant", "content": "b"}, {"role": "exit", "content": "Submitted"}]}))
+    return f
+
+
 def opencode_storage_end(d: Path) -> Path:
     st = d / "storage"
     (st / "session" / "global").mkdir(parents=True)
@@ -256,7 +264,7 @@ CASES = {  # name: (builder, the format it is, the reason the replay refuses it)
     "pi-end": (pi_end, "pi", END), "cline-end": (cline_end, "cline", END),
     "opencode-db-end": (opencode_db_end, "opencode", END), "opencode-storage-end": (opencode_storage_end, "opencode", END),
     "kilo-db-end": (kilo_db_end, "kilo", END), "crush-end": (crush_end, "crush", END),
-    "goose-end": (goose_end, "goose", END),
+    "goose-end": (goose_end, "goose", END), "mini-swe-agent-end": (mini_swe_agent_end, "mini-swe-agent", END),
     "aider-tools": (aider_tools, "aider", TOOL),
 }
 

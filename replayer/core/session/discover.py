@@ -78,6 +78,10 @@ def default_roots() -> list[tuple[str, Path, str]]:
         *[("crush", d, "crush.db") for d in crush_data_dirs()],
         # Goose: ``sessions/sessions.db`` in its data folder (block/goose ``session_manager.rs``)
         ("goose", (Path(xdg) if xdg else home / ".local" / "share") / "goose" / "sessions", "sessions.db"),
+        # mini-swe-agent: ``mini`` saves ``last_mini_run.traj.json`` in its config folder
+        # (``MSWEA_GLOBAL_CONFIG_DIR``, else platformdirs' ``user_config_dir("mini-swe-agent")``)
+        ("mini-swe-agent", Path(os.environ.get("MSWEA_GLOBAL_CONFIG_DIR") or Path(
+            os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "mini-swe-agent").expanduser(), "*.traj.json"),
     ]
 
 
