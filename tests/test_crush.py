@@ -160,7 +160,7 @@ def test_a_bad_parts_row_leaves_that_message_out_and_other_sqlite_files_are_not_
     con.execute("create table messages (id text)")
     con.commit()
     con.close()
-    with pytest.raises(ImportFailed, match="SQLite database without the session tables of OpenCode, Kilo or Crush"):
+    with pytest.raises(ImportFailed, match="SQLite database without the session tables of OpenCode, Kilo, Crush or Goose"):
         detect_format(other)
     with pytest.raises(ImportFailed, match="not a Crush database"):
         load_session(other, format="crush")

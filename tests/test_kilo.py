@@ -108,7 +108,7 @@ def test_an_sqlite_file_of_other_tables_is_no_kilo_or_opencode_session(tmp_path)
     con.commit()
     con.close()
     from replayer.core.errors import ImportFailed
-    with pytest.raises(ImportFailed, match="SQLite database without the session tables of OpenCode, Kilo or Crush"):
+    with pytest.raises(ImportFailed, match="SQLite database without the session tables of OpenCode, Kilo, Crush or Goose"):
         load_session(db)
     with pytest.raises(ImportFailed, match="not a database of Kilo"):
         load_session(db, format="kilo")
