@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
     s.add_parser("list", help="the known agents and their captures")
     c = s.add_parser("capture", help="run your installed agent once against a local stub model (in a temporary "
                      "HOME) and keep the system prompt and tools it sends")
-    c.add_argument("agent", help="pi | codex | claude | qwen | cline | opencode")
+    c.add_argument("agent", help="pi | codex | claude | qwen | cline | opencode | gemini | continue | kilo")
     c.add_argument("--binary", help="the agent's executable (default: found on PATH)")
     c.add_argument("--project", help="the session's project folder, for the prompt's working-directory parts "
                    "(default: an empty temporary folder)")

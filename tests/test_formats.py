@@ -16,7 +16,7 @@ from replayer.core.session import detect_format, load_session, registry
 
 from fuzzing import FIXTURES, check_detection, corpus, mutated_sessions
 
-EXPECTED = {"aider", "chat-requests", "claude-code", "cline", "codex", "continue", "gemini-cli", "llamacpp-webui", "openai", "opencode", "pi", "prompt-log", "qwen-code", "sharegpt",
+EXPECTED = {"aider", "chat-requests", "claude-code", "cline", "codex", "continue", "crush", "gemini-cli", "goose", "kilo", "llamacpp-webui", "mini-swe-agent", "openai", "opencode", "pi", "prompt-log", "qwen-code", "sharegpt",
             "traffic-log"}
 
 

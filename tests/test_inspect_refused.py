@@ -178,6 +178,59 @@ def opencode_db_end(d: Path) -> Path:
     return d / "opencode.db"
 
 
+def kilo_db_end(d: Path) -> Path:
+    """OpenCode's tables and one of Kilo's: a Kilo database, its end as OpenCode's."""
+    db = opencode_db_end(d).rename(d / "kilo.db")
+    con = sqlite3.connect(db)
+    con.execute("create table kilo_board (root_session_id text primary key)")
+    con.commit()
+    con.close()
+    return db
+
+
+def crush_end(d: Path) -> Path:
+    """Crush's tables (its migrations' columns that the importer reads), two replies at the end."""
+    con = sqlite3.connect(d / "crush.db")
+    con.executescript("""
+        create table sessions (id text primary key, parent_session_id text, title text, updated_at integer,
+                               created_at integer, summary_message_id text);
+        create table messages (id text primary key, session_id text, role text, parts text, model text,
+                               provider text, created_at integer, updated_at integer);
+        create table files (id text primary key);""")
+    con.execute("insert into sessions values ('s', NULL, 't', 2, 1, NULL)")
+    for k, (role, text) in enumerate([("user", "hi"), ("assistant", "a"), ("assistant", "b")]):
+        con.execute("insert into messages values (?, 's', ?, ?, 'm', 'p', ?, ?)",
+                    (f"m{k}", role, json.dumps([{"type": "text", "data": {"text": text}}]), k + 1, k + 1))
+    con.commit()
+    con.close()
+    return d / "crush.db"
+
+
+def goose_end(d: Path) -> Path:
+    """Goose's tables (the columns the importer reads), two replies at the end."""
+    con = sqlite3.connect(d / "sessions.db")
+    con.executescript("""
+        create table schema_version (version integer primary key);
+        create table sessions (id text primary key, name text, working_dir text, updated_at text);
+        create table messages (id integer primary key autoincrement, session_id text, role text, content_json text,
+                               created_timestamp integer, metadata_json text);""")
+    con.execute("insert into sessions values ('s', 't', '/p', '2026-12-01')")
+    for k, (role, text) in enumerate([("user", "hi"), ("assistant", "a"), ("assistant", "b")]):
+        con.execute("insert into messages (session_id, role, content_json, created_timestamp) values ('s', ?, ?, ?)",
+                    (role, json.dumps([{"type": "text", "text": text}]), k + 1))
+    con.commit()
+    con.close()
+    return d / "sessions.db"
+
+
+def mini_swe_agent_end(d: Path) -> Path:
+    f = d / "run.traj.json"
+    f.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "info": {}, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"},
+        {"role": "assistant", "content": "b"}, {"role": "exit", "content": "Submitted"}]}))
+    return f
+
+
 def opencode_storage_end(d: Path) -> Path:
     st = d / "storage"
     (st / "session" / "global").mkdir(parents=True)
@@ -210,6 +263,8 @@ CASES = {  # name: (builder, the format it is, the reason the replay refuses it)
     "continue-end": (continue_end, "continue", END),
     "pi-end": (pi_end, "pi", END), "cline-end": (cline_end, "cline", END),
     "opencode-db-end": (opencode_db_end, "opencode", END), "opencode-storage-end": (opencode_storage_end, "opencode", END),
+    "kilo-db-end": (kilo_db_end, "kilo", END), "crush-end": (crush_end, "crush", END),
+    "goose-end": (goose_end, "goose", END), "mini-swe-agent-end": (mini_swe_agent_end, "mini-swe-agent", END),
     "aider-tools": (aider_tools, "aider", TOOL),
 }
 

@@ -24,6 +24,7 @@ CASES = [
     ("aider/.aider.chat.history.md", "aider", {"user": 2, "assistant": 2}),
     ("opencode/opencode.db", "opencode", {"user": 1, "assistant": 2, "tool": 1}),
     ("opencode/storage", "opencode", {"user": 1, "assistant": 2, "tool": 1}),
+    ("kilo/kilo.db", "kilo", {"user": 2, "assistant": 3, "tool": 1}),
     ("llamacpp-webui/conversation.json", "llamacpp-webui", {"user": 1, "assistant": 2, "tool": 1}),
 ]
 

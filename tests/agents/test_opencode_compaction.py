@@ -46,19 +46,29 @@ SUMMARY_PROMPT = "What did we do so far?"  # the compaction's user message, as O
 SUMMARIZE = "Here is the conversation so far:"  # how its summarization request begins
 
 
+def _first_text(content) -> str:
+    """A message's text, or its first text part's (Kilo sends its environment details as a second)."""
+    if isinstance(content, list):
+        return next((str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"), "")
+    return str(content or "")
+
+
 def _tokens(body: dict) -> int:
     """A request from the summary on is small; every other one large (110 tokens with the reply)."""
-    return 10 if any(m.get("content") == SUMMARY_PROMPT for m in body.get("messages") or []) else 100
+    return 10 if any(_first_text(m.get("content")) == SUMMARY_PROMPT for m in body.get("messages") or []) else 100
 
 
-def _limited(tail_turns: int | None):
-    """OpenCode with a model whose usable context is 50 tokens (and, when given, the number of
-    recent turns a compaction keeps), written after the registry's own config."""
-    agent = AGENTS["opencode"]
+#: each agent's config file under HOME, as the registry's setup writes it (Kilo: OpenCode's keys)
+CONFIG = {"opencode": ".config/opencode/opencode.json", "kilo": ".config/kilo/kilo.json"}
+
+
+def _limited(agent, tail_turns: int | None):
+    """OpenCode (or Kilo) with a model whose usable context is 50 tokens (and, when given, the
+    number of recent turns a compaction keeps), written after the registry's own config."""
 
     def setup(home, url):
         env = agent.setup(home, url)
-        cfg = home / ".config" / "opencode" / "opencode.json"
+        cfg = home / CONFIG[agent.name]
         doc = json.loads(cfg.read_text())
         doc["provider"]["stub"]["models"]["scripted"]["limit"] = {"context": 150, "output": 100}
         if tail_turns is not None:
@@ -81,11 +91,10 @@ def _http(method: str, url: str, body: dict | None = None):
         return json.loads(r.read() or b"null")
 
 
-def _summarize(home, project, url: str) -> None:
-    """The last session compacted on request: ``opencode serve`` in the run's HOME and project,
-    then ``POST /session/{id}/summarize`` (answered once the summary is written); the server and
-    whatever it started are killed after."""
-    agent = AGENTS["opencode"]
+def _summarize(agent, home, project, url: str) -> None:
+    """The last session compacted on request: ``opencode serve`` (``kilo serve``) in the run's HOME
+    and project, then ``POST /session/{id}/summarize`` (answered once the summary is written); the
+    server and whatever it started are killed after."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -123,19 +132,29 @@ SCENARIOS = {  # name: [(tail_turns or None when the model has no limit, args)]
 }
 
 
+def _expected(name: str, scenario: str) -> tuple[bool, bool]:
+    """Whether the compaction keeps a tail (``tail_start_id``) and whether a "Continue…" prompt
+    follows it. Kilo 7.7.7 differs from OpenCode here (measured, the cause not traced in its
+    bundle): with ``compaction.tail_turns: 1`` it kept no tail, and after a compaction before a turn
+    it sent no "Continue…" prompt; every request is rebuilt as sent either way."""
+    tail = scenario.endswith("the last turn") and name == "opencode"
+    return tail, scenario != "on request" and (name == "opencode" or scenario == "within a turn")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG))
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_rebuilt_as_sent(scenario,
+def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_rebuilt_as_sent(scenario, name,
                                                                                                   tmp_path):
-    agent = AGENTS["opencode"]
+    agent = AGENTS[name]
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir(), project.mkdir()
     (project / "hello.txt").write_text("hello\n")
     with ModelServer(str(project / "hello.txt"), prompt_tokens=_tokens) as m:
         for tail, args in SCENARIOS[scenario]:
             if args == "summarize":
-                _summarize(home, project, m.url)
+                _summarize(agent, home, project, m.url)
                 continue
-            a = agent if tail == "off" else _limited(tail)
+            a = agent if tail == "off" else _limited(agent, tail)
             r = run(a, agent_binary(agent), args, home=home, project=project, url=m.url)
             assert r.returncode == 0, r.stderr[-300:]
         log = m.log
@@ -148,7 +167,8 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     con.close()
     assert [c.get("type") for c in compactions] == ["compaction"]
     assert compactions[0]["auto"] is (scenario != "on request")
-    assert ("tail_start_id" in compactions[0]) == scenario.endswith("the last turn")
+    keeps_tail, continues = _expected(name, scenario)
+    assert ("tail_start_id" in compactions[0]) == keeps_tail
     # a capture of the run: prompt and tools from its first request, the summarization prompt and
     # the compaction agent's own system prompt from its summarization request
     cap = capture.from_request(agent.name, agent.version, agent.api, main[0].body)
@@ -169,8 +189,10 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     sent = [t for t in sent if t.thread != "compaction"]
     # the first request after the compaction starts from its prompt and the summary, no tool round
     first = wire.from_chat(sent[n_before].body).messages
-    assert first[0]["text"] == SUMMARY_PROMPT and first[1]["role"] == "assistant"
+    # (Kilo: its environment details after it, as after every user message)
+    assert first[0]["text"].partition("<environment_details>")[0].rstrip() == SUMMARY_PROMPT
+    assert first[1]["role"] == "assistant"
     assert not any(x["role"] == "tool" for x in first)
     # OpenCode adds its "Continue…" prompt after an automatic compaction only
-    assert any(x["text"].startswith("Continue if you have next steps") for x in first) is (scenario != "on request")
+    assert any(x["text"].startswith("Continue if you have next steps") for x in first) is continues
     assert any("1 of them the summarization request (thread 'compaction')" in n for n in st.notes)

@@ -1,4 +1,4 @@
-"""OpenCode's subagents as it sent them: the real CLI (pinned) runs a prompt the stub model answers
+"""OpenCode's subagents as it sent them, and Kilo's (its fork, the same tables): the real CLI (pinned) runs a prompt the stub model answers
 with its task tool, which starts a child session (``parent_id``); the database, imported, holds
 the child's requests as their own thread between the parent's turns, in the order the stub
 received them, each rebuilt as it was sent. The database is written at test time in a
@@ -20,10 +20,10 @@ from agents.conftest import run_subagent
 pytestmark = pytest.mark.agents
 
 
-@pytest.fixture(scope="module")
-def opencode_subagent(tmp_path_factory):
-    agent = AGENTS["opencode"]
-    home = tmp_path_factory.mktemp("home-opencode-sub")
+@pytest.fixture(scope="module", params=["opencode", "kilo"])
+def opencode_subagent(tmp_path_factory, request):
+    agent = AGENTS[request.param]
+    home = tmp_path_factory.mktemp(f"home-{agent.name}-sub")
     log = run_subagent(agent, home)
     db = home / agent.sessions
     parent, other = wire.main_thread(agent, log)

@@ -19,7 +19,7 @@ from replayer.core.agents.registry import AGENTS, agent_of_format
 #: figure), for the estimate of what a rebuild without them lacks
 TYPICAL_CHARS = {"pi": (2478, 2950), "opencode": (9600, 14000), "codex": (16979, 7245),
                  "claude": (6927, 31525), "qwen": (26971, 38761), "cline": (4279, 17253),
-                 "continue": (1272, 6204), "gemini": (30277, 17722)}
+                 "continue": (1272, 6204), "gemini": (30277, 17722), "kilo": (13587, 36361)}
 
 
 #: summarization prompt characters each agent sent (its first summarization request, measured on

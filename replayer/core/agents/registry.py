@@ -142,6 +142,21 @@ def _opencode_setup(home: Path, url: str) -> dict[str, str]:
     return {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
 
 
+def _kilo_setup(home: Path, url: str) -> dict[str, str]:
+    """Kilo's CLI (an OpenCode fork) reads OpenCode's config keys from ``~/.config/kilo/kilo.json``;
+    its own environment names (``KILO_*``) replace OpenCode's."""
+    d = home / ".config" / "kilo"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "kilo.json").write_text(json.dumps({
+        "autoupdate": False, "share": "disabled", "model": f"stub/{MODEL}", "small_model": f"stub/{MODEL}",
+        "permission": {"edit": "allow", "bash": "allow"},
+        "provider": {"stub": {"npm": "@ai-sdk/openai-compatible", "name": "stub",
+                              "options": {"baseURL": f"{url}/v1", "apiKey": "stub"},
+                              "models": {MODEL: {"name": MODEL, "tool_call": True, "reasoning": True}}}}}))
+    return {"KILO_DISABLE_AUTOUPDATE": "1", "KILO_DISABLE_LSP_DOWNLOAD": "1", "KILO_DISABLE_SHARE": "1",
+            "KILO_DISABLE_MODELS_FETCH": "1", "KILO_DISABLE_SESSION_INGEST": "1"}
+
+
 def _cline_auth(url: str) -> list[str]:
     """Cline configures its provider through its own ``auth`` command (a written providers.json
     alone leaves it unable to connect)."""
@@ -198,6 +213,8 @@ AGENTS: dict[str, Agent] = {a.name: a for a in (
           compact_capture=_qwen_resume("/compress")),
     Agent("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode", "opencode", "chat", _opencode_setup,
           lambda t: ["run", t], lambda t: ["run", "-c", t], ".local/share/opencode/opencode.db"),
+    Agent("kilo", "Kilo", "@kilocode/cli", "7.7.7", "kilo", "kilo", "chat", _kilo_setup,
+          lambda t: ["run", "--auto", t], lambda t: ["run", "--auto", "-c", t], ".local/share/kilo/kilo.db"),
     # Cline's CLI cannot continue a session headless
     Agent("cline", "Cline", "cline", "3.0.65", "cline", "cline", "chat", lambda home, url: {},
           lambda t: ["--json", t], None, ".cline/data/sessions/*/*.messages.json", prepare=_cline_auth,

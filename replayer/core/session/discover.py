@@ -52,6 +52,12 @@ def default_roots() -> list[tuple[str, Path, str]]:
     codex = Path(os.environ.get("CODEX_HOME") or home / ".codex").expanduser() / "sessions"
     xdg = os.environ.get("XDG_DATA_HOME")
     opencode = (Path(xdg) if xdg else home / ".local" / "share") / "opencode"
+    # Kilo's CLI: ``kilo.db`` in its data folder (``kilo-<channel>.db`` for a channel other than
+    # latest/beta/prod); ``$KILO_DB`` replaces it, a relative name within that folder
+    kilo, kilo_glob = opencode.with_name("kilo"), "kilo*.db"
+    if (kilo_db := os.environ.get("KILO_DB")) and kilo_db != ":memory:":
+        db = kilo / Path(kilo_db).expanduser()
+        kilo, kilo_glob = db.parent, db.name
     # Gemini CLI: ``$GEMINI_CLI_HOME`` replaces the home it keeps ``.gemini`` in; a subagent's chat
     # sits one folder deeper (``chats/<parent session>/``) and is read as its parent's thread
     gemini = Path(os.environ.get("GEMINI_CLI_HOME") or home).expanduser() / ".gemini" / "tmp"
@@ -61,6 +67,7 @@ def default_roots() -> list[tuple[str, Path, str]]:
         ("claude-code", claude, "*/*.jsonl"),
         ("codex", codex, "*/*/*/rollout-*.jsonl"),
         ("opencode", opencode, "opencode.db"),
+        ("kilo", kilo, kilo_glob),
         ("qwen-code", home / ".qwen" / "projects", "*/chats/*.jsonl"),
         ("gemini-cli", gemini, "*/chats/session-*.json*"),
         ("continue", cont, "*-*.json"),  # not its sessions.json index
@@ -68,7 +75,44 @@ def default_roots() -> list[tuple[str, Path, str]]:
         *[(agent, storage / ext, CLINE_TASK_GLOB) for storage in global_storage_dirs()
           for agent, ext in CLINE_EXTENSIONS],
         ("kilo-code", home / ".kilocode" / "cli" / "global", CLINE_TASK_GLOB),
+        *[("crush", d, "crush.db") for d in crush_data_dirs()],
+        # Goose: ``sessions/sessions.db`` in its data folder (block/goose ``session_manager.rs``)
+        ("goose", (Path(xdg) if xdg else home / ".local" / "share") / "goose" / "sessions", "sessions.db"),
+        # mini-swe-agent: ``mini`` saves ``last_mini_run.traj.json`` in its config folder
+        # (``MSWEA_GLOBAL_CONFIG_DIR``, else platformdirs' ``user_config_dir("mini-swe-agent")``)
+        ("mini-swe-agent", Path(os.environ.get("MSWEA_GLOBAL_CONFIG_DIR") or Path(
+            os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "mini-swe-agent").expanduser(), "*.traj.json"),
     ]
+
+
+#: how much of Crush's project list is read, and how many of its projects listed
+CRUSH_LIST_BYTES, CRUSH_PROJECTS = 1 << 20, 200
+
+
+def crush_data_dirs() -> list[Path]:
+    """Each project's Crush data folder (``<project>/.crush``, or the one its config names), from
+    the list Crush keeps beside its global data (``projects.json``, charmbracelet/crush
+    ``internal/projects``: in ``$CRUSH_GLOBAL_DATA``, ``$XDG_DATA_HOME/crush`` or
+    ``~/.local/share/crush``): its databases are per project, found nowhere else. Read bounded;
+    an entry that is not an absolute folder path is skipped, a list that cannot be read gives none."""
+    from replayer.core.errors import ReplayerError
+    from replayer.core.textfile import read_bytes
+
+    base = os.environ.get("CRUSH_GLOBAL_DATA") or (Path(os.environ["XDG_DATA_HOME"]) / "crush"
+                                                  if os.environ.get("XDG_DATA_HOME") else None)
+    listing = Path(base or _home() / ".local" / "share" / "crush") / "projects.json"
+    if not listing.is_file():
+        return []
+    try:
+        import orjson
+
+        doc = orjson.loads(read_bytes(listing, "Crush's project list", CRUSH_LIST_BYTES))
+    except (ReplayerError, ValueError, OSError):
+        return []
+    projects = doc.get("projects") if isinstance(doc, dict) else None
+    dirs = [Path(d) for p in (projects if isinstance(projects, list) else [])[:CRUSH_PROJECTS]
+            if isinstance(p, dict) and isinstance(d := p.get("data_dir"), str) and os.path.isabs(d)]
+    return list(dict.fromkeys(dirs))
 
 
 def cline_sessions_dir() -> Path:

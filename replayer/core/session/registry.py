@@ -256,6 +256,9 @@ def detect(path: Path) -> str:
     if head.is_dir:
         raise ImportFailed(f"{path} is a directory, not a session file",
                            hint="give a session file, or an OpenCode storage folder")
+    if head.bytes[:16] == b"SQLite format 3\x00":
+        raise FormatUnknown(f"{path} is an SQLite database without the session tables of OpenCode, Kilo, Crush or Goose",
+                            hint="give an agent's session database (opencode.db, kilo.db, .crush/crush.db, sessions.db)")
     if head.is_binary:
         raise FormatUnknown(f"{path} is a binary file, not a session log")
     why = _why_unknown(head)

@@ -19,6 +19,7 @@ import shutil
 import sqlite3
 import tempfile
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
@@ -83,3 +84,27 @@ def _connect(path: Path, uri: str) -> sqlite3.Connection:
         con.close()
         raise ImportFailed(f"cannot read {path} as SQLite: {exc}") from None
     return con
+
+
+def table_names(path: Path) -> frozenset[str]:
+    """The tables of the database at ``path`` (empty when it cannot be read), for detection:
+    several agents keep their sessions in SQLite (OpenCode, Kilo, Crush, Goose) and only the
+    schema tells them apart. Read as a load reads it (``open_readonly``): a table a migration
+    added may still be in the write-ahead log only. Remembered per state of the file and its
+    sidecars, since every SQLite format's detection asks."""
+    path = Path(path)
+    try:
+        states = tuple((s.st_mtime_ns, s.st_size) for p in (path, *(_sidecars(path)))
+                       for s in (p.stat(),))
+    except OSError:
+        return frozenset()
+    return _table_names(str(path.absolute()), states)
+
+
+@lru_cache(maxsize=64)
+def _table_names(path: str, _states: tuple) -> frozenset[str]:
+    try:
+        with open_readonly(Path(path)) as con:
+            return frozenset(r[0] for r in con.execute("select name from sqlite_master where type='table'"))
+    except (ImportFailed, sqlite3.Error):
+        return frozenset()

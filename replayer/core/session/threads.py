@@ -72,12 +72,12 @@ def sub_threads(s: Session, path: Path, images: str = "omit", once: JsonlFile | 
                                  _loader(path, "claude-code", images, thread=root, once=once),
                                  lambda _s, root=root: request_times(path, root, once)))
         return out
-    if s.format == "opencode" and s.session_id:
+    if s.format in ("opencode", "kilo") and s.session_id:  # Kilo's CLI keeps OpenCode's tables
         try:
             found = opencode.children(path, s.session_id)
         except ReplayerError:  # the main import read it: a database gone bad since has no children
             return []
-        return [SubThread(c, "child", _loader(path, "opencode", images, session_id=c), message_times) for c in found]
+        return [SubThread(c, "child", _loader(path, s.format, images, session_id=c), message_times) for c in found]
     if s.format == "qwen-code":
         return [SubThread(f.stem, "file", _loader(f, "qwen-code", images), message_times)
                 for f in qwen_code.subagent_files(path, s.session_id)]

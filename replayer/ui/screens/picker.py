@@ -142,7 +142,7 @@ class PickerScreen(Screen):
             self.query_one("#picker-empty", Static).update(
                 "No agent sessions found. Folders searched:\n" + searched +
                 "\nPress [b]o[/b] and type the path of a session file (pi, Claude Code, Codex, OpenCode, Qwen Code, "
-                "Gemini CLI, Continue, Cline, Roo Code, Kilo Code, OpenAI body, ShareGPT, llama.cpp web UI, Aider), or [b]d[/b] for "
+                "Gemini CLI, Continue, Kilo, Crush, Goose, mini-swe-agent, Cline, Roo Code, Kilo Code, OpenAI body, ShareGPT, llama.cpp web UI, Aider), or [b]d[/b] for "
                 "the bundled demo.")
         else:
             self.query_one("#picker-empty", Static).display = False

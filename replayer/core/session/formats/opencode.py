@@ -15,25 +15,37 @@ without writing beside it (``sqlite_ro``).
 
 from __future__ import annotations
 
-import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import orjson
-
-from replayer.core.errors import ImportFailed, ReplayerError
+from replayer.core.errors import ImportFailed
 from replayer.core.session import salvage
 from replayer.core.session.formats import opencode_summary
+from replayer.core.session.formats.opencode_files import (
+    admitted, loads_object, quiet_json, read_json, session_files, stored_files,
+)
 from replayer.core.session.model import (
     EarlierHistory, IMAGE_OMITTED, ImportStats, Message, Session, TextPart, ToolCall, Usage, image_part,
 )
 from replayer.core.session.reader import json_args, ms_to_s
 from replayer.core.session.registry import Head, Importer, LoadOptions
-from replayer.core.session.sqlite_ro import open_readonly
-from replayer.core.textfile import read_bytes
+from replayer.core.session.sqlite_ro import open_readonly, table_names
 
 FORMAT = "opencode"
+
+
+@dataclass(frozen=True)
+class Fork:
+    """OpenCode, or a fork keeping its tables (Kilo, ``kilo.py``): the format its sessions import
+    as, and the text sent after a user message's stored parts (session row, message, parts)."""
+    format: str
+    label: str
+    user_suffix: Callable[[dict, dict, list[dict]], str | None] | None = None
+
+
+OPENCODE = Fork(FORMAT, "OpenCode")
 #: a part's row time (``part.time_created``, ms) as the database holds it beside the part's data
 ROW_TIME = "\x00row_time"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -56,11 +68,14 @@ def storage_root(path: Path) -> Path | None:
     return None
 
 
-def _sessions(con: sqlite3.Connection, path: Path) -> list[dict[str, Any]]:
+TABLES = frozenset({"session", "message", "part"})  # an OpenCode database's (and a fork's)
+
+
+def _sessions(con: sqlite3.Connection, path: Path, fork: Fork = OPENCODE) -> list[dict[str, Any]]:
     con.row_factory = sqlite3.Row
     tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
-    if not {"session", "message", "part"} <= tables:
-        raise ImportFailed(f"{path} is an SQLite file but not an OpenCode database")
+    if not TABLES <= tables:
+        raise ImportFailed(f"{path} is an SQLite file but not a database of {fork.label}")
     rows = [dict(r) for r in con.execute("select * from session")]
     con.row_factory = None
     return rows
@@ -71,7 +86,7 @@ def children(path: Path, session_id: str) -> list[str]:
     with ``parentID``), their own children too, in the order they were created."""
     if path.is_dir() or not is_sqlite(path):
         root = storage_root(path)
-        infos = [] if root is None else [_quiet_json(f) for f in _session_files(root)]
+        infos = [] if root is None else [quiet_json(f) for f in session_files(root)]
         rows = [(i.get("id"), i.get("parentID"), t.get("created") if isinstance(t := i.get("time"), dict) else None)
                 for i in infos]
     else:
@@ -91,12 +106,12 @@ def children(path: Path, session_id: str) -> list[str]:
     return sorted(out, key=lambda i: (created[i], i))
 
 
-def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
+def load_db(path: Path, session_id: str | None = None, *, images: str = "omit", fork: Fork = OPENCODE) -> Session:
     try:
         with open_readonly(path) as con:
-            sessions = _sessions(con, path)
+            sessions = _sessions(con, path, fork)
             if not sessions:
-                raise ImportFailed(f"{path} holds no OpenCode sessions")
+                raise ImportFailed(f"{path} holds no {fork.label} sessions")
             top = [s for s in sessions if not s.get("parent_id")] or sessions
             if session_id:
                 chosen = next((s for s in sessions if s["id"] == session_id), None)
@@ -115,15 +130,17 @@ def load_db(path: Path, session_id: str | None = None, *, images: str = "omit") 
     by_msg: dict[str, list[dict]] = {}
     for mid, pid, data, created in parts:  # each row named, to be left out by name if a field cannot be read
         row = {"id": pid} | ({ROW_TIME: created} if isinstance(created, int) and created > 0 else {})
-        if (part := salvage.admit(_loads(data) | row, f"part {pid}")) is not None:
+        if (part := salvage.admit(loads_object(data) | row, f"part {pid}")) is not None:
             by_msg.setdefault(mid, []).append(part)
-    messages = [m for mid, _, data in msgs if (m := salvage.admit(_loads(data) | {"id": mid}, f"message {mid}"))]
+    messages = [m for mid, _, data in msgs if (m := salvage.admit(loads_object(data) | {"id": mid}, f"message {mid}"))]
     warnings = []
     if len(top) > 1 and not session_id:
         warnings.append(f"{len(top)} sessions in this database; replaying the newest ({chosen['id']})")
+    suffix = (lambda m, ps: fork.user_suffix(chosen, m, ps)) if fork.user_suffix else None
     return _build(path, messages, by_msg, chosen.get("id"), chosen.get("title"), chosen.get("directory"),
                   chosen.get("version"), ms_to_s(chosen.get("time_created")),
-                  ms_to_s(chosen.get("time_updated")), warnings, images, _loads(chosen.get("revert")))
+                  ms_to_s(chosen.get("time_updated")), warnings, images, loads_object(chosen.get("revert")),
+                  fmt=fork.format, suffix=suffix)
 
 
 def load_storage(path: Path, session_id: str | None = None, *, images: str = "omit") -> Session:
@@ -131,118 +148,28 @@ def load_storage(path: Path, session_id: str | None = None, *, images: str = "om
     if root is None:
         raise ImportFailed(f"{path} is not inside an OpenCode storage folder")
     if session_id is not None:
-        info = next((i for f in _session_files(root) if (i := _quiet_json(f)).get("id") == session_id), None)
+        info = next((i for f in session_files(root) if (i := quiet_json(f)).get("id") == session_id), None)
         if info is None:
             raise ImportFailed(f"no session {session_id!r} in {root}")
     elif path.is_file():
-        info = _read_json(path)
+        info = read_json(path)
     else:
-        files = sorted(_session_files(root), key=lambda p: p.stat().st_mtime)
+        files = sorted(session_files(root), key=lambda p: p.stat().st_mtime)
         if not files:
             raise ImportFailed(f"{root} holds no sessions")
-        info = _read_json(files[-1])
+        info = read_json(files[-1])
         if info.get("parentID"):  # a subagent's session: the newest top-level one is the conversation
-            info = next((i for f in reversed(files[:-1]) if (i := _quiet_json(f)) and not i.get("parentID")), info)
+            info = next((i for f in reversed(files[:-1]) if (i := quiet_json(f)) and not i.get("parentID")), info)
     sid = info.get("id")
-    messages = _admitted(root, _stored_files(root, "message", sid, "session"))
+    messages = admitted(root, stored_files(root, "message", sid, "session"))
     messages.sort(key=lambda m: ((m.get("time") or {}).get("created") or 0, str(m.get("id", ""))))
     by_msg = {}
     for m in messages:
-        by_msg[m.get("id")] = _admitted(root, _stored_files(root, "part", m.get("id"), "message"))
+        by_msg[m.get("id")] = admitted(root, stored_files(root, "part", m.get("id"), "message"))
     t = info.get("time") or {}
     revert = info.get("revert") if isinstance(info.get("revert"), dict) else {}
     return _build(path, messages, by_msg, sid, info.get("title"), info.get("directory"), info.get("version"),
                   ms_to_s(t.get("created")), ms_to_s(t.get("updated")), [], images, revert)
-
-
-#: OpenCode's ids (``ses_…``, ``msg_…``, ``prt_…``: a prefix and 26 base-62 characters), with room
-#: for other writers; anything else (``../x``, ``/etc``, 5,000 characters) is refused before it
-#: becomes part of a path
-_ID_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
-
-
-def _checked_id(value: Any, what: str) -> str:
-    """A stored id safe to use as one folder name, or a one-line refusal naming it."""
-    if not isinstance(value, str) or not _ID_RE.fullmatch(value) or ".." in value:
-        shown = repr(value)
-        shown = shown if len(shown) <= 60 else f"{shown[:40]}…' ({len(str(value)):,} characters)"
-        raise ImportFailed(f"the OpenCode storage holds an invalid {what} id {shown}: refused (ids are up to 128 "
-                           "letters, digits, '_', '-' or '.')")
-    return value
-
-
-def _session_files(root: Path) -> list[Path]:
-    """``root/session/<project>/*.json`` that are regular files inside ``root/session``."""
-    base = (root / "session").resolve()
-    out = []
-    for f in (root / "session").glob("*/*.json"):
-        try:
-            real = f.resolve(strict=True)
-        except (OSError, RuntimeError):
-            continue  # a broken link is no session
-        if real.is_relative_to(base) and real.is_file():
-            out.append(f)
-    return out
-
-
-def _stored_files(root: Path, kind: str, owner: Any, what: str) -> list[Path]:
-    """``root/kind/<owner id>/*.json``, each resolved and confined to ``root/kind``: the id comes
-    from the untrusted folder, and a symlinked file or folder must not reach the rest of the disk."""
-    folder = root / kind / _checked_id(owner, what)
-    base = (root / kind).resolve()
-    out = []
-    try:
-        files = sorted(folder.glob("*.json"))
-    except OSError as exc:
-        raise ImportFailed(f"cannot read {folder}: {exc.strerror or exc}") from None
-    for f in files:
-        try:
-            real = f.resolve(strict=True)
-        except (OSError, RuntimeError):
-            raise ImportFailed(f"cannot read {f}: a broken or looping link") from None
-        if not real.is_relative_to(base):
-            raise ImportFailed(f"{f} points outside the OpenCode storage folder ({kind}/): refused")
-        out.append(f)
-    return out
-
-
-def _loads(data: Any) -> dict:
-    try:
-        obj = orjson.loads(data) if data else {}
-    except orjson.JSONDecodeError:
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
-
-#: one stored message or part (a tool's output can be large, not this large)
-MAX_RECORD_BYTES = 64 << 20
-
-
-def _admitted(root: Path, files: list[Path]) -> list[dict]:
-    """The stored records, each named by its path under the storage folder (a record with a
-    field that cannot be read is left out by that name)."""
-    out = []
-    for f in files:
-        r = salvage.admit(_read_json(f), f.relative_to(root).as_posix())
-        if r is not None:
-            out.append(r)
-    return out
-
-
-def _read_json(p: Path) -> dict:
-    """One stored object, read bounded and only from a regular file (a FIFO would block)."""
-    try:
-        return _loads(read_bytes(p, "OpenCode record", MAX_RECORD_BYTES))
-    except ReplayerError as exc:
-        raise ImportFailed(str(exc)) from None
-
-
-def _quiet_json(p: Path) -> dict:
-    """A stored object, or nothing when it cannot be read (a session file looked at in passing)."""
-    try:
-        return _read_json(p)
-    except ImportFailed:
-        return {}
 
 
 def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, warnings: list[str]) -> list[dict]:
@@ -269,7 +196,8 @@ def _revert(messages: list[dict], parts: dict[str, list[dict]], revert: dict, wa
 
 
 def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, title, cwd, version,
-           created, updated, warnings: list[str], images: str, revert: dict | None = None) -> Session:
+           created, updated, warnings: list[str], images: str, revert: dict | None = None, *, fmt: str = FORMAT,
+           suffix: Callable[[dict, list[dict]], str | None] | None = None) -> Session:
     """Both storages' common path: undo, compaction, then each stored message as chat messages."""
     stats = ImportStats(entries_total=len(messages))
     if revert:
@@ -281,19 +209,20 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
     earlier = []
     for k, at in enumerate(done):  # the history as OpenCode sent it just before each compaction
         before, left = _sent_history(messages[:at], parts, done[:k])
-        earlier.append(EarlierHistory(messages=(kept := _converted(before[:left], parts, images, acc))
-                                      + _converted(before[left:], parts, images, acc), compacted_prefix=len(kept),
+        kept = _converted(before[:left], parts, images, acc, suffix)
+        earlier.append(EarlierHistory(messages=kept + _converted(before[left:], parts, images, acc, suffix),
+                                      compacted_prefix=len(kept),
                                       summarization=opencode_summary.summarization(messages, parts, at, done[:k],
                                                                                    warnings)))
     sent, left = _sent_history(messages, parts, done)
     acc = _Acc()  # the session's own counts: from what it sends now
-    prefix = _converted(sent[:left], parts, images, acc)
-    out = prefix + _converted(sent[left:], parts, images, acc)
+    prefix = _converted(sent[:left], parts, images, acc, suffix)
+    out = prefix + _converted(sent[left:], parts, images, acc, suffix)
     stats.dropped_turns = acc.dropped
     if done:
         stats.compactions_applied = 1
     stats.branch_length = len(sent)
-    return Session(format=FORMAT, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
+    return Session(format=fmt, agent_version=version, path=str(path), session_id=sid, title=title, cwd=cwd,
                    provider=acc.provider, model=acc.model, created=created, updated=updated, messages=out,
                    system_prompt=None, tools=None, usage=acc.usage, stats=stats, warnings=warnings,
                    compacted_prefix=len(prefix) if done else 0, earlier=earlier)
@@ -310,14 +239,15 @@ class _Acc:
         self.dropped = 0
 
 
-def _converted(stored: list[dict], parts: dict[str, list[dict]], images: str, acc: _Acc) -> list[Message]:
+def _converted(stored: list[dict], parts: dict[str, list[dict]], images: str, acc: _Acc,
+               suffix: Callable[[dict, list[dict]], str | None] | None = None) -> list[Message]:
     """Stored messages as the chat messages OpenCode sends for them, in order."""
     out: list[Message] = []
     for m in stored:
         ps = parts.get(m.get("id"), [])
         ts = ms_to_s((m.get("time") or {}).get("created"))
         if m.get("role") == "user":
-            if (msg := _user(ps, ts, images)) is not None:
+            if (msg := _user(ps, ts, images, suffix(m, ps) if suffix else None)) is not None:
                 out.append(msg)
             continue
         if m.get("role") != "assistant":
@@ -372,9 +302,9 @@ def _sent_history(messages: list[dict], parts: dict[str, list[dict]], done: list
     return kept + messages[j + 1:], len(kept)
 
 
-def _user(ps: list[dict], ts: float | None, images: str) -> Message | None:
+def _user(ps: list[dict], ts: float | None, images: str, suffix: str | None = None) -> Message | None:
     """A user message's parts as OpenCode sends them: compaction and subtask parts become their
-    fixed prompts, files that are not text become images (or the omitted-image text)."""
+    fixed prompts, files that are not text become images (or the omitted-image text), then a fork's ``suffix``."""
     content: list = []
     for p in ps:
         t = p.get("type")
@@ -389,6 +319,8 @@ def _user(ps: list[dict], ts: float | None, images: str) -> Message | None:
             content.append(image_part(images, mime) if mime.startswith("image/") else TextPart(text=IMAGE_OMITTED))
     if not content:
         return None
+    if suffix:
+        content.append(TextPart(text=suffix))
     one_text = len(content) == 1 and isinstance(content[0], TextPart)
     return Message(role="user", content=content[0].text if one_text else content, timestamp=ts)
 
@@ -462,8 +394,9 @@ def detect_head(head: Head) -> float:
     """A storage folder, a database, or one session file inside a storage folder."""
     if head.is_dir:
         return 1.0 if storage_root(head.path) is not None else 0.0
-    if head.bytes[:16] == SQLITE_MAGIC:
-        return 1.0
+    if head.bytes[:16] == SQLITE_MAGIC:  # not another agent's tables; Kilo's importer is surer of its own
+        tables = table_names(head.path)
+        return 0.0 if not TABLES <= tables else 0.5 if any(t.startswith("kilo_") for t in tables) else 1.0
     doc = head.doc
     if isinstance(doc, dict) and str(doc.get("id", "")).startswith("ses_") and storage_root(head.path.parent):
         return 1.0
