@@ -17,7 +17,7 @@ the schedule's erasures are already in the order the events are emitted.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule
@@ -144,22 +144,35 @@ class Prefill:
         return [(e[0][0], e[1]) for e in self.sched.erased]
 
 
-def timed(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 0.0) -> Prefill:
+class Pricing(NamedTuple):
+    """What pricing a run's schedules reads, read once per run (a session times ~1,200)."""
+
+    prices: dict[tuple[int, int], float]  # ``cost.price_memo``
+    ubatch_ms: Callable[[int, int], float]
+    ckpt_ms: float  # the copy of one checkpoint
+    size_mib: float
+    n_max: int
+    n_ubatch: int
+
+
+def pricing(spec: RunSpec, cost: CostModel) -> Pricing:
+    size_mib = spec.checkpoint_mib
+    return Pricing(price_memo(cost), cost.ubatch_ms, cost.checkpoint_ms(size_mib), size_mib,
+                   spec.knobs.n_ctx_checkpoints, spec.knobs.n_ubatch_eff)
+
+
+def timed(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 0.0, price: Pricing | None = None) -> Prefill:
     """The schedule priced by the cost model: each batch's ubatches, plus the copy of the
-    checkpoint taken before it. A price is looked up by (tokens, depth) for one ubatch."""
+    checkpoint taken before it. A price is looked up by (tokens, depth) for one ubatch.
+    ``price``: ``pricing(spec, cost)``, when the caller times many schedules of one run."""
+    prices, ubatch_ms, ckpt_ms, size_mib, n_max, n_ubatch = price or pricing(spec, cost)
     created = sched.created
     n_created = len(created)
-    if n_created:
-        size_mib, n_max = spec.checkpoint_mib, spec.knobs.n_ctx_checkpoints
-        ckpt_ms = cost.checkpoint_ms(size_mib)
-    else:
-        size_mib, n_max, ckpt_ms = 0.0, 0, 0.0
     ends: list[float] = []
     add = ends.append
     t = 0.0
     ci = 0
     next_ck = created[0][0] if n_created else -1
-    ubatch_ms, prices = cost.ubatch_ms, price_memo(cost)
     for i, (start, n, n_ub, _) in enumerate(sched.batches):
         if i == next_ck:
             t += ckpt_ms
@@ -172,6 +185,6 @@ def timed(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 0.0) -> P
                 ms = prices[n, start] = ubatch_ms(n, start)
             t += ms
         else:
-            t += batch_ms(cost, start, n, spec.knobs.n_ubatch_eff)
+            t += batch_ms(cost, start, n, n_ubatch)
         add(t)
     return Prefill(spec.run, sched, t0, ends, ckpt_ms, size_mib, n_max)

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 from replayer.core.engine.run_summary import RunSummary
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, Slot
-from replayer.core.engine.prefill import Prefill, timed
+from replayer.core.engine.prefill import Prefill, pricing, timed
 from replayer.core.engine.simulate import RunSpec, prefill_events
 from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
@@ -93,6 +93,8 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
     out.join_turns()
     out.apply(_run_started(spec, prompts, cost))
     held = _Held()
+    alive = held.alive.values  # (``held.now()``, bound once)
+    price = pricing(spec, cost)
     t = 0.0
     n_batches = n_ckpt = processed = 0
     add_turn = out.turns.append
@@ -105,12 +107,12 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
         for p, common, sched, full, slot in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
             if sched is None:
                 add_turn(TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, error=context_full(p, n_ctx),
-                                    held=held.alive[:], slot=slot))
+                                    held=list(alive()), slot=slot))
                 continue
-            pre = timed(spec, sched, cost, t)
+            pre = timed(spec, sched, cost, t, price)
             n_past, turn_ms = sched.n_past, pre.duration
             add_turn(TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, n_past, p.n_tokens - n_past,
-                                turn_ms, full, held=held.alive[:], slot=slot, facts=pre))
+                                turn_ms, full, held=list(alive()), slot=slot, facts=pre))
             if sched.created or sched.erased:
                 held.take(sched)
                 n_ckpt += len(sched.created)
@@ -369,20 +371,39 @@ class SessionRun(RunSummary):
 
 class _Held:
     """The checkpoints alive, as a session run's events tell (a live run has no slot to ask):
-    what each turn's record lists as ``held``. ``read`` takes a stream's events, ``take`` a
-    schedule's tuples in the same order (``prefill``: the order its events are made in)."""
+    what each turn's record lists as ``held`` (``now()``, in creation order). An erasure takes
+    the oldest alive checkpoint of its size. ``read`` takes a stream's events, ``take`` a
+    schedule's tuples in the same order (``prefill``: the order its events are made in).
 
-    __slots__ = ("alive", "alive_n")
+    Kept as dicts, not a list searched by size: with several slots the list only grows (a
+    cleared slot's checkpoints go without erasures), ~120 entries a request on the subagent
+    session, and each erasure scanned it twice."""
+
+    __slots__ = ("alive", "by_n", "seq")
 
     def __init__(self) -> None:
-        self.alive: list[tuple[int, int, int]] = []
-        self.alive_n: list[int] = []  # their n_tokens, searched at C speed
+        self.alive: dict[int, tuple[int, int, int]] = {}  # creation number → (n_tokens, pos_min, pos_max)
+        self.by_n: dict[int, list[int]] = {}  # n_tokens → the creation numbers alive with it, oldest first
+        self.seq = 0
+
+    def now(self) -> list[tuple[int, int, int]]:
+        return list(self.alive.values())
+
+    def _add(self, c: tuple[int, int, int]) -> None:
+        seq = self.seq = self.seq + 1
+        self.alive[seq] = c
+        same = self.by_n.get(c[0])
+        if same is None:
+            self.by_n[c[0]] = [seq]
+        else:
+            same.append(seq)
 
     def _drop(self, n: int) -> None:
-        alive_n = self.alive_n
-        if n in alive_n:
-            i = alive_n.index(n)
-            del self.alive[i], alive_n[i]
+        same = self.by_n.get(n)
+        if same:
+            del self.alive[same.pop(0)]
+            if not same:
+                del self.by_n[n]
 
     def read(self, events: list[Any], cur: "TurnRecord", out: "SessionRun") -> None:
         """Checkpoint events of the turn ``cur``, in order, into the turn's and the run's lists."""
@@ -393,8 +414,7 @@ class _Held:
             if kind is Created:
                 out.created.append(e)
                 facts.created.append(e)
-                self.alive.append((e.n_tokens, e.pos_min, e.pos_max))
-                self.alive_n.append(e.n_tokens)
+                self._add((e.n_tokens, e.pos_min, e.pos_max))
             elif kind is Erased:
                 out.erased.append(e)
                 facts.erased.append(e)
@@ -403,20 +423,32 @@ class _Held:
                 facts.restored = e
 
     def take(self, sched: Schedule) -> None:
-        """A schedule's erasures and creations, in the order its events come (``Prefill.events_into``)."""
-        alive, alive_n, drop = self.alive, self.alive_n, self._drop
+        """A schedule's erasures and creations, in the order its events come (``Prefill.events_into``);
+        ``_add`` and ``_drop`` written out (a session takes ~7,000 of each a build)."""
+        alive, by_n, seq = self.alive, self.by_n, self.seq
         erased = sched.erased
         n_erased, ei = len(erased), 0
-        while ei < n_erased and erased[ei][2] < 0:
-            drop(erased[ei][0][0])
-            ei += 1
-        for b, c in sched.created:
+        for b, c in [(-1, None), *sched.created]:
             while ei < n_erased and erased[ei][2] <= b:
-                if erased[ei][2] == b:
-                    drop(erased[ei][0][0])
+                e = erased[ei]
                 ei += 1
-            alive.append((c[0], c[1], c[2]))
-            alive_n.append(c[0])
+                if e[2] == b:
+                    n = e[0][0]
+                    same = by_n.get(n)
+                    if same:
+                        del alive[same.pop(0)]
+                        if not same:
+                            del by_n[n]
+            if c is not None:
+                seq += 1
+                n = c[0]
+                alive[seq] = (n, c[1], c[2])
+                same = by_n.get(n)
+                if same is None:
+                    by_n[n] = [seq]
+                else:
+                    same.append(seq)
+        self.seq = seq
 
 
 def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
@@ -459,7 +491,7 @@ class TurnReader:
                     out.apply(e)
             elif kind is TurnStarted:
                 cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
-                                 held=list(held.alive))
+                                 held=held.now())
                 out.turns.append(cur)
             elif kind is TurnFinished:
                 if cur is not None:
