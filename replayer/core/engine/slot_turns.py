@@ -93,7 +93,7 @@ def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: Cos
     out.join_turns()
     out.apply(_run_started(spec, prompts, cost))
     held = _Held()
-    alive = held.alive.values  # (``held.now()``, bound once)
+    alive = held.alive.values  # (bound once)
     price = pricing(spec, cost)
     t = 0.0
     n_batches = n_ckpt = processed = 0
@@ -371,7 +371,7 @@ class SessionRun(RunSummary):
 
 class _Held:
     """The checkpoints alive, as a session run's events tell (a live run has no slot to ask):
-    what each turn's record lists as ``held`` (``now()``, in creation order). An erasure takes
+    what each turn's record lists as ``held`` (``alive``'s values, in creation order). An erasure takes
     the oldest alive checkpoint of its size. ``read`` takes a stream's events, ``take`` a
     schedule's tuples in the same order (``prefill``: the order its events are made in).
 
@@ -385,9 +385,6 @@ class _Held:
         self.alive: dict[int, tuple[int, int, int]] = {}  # creation number → (n_tokens, pos_min, pos_max)
         self.by_n: dict[int, list[int]] = {}  # n_tokens → the creation numbers alive with it, oldest first
         self.seq = 0
-
-    def now(self) -> list[tuple[int, int, int]]:
-        return list(self.alive.values())
 
     def _add(self, c: tuple[int, int, int]) -> None:
         seq = self.seq = self.seq + 1
@@ -491,7 +488,7 @@ class TurnReader:
                     out.apply(e)
             elif kind is TurnStarted:
                 cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
-                                 held=held.now())
+                                 held=list(held.alive.values()))
                 out.turns.append(cur)
             elif kind is TurnFinished:
                 if cur is not None:
