@@ -80,7 +80,7 @@ class SessionEvaluator:
         if full:
             return Outcome(float("inf"), 0, 0, f"turn {full[0].turn} does not fit a slot's {n_ctx:,} cells "
                                                 f"(-c {s.ctx_size} / -np {s.n_parallel})")
-        return Outcome(run.prompt_ms, run.n_batches, len(run.created))
+        return Outcome(run.prompt_ms, run.n_batches, run.n_checkpoints)
 
 
 def server_fixes(path: str | Path, settings: Settings, server_args: str, turns: SessionTurns | None = None

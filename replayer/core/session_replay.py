@@ -183,7 +183,7 @@ def run_dict(sr: SessionRun, turns: bool = True) -> dict[str, Any]:
     return {
         "run": sr.run, "label": sr.label, "build": sr.build, "generation": sr.generation, "engine": sr.engine,
         "error": sr.failed, "n_turns": len(sr.turns), "cache_n": sr.cache_n, "prompt_n": sr.prompt_n,
-        "prompt_ms": round(sr.prompt_ms, 3), "n_batches": sr.n_batches, "n_checkpoints": len(sr.created),
+        "prompt_ms": round(sr.prompt_ms, 3), "n_batches": sr.n_batches, "n_checkpoints": sr.n_checkpoints,
         "full_reprocess_turns": [t.turn for t in sr.turns if t.full_reprocess],
         "misses": [t.turn for t in misses], "lost_by_cause": lost_by_cause(sr),
         **({"turns": [t.to_dict() for t in sr.turns]} if turns else {}),

@@ -14,7 +14,8 @@ from typing import Generator, Iterator
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, schedule
 from replayer.core.runspec import PromptSpans, RunSpec
-from replayer.core.hardware.cost import CostModel, batch_ms, price_memo
+from replayer.core.engine.prefill import timed
+from replayer.core.hardware.cost import CostModel
 
 
 class SimulatedEngine:
@@ -56,64 +57,14 @@ def prefill_events(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float = 
 
 def prefill_into(spec: RunSpec, sched: Schedule, cost: CostModel, t0: float, batches: list, checkpoints: list,
                  erased: list, *, progress: bool) -> float:
-    """The one walk of a schedule that builds its events: ``BatchDone`` go to ``batches``, the
-    created and restored checkpoints to ``checkpoints``, the erased to ``erased`` (the event
-    stream passes one list for all three and gets them in time order, with a ``Progress``
-    after each batch); returns the prefill's duration. A session's per-turn records ask for
-    the lists apart and no progress: the same objects, without the ones only a stream shows."""
-    run = spec.run
-    N = sched.n_tokens
-    add_batch, add_ck, add_erased = batches.append, checkpoints.append, erased.append
-    Progress, BatchDone = ev.Progress, ev.BatchDone
-    if progress:
-        add_batch(Progress(run, sched.n_past, N, t0))
-    t = 0.0
-    # erasures come in batch order (those at task start, index −1, first), creations too,
-    # at most one per batch: walk both lists alongside the batches
-    s_erased, created = sched.erased, sched.created
-    n_erased, n_created = len(s_erased), len(created)
-    ei = ci = 0
-    # (the schedule's tuples by index: Erasure = (checkpoint, reason, batch index), Checkpoint =
-    # (n_tokens, pos_min, pos_max, task); a namedtuple's field by name is a descriptor call)
-    while ei < n_erased and s_erased[ei][2] < 0:
-        c, e_reason, _ = s_erased[ei]
-        add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], e_reason, t0 + t))
-        ei += 1
-    if sched.restored is not None:
-        c = sched.restored
-        add_ck(ev.CheckpointRestored(run, c[0], c[1], c[2], sched.n_past, t0 + t))
-    if n_created:
-        n_max = spec.knobs.n_ctx_checkpoints
-        size_mib = spec.checkpoint_mib
-        ckpt_ms = cost.checkpoint_ms(size_mib)
-        counts = sched.created_counts
-    next_ck = created[0][0] if n_created else -1
-    ubatch_ms, prices = cost.ubatch_ms, price_memo(cost)
-    for i, (start, n, n_ub, reason) in enumerate(sched.batches):
-        t_start = t
-        if i == next_ck:
-            while ei < n_erased and s_erased[ei][2] <= i:
-                c, e_reason, e_batch = s_erased[ei]
-                ei += 1
-                if e_batch == i:
-                    add_erased(ev.CheckpointErased(run, c[0], c[1], c[2], e_reason, t0 + t))
-            ck = created[ci][1]
-            t += ckpt_ms
-            add_ck(ev.CheckpointCreated(run, ck[0], ck[1], ck[2], size_mib, counts[ci], n_max, t0 + t))
-            ci += 1
-            next_ck = created[ci][0] if ci < n_created else -1
-        # = batch_ms; one ubatch (n_ub = ⌈n / n_ubatch⌉ = 1) is the common case: its price looked up
-        if n_ub == 1:
-            ms = prices.get((n, start))
-            if ms is None:
-                ms = prices[n, start] = ubatch_ms(n, start)
-            t += ms
-        else:
-            t += batch_ms(cost, start, n, spec.knobs.n_ubatch_eff)
-        add_batch(BatchDone(run, i, start, n, n_ub, reason, t0 + t_start, t0 + t))
-        if progress:
-            add_batch(Progress(run, start + n, N, t0 + t))
-    return t
+    """The schedule timed (``prefill.timed``) and its events built (``Prefill.events_into``):
+    ``BatchDone`` to ``batches``, the created and restored checkpoints to ``checkpoints``, the
+    erased to ``erased`` (the event stream passes one list for all three and gets them in time
+    order, with a ``Progress`` after each batch); returns the prefill's duration. A session's
+    records keep the ``Prefill`` itself and make the events only for a reader that asks."""
+    p = timed(spec, sched, cost, t0)
+    p.events_into(batches, checkpoints, erased, progress=progress)
+    return p.duration
 
 
 def paced(events: Iterator[ev.Event], speed: float = 1.0, *, clock=time.monotonic, sleep=time.sleep

@@ -23,7 +23,8 @@ from typing import Any, Iterable, Iterator
 from replayer.core.engine.run_summary import RunSummary
 from replayer.core.engine import events as ev
 from replayer.core.engine.schedule import Schedule, Slot
-from replayer.core.engine.simulate import RunSpec, prefill_events, prefill_into
+from replayer.core.engine.prefill import Prefill, pricing, timed
+from replayer.core.engine.simulate import RunSpec, prefill_events
 from replayer.core.hardware.cost import CostModel
 from replayer.core.prompt.turn_layouts import TurnPrompt, shared_prefix
 
@@ -82,43 +83,46 @@ def simulate_session(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
 
 def simulate_session_records(spec: RunSpec, prompts: list[TurnPrompt], cost: CostModel,
                              n_ctx: int | None = None, turns: Iterable[tuple] | None = None) -> "SessionRun":
-    """``turn_records(run, simulate_session(…))`` without the stream: the same slot turns, the
-    same event objects from the same walk (``prefill_into``), put straight into each turn's
-    record — no progress or turn events, nothing dispatched by type but the checkpoints.
+    """``turn_records(run, simulate_session(…))`` without the stream: the same slot turns, each
+    turn's prefill timed by the same walk (``prefill.timed``) and kept in its record compactly —
+    the record's events (``batches``, ``created``, …) are made by the stream's own builder when a
+    reader asks (tests/test_session_records.py holds the two equal). No progress or turn events.
     What ``--json``, ``--markdown`` and the advice read; the app and ``--jsonl`` take the stream."""
     run = spec.run
     out = SessionRun(run)
+    out.join_turns()
     out.apply(_run_started(spec, prompts, cost))
     held = _Held()
+    alive = held.alive.values  # (bound once)
+    price = pricing(spec, cost)
     t = 0.0
-    n_ckpt = processed = 0
-    add_turn, batches = out.turns.append, out.batches
-    # The loop allocates ~25 objects a turn and frees none of them: every 700 the collector
+    n_batches = n_ckpt = processed = 0
+    add_turn = out.turns.append
+    # The loop allocates ~15 objects a turn and frees none of them: every 700 the collector
     # would walk the young ones, and every tenth pass the records kept so far (~10 % of the
     # replay). None of them is in a cycle, so the collector rests until the records are built.
     paused = gc.isenabled()
     gc.disable()
     try:
         for p, common, sched, full, slot in turns if turns is not None else _slot_turns(spec, prompts, n_ctx):
-            rec = TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, held=held.alive[:], slot=slot)
-            add_turn(rec)
             if sched is None:
-                rec.error = context_full(p, n_ctx)
+                add_turn(TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, error=context_full(p, n_ctx),
+                                    held=list(alive()), slot=slot))
                 continue
-            ck: list[Any] = []
-            turn_ms = prefill_into(spec, sched, cost, t, rec.batches, ck, ck, progress=False)
-            batches += rec.batches
-            if ck:
-                held.read(ck, rec, out)
+            pre = timed(spec, sched, cost, t, price)
+            n_past, turn_ms = sched.n_past, pre.duration
+            add_turn(TurnRecord(p.index, p.n_tokens, p.turn.n_messages, common, n_past, p.n_tokens - n_past,
+                                turn_ms, full, held=list(alive()), slot=slot, facts=pre))
+            if sched.created or sched.erased:
+                held.take(sched)
                 n_ckpt += len(sched.created)
-            n_past = sched.n_past
+            n_batches += len(sched.batches)
             processed += p.n_tokens - n_past
             t += turn_ms
-            rec.cache_n, rec.prompt_n, rec.prompt_ms, rec.full_reprocess = n_past, p.n_tokens - n_past, turn_ms, full
     finally:
         if paused:
             gc.enable()
-    out.apply(run_finished(run, prompts[-1].n_tokens if prompts else 0, processed, t, len(batches), n_ckpt))
+    out.apply(run_finished(run, prompts[-1].n_tokens if prompts else 0, processed, t, n_batches, n_ckpt))
     return out
 
 
@@ -192,7 +196,44 @@ def slot_schedule(slot: Slot, p: TurnPrompt, common: int, reusable: int) -> Sche
 # -- reading a session run back ----------------------------------------------------------
 
 @dataclass(slots=True)
+class EventLists:
+    """A turn's batch and checkpoint events as lists: how a record read from an event stream
+    holds them (either engine; the simulation's own records hold a ``prefill.Prefill``)."""
+
+    batches: list[ev.BatchDone] = field(default_factory=list)
+    created: list[ev.CheckpointCreated] = field(default_factory=list)
+    erased: list[ev.CheckpointErased] = field(default_factory=list)
+    restored: ev.CheckpointRestored | None = None
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.batches)
+
+    @property
+    def n_created(self) -> int:
+        return len(self.created)
+
+    def batch_rows(self) -> list[tuple[int, int, int, str, float]]:
+        return [(b.start, b.n_tokens, b.n_ubatches, b.reason, b.duration_ms) for b in self.batches]
+
+    def created_rows(self) -> list[tuple[int, int, int]]:
+        return [(c.n_tokens, c.pos_min, c.pos_max) for c in self.created]
+
+    def erased_rows(self) -> list[tuple[int, str]]:
+        return [(e.n_tokens, e.reason) for e in self.erased]
+
+
+_SCALARS = ("turn", "n_prompt", "n_messages", "common_prefix", "cache_n", "prompt_n", "prompt_ms", "full_reprocess",
+            "error", "held", "cause", "slot")
+
+
+@dataclass(slots=True, eq=False)
 class TurnRecord:
+    """One turn's facts. Its events (``batches``, ``created``, ``erased``, ``restored``) are read
+    through ``facts``: lists for a record read from a stream, the compact ``Prefill`` for one the
+    simulation made (its events built when first read); two records are equal when every fact
+    and every event is."""
+
     turn: int
     n_prompt: int = 0
     n_messages: int = 0
@@ -202,13 +243,41 @@ class TurnRecord:
     prompt_ms: float = 0.0
     full_reprocess: bool = False
     error: str | None = None
-    batches: list[ev.BatchDone] = field(default_factory=list)
-    created: list[ev.CheckpointCreated] = field(default_factory=list)
-    erased: list[ev.CheckpointErased] = field(default_factory=list)
-    restored: ev.CheckpointRestored | None = None
     held: list[tuple[int, int, int]] = field(default_factory=list)  # checkpoints alive when the turn began
     cause: dict[str, Any] | None = None  # filled by misses.explain
     slot: int | None = None  # the slot the server chose (with a server setup)
+    facts: EventLists | Prefill = field(default_factory=EventLists)
+
+    @property
+    def batches(self) -> list[ev.BatchDone]:
+        return self.facts.batches
+
+    @property
+    def created(self) -> list[ev.CheckpointCreated]:
+        return self.facts.created
+
+    @property
+    def erased(self) -> list[ev.CheckpointErased]:
+        return self.facts.erased
+
+    @property
+    def restored(self) -> ev.CheckpointRestored | None:
+        return self.facts.restored
+
+    @property
+    def n_batches(self) -> int:
+        return self.facts.n_batches
+
+    @property
+    def n_created(self) -> int:
+        return self.facts.n_created
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TurnRecord):
+            return NotImplemented
+        return (all(getattr(self, k) == getattr(other, k) for k in _SCALARS)
+                and (self.batches, self.created, self.erased, self.restored)
+                == (other.batches, other.created, other.erased, other.restored))
 
     @property
     def restore(self) -> str:
@@ -219,18 +288,18 @@ class TurnRecord:
         return "none_usable" if self.full_reprocess else "not_needed"
 
     def to_dict(self) -> dict[str, Any]:
+        """The report's turn, read from the compact rows (no event made for it)."""
+        f, r = self.facts, self.restored
         d: dict[str, Any] = {
             "turn": self.turn, "n_prompt": self.n_prompt, "n_messages": self.n_messages,
             "common_prefix": self.common_prefix, "cache_n": self.cache_n, "prompt_n": self.prompt_n,
             "prompt_ms": round(self.prompt_ms, 3),
-            "batches": [{"start": b.start, "n_tokens": b.n_tokens, "n_ubatches": b.n_ubatches, "reason": b.reason,
-                         "ms": round(b.duration_ms, 3)} for b in self.batches],
-            "checkpoints": [{"n_tokens": c.n_tokens, "pos_min": c.pos_min, "pos_max": c.pos_max}
-                            for c in self.created],
-            "checkpoints_restored": ([{"n_tokens": self.restored.n_tokens, "pos_min": self.restored.pos_min,
-                                       "pos_max": self.restored.pos_max, "n_past": self.restored.n_past}]
-                                     if self.restored else []),
-            "checkpoints_erased": [{"n_tokens": e.n_tokens, "reason": e.reason} for e in self.erased],
+            "batches": [{"start": s, "n_tokens": n, "n_ubatches": u, "reason": why, "ms": round(ms, 3)}
+                        for s, n, u, why, ms in f.batch_rows()],
+            "checkpoints": [{"n_tokens": n, "pos_min": lo, "pos_max": hi} for n, lo, hi in f.created_rows()],
+            "checkpoints_restored": ([{"n_tokens": r.n_tokens, "pos_min": r.pos_min, "pos_max": r.pos_max,
+                                       "n_past": r.n_past}] if r else []),
+            "checkpoints_erased": [{"n_tokens": n, "reason": why} for n, why in f.erased_rows()],
             "full_reprocess": self.full_reprocess,
             "checkpoint_restore": self.restore,
         }
@@ -243,11 +312,53 @@ class TurnRecord:
         return d
 
 
+def _joined(name: str) -> property:
+    """A run's list of ``name`` events: its own (a run read from a stream appends to it), or — for
+    a run whose turns hold their events compactly (``join_turns``) — its turns' lists joined,
+    made when first read."""
+    key = "_" + name
+
+    def get(self: "SessionRun") -> list:
+        d = self.__dict__
+        v = d.get(key)
+        if v is None:
+            v = d[key] = [e for t in self.turns for e in getattr(t, name)]
+        return v
+
+    def put(self: "SessionRun", value: list) -> None:
+        self.__dict__[key] = value
+
+    return property(get, put)
+
+
 @dataclass
 class SessionRun(RunSummary):
     """A run's summary (``RunSummary``, over all turns) with its turns."""
 
     turns: list[TurnRecord] = field(default_factory=list)
+
+    batches = _joined("batches")  # type: ignore[assignment]
+    created = _joined("created")  # type: ignore[assignment]
+    erased = _joined("erased")  # type: ignore[assignment]
+
+    def join_turns(self) -> None:
+        """The run's batch and checkpoint lists are its turns' (the simulation's records): joined
+        when read; their counts read without making the events (``n_batches``, ``n_checkpoints``)."""
+        d = self.__dict__
+        d["_batches"] = d["_created"] = d["_erased"] = None
+
+    @property
+    def n_batches(self) -> int:
+        if self.__dict__.get("_batches") is None:
+            return sum(t.n_batches for t in self.turns)
+        return len(self.batches)
+
+    @property
+    def n_checkpoints(self) -> int:
+        """The checkpoints created over the run."""
+        if self.__dict__.get("_created") is None:
+            return sum(t.n_created for t in self.turns)
+        return len(self.created)
 
     @property
     def prompt_n(self) -> int:
@@ -260,37 +371,81 @@ class SessionRun(RunSummary):
 
 class _Held:
     """The checkpoints alive, as a session run's events tell (a live run has no slot to ask):
-    what each turn's record lists as ``held``."""
+    what each turn's record lists as ``held`` (``alive``'s values, in creation order). An erasure takes
+    the oldest alive checkpoint of its size. ``read`` takes a stream's events, ``take`` a
+    schedule's tuples in the same order (``prefill``: the order its events are made in).
 
-    __slots__ = ("alive", "alive_n")
+    Kept as dicts, not a list searched by size: with several slots the list only grows (a
+    cleared slot's checkpoints go without erasures), ~120 entries a request on the subagent
+    session, and each erasure scanned it twice."""
+
+    __slots__ = ("alive", "by_n", "seq")
 
     def __init__(self) -> None:
-        self.alive: list[tuple[int, int, int]] = []
-        self.alive_n: list[int] = []  # their n_tokens, searched at C speed
+        self.alive: dict[int, tuple[int, int, int]] = {}  # creation number → (n_tokens, pos_min, pos_max)
+        self.by_n: dict[int, list[int]] = {}  # n_tokens → the creation numbers alive with it, oldest first
+        self.seq = 0
+
+    def _add(self, c: tuple[int, int, int]) -> None:
+        seq = self.seq = self.seq + 1
+        self.alive[seq] = c
+        same = self.by_n.get(c[0])
+        if same is None:
+            self.by_n[c[0]] = [seq]
+        else:
+            same.append(seq)
+
+    def _drop(self, n: int) -> None:
+        same = self.by_n.get(n)
+        if same:
+            del self.alive[same.pop(0)]
+            if not same:
+                del self.by_n[n]
 
     def read(self, events: list[Any], cur: "TurnRecord", out: "SessionRun") -> None:
-        """Checkpoint events of the turn ``cur``, in order, into the turn's and the run's lists
-        (the lists' appends bound once: a session reads ~10,000 checkpoint events a run)."""
-        alive, alive_n = self.alive, self.alive_n
+        """Checkpoint events of the turn ``cur``, in order, into the turn's and the run's lists."""
         Created, Erased = ev.CheckpointCreated, ev.CheckpointErased
-        run_created, turn_created = out.created.append, cur.created.append
-        run_erased, turn_erased = out.erased.append, cur.erased.append
+        facts = cur.facts
         for e in events:
             kind = type(e)
             if kind is Created:
-                run_created(e)
-                turn_created(e)
-                alive.append((e.n_tokens, e.pos_min, e.pos_max))
-                alive_n.append(e.n_tokens)
+                out.created.append(e)
+                facts.created.append(e)
+                self._add((e.n_tokens, e.pos_min, e.pos_max))
             elif kind is Erased:
-                run_erased(e)
-                turn_erased(e)
-                n = e.n_tokens
-                if n in alive_n:
-                    i = alive_n.index(n)
-                    del alive[i], alive_n[i]
+                out.erased.append(e)
+                facts.erased.append(e)
+                self._drop(e.n_tokens)
             else:
-                cur.restored = e
+                facts.restored = e
+
+    def take(self, sched: Schedule) -> None:
+        """A schedule's erasures and creations, in the order its events come (``Prefill.events_into``);
+        ``_add`` and ``_drop`` written out (a session takes ~7,000 of each a build)."""
+        alive, by_n, seq = self.alive, self.by_n, self.seq
+        erased = sched.erased
+        n_erased, ei = len(erased), 0
+        for b, c in [(-1, None), *sched.created]:
+            while ei < n_erased and erased[ei][2] <= b:
+                e = erased[ei]
+                ei += 1
+                if e[2] == b:
+                    n = e[0][0]
+                    same = by_n.get(n)
+                    if same:
+                        del alive[same.pop(0)]
+                        if not same:
+                            del by_n[n]
+            if c is not None:
+                seq += 1
+                n = c[0]
+                alive[seq] = (n, c[1], c[2])
+                same = by_n.get(n)
+                if same is None:
+                    by_n[n] = [seq]
+                else:
+                    same.append(seq)
+        self.seq = seq
 
 
 def turn_records(run: str, events: Iterable[Any]) -> SessionRun:
@@ -322,7 +477,7 @@ class TurnReader:
                 if e.run == run:
                     out.batches.append(e)
                     if cur is not None:
-                        cur.batches.append(e)
+                        cur.facts.batches.append(e)
                 continue
             if getattr(e, "run", run) != run:
                 continue
@@ -333,7 +488,7 @@ class TurnReader:
                     out.apply(e)
             elif kind is TurnStarted:
                 cur = TurnRecord(e.turn, n_prompt=e.n_tokens, n_messages=e.n_messages, common_prefix=e.common_prefix,
-                                 held=list(held.alive))
+                                 held=list(held.alive.values()))
                 out.turns.append(cur)
             elif kind is TurnFinished:
                 if cur is not None:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from replayer.core.engine.slot_turns import SessionRun, TurnRecord, context_full
 from replayer.core.misses import explain
-from replayer.core.engine.simulate import prefill_into
+from replayer.core.engine.prefill import timed
 from replayer.core.errors import ReplayerError
 from replayer.core.prepare import ReplayConfig, run_spec
 from replayer.core.prompt import templates
@@ -328,7 +328,7 @@ class Predictor:
         sched = facts.schedule
         if sched is None:
             return Side(0, 0, 0.0), context_full(p, sim.n_ctx_slot)
-        ms = prefill_into(self.spec, sched, self.cost, self.t_ms, [], [], [], progress=False)
+        ms = timed(self.spec, sched, self.cost, self.t_ms).duration
         self.t_ms += ms
         pred = Side(facts.cache_n, facts.prompt_n, ms, facts.full_reprocess)
         if row.observed.n_prompt is not None:  # what the server said, explained on the same prompts

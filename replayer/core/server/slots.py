@@ -120,7 +120,7 @@ class ServerSlot(Slot):
         return sched
 
 
-@dataclass
+@dataclass(slots=True)
 class _SlotState:
     id: int
     slot: ServerSlot
@@ -133,9 +133,10 @@ class _SlotState:
         return self.slot.cached if self.prompt is not None else 0
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestFacts:
-    """What the server did with one request: where it went, what the host cache did, what was reused."""
+    """What the server did with one request: where it went, what the host cache did, what was reused
+    (slotted: a session makes one per request and build)."""
 
     index: int
     thread: str

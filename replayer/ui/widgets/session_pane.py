@@ -180,7 +180,7 @@ class SessionPane(RunPane):
         slot = f" · slot {t.slot}" if t.slot is not None else ""
         # "▲" as on the strip's axis: the line fits a pane at 80 columns
         text = f"▲ {turn}: reused {t.cache_n:,} · new {t.prompt_n:,} · {t.prompt_ms / 1000:,.1f} s{slot}{thread}\n"
-        counts = f"{counted(len(t.batches), 'batch')} · {counted(len(t.created), 'checkpoint')}{restored}"
+        counts = f"{counted(t.n_batches, 'batch')} · {counted(t.n_created, 'checkpoint')}{restored}"
         if not t.cause:
             return text + counts + " · no miss"
         # the miss first (a narrow pane cuts the end of the line), its detail last
@@ -201,5 +201,5 @@ class SessionPane(RunPane):
                 f"{CAUSE_MARKS[c][0]} {int(v['turns'])}× {int(v['tokens']):,} tok {v['ms'] / 1000:,.1f} s"
                 for c, v in lost.items())
         else:
-            text += f"no misses · {counted(s.n_batches, 'batch')} · {counted(len(s.created), 'checkpoint')}"
+            text += f"no misses · {counted(s.n_batches, 'batch')} · {counted(s.n_checkpoints, 'checkpoint')}"
         self.query_one("#stats", Static).update(text, layout=False)
