@@ -180,9 +180,11 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     sent = st.turns[:-1]  # the last is the resume request, not yet sent
     # every request but the titles, in order, the summarization one on the compaction's thread
     # where it was sent: the history serialized into its prompt as OpenCode writes it
-    every = [q for k, q in enumerate(log) if q.body.get("tools") or k == at]
-    assert len(sent) == len(every) and sum(map(len, earlier_turns(st.session))) == n_before + 1
-    assert [t.thread for t in sent] == [None] * n_before + ["compaction"] + [None] * (len(main) - n_before)
+    # (Kilo's summarization request, an "anchored summary" of its own, is not rebuilt: a note says so)
+    rebuilt = name == "opencode"
+    every = [q for k, q in enumerate(log) if q.body.get("tools") or (k == at and rebuilt)]
+    assert len(sent) == len(every) and sum(map(len, earlier_turns(st.session))) == n_before + rebuilt
+    assert [t.thread for t in sent] == [None] * n_before + ["compaction"] * rebuilt + [None] * (len(main) - n_before)
     diffs = {k: d for k, (t, q) in enumerate(zip(sent, every))
              if (d := wire.diff(wire.from_chat(t.body), wire.FROM[agent.api](q.body)))}
     assert not diffs, diffs
@@ -195,4 +197,5 @@ def test_opencode_every_request_of_an_automatically_compacted_session_is_a_turn_
     assert not any(x["role"] == "tool" for x in first)
     # OpenCode adds its "Continue…" prompt after an automatic compaction only
     assert any(x["text"].startswith("Continue if you have next steps") for x in first) is continues
-    assert any("1 of them the summarization request (thread 'compaction')" in n for n in st.notes)
+    assert any(("1 of them the summarization request (thread 'compaction')" if rebuilt
+                else "summarization request(s) are not rebuilt") in n for n in st.notes), st.notes

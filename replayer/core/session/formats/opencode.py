@@ -212,8 +212,11 @@ def _build(path: Path, messages: list[dict], parts: dict[str, list[dict]], sid, 
         kept = _converted(before[:left], parts, images, acc, suffix)
         earlier.append(EarlierHistory(messages=kept + _converted(before[left:], parts, images, acc, suffix),
                                       compacted_prefix=len(kept),
+                                      # a fork's summarization prompt and serialization are its own
+                                      # (Kilo's "anchored summary"), not checked: not rebuilt, noted
                                       summarization=opencode_summary.summarization(messages, parts, at, done[:k],
-                                                                                   warnings)))
+                                                                                   warnings)
+                                      if fmt == FORMAT else None))
     sent, left = _sent_history(messages, parts, done)
     acc = _Acc()  # the session's own counts: from what it sends now
     prefix = _converted(sent[:left], parts, images, acc, suffix)
